@@ -1,0 +1,145 @@
+// Command rolter is the Rolter gateway: serve, check, sim, up, version.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rolter-ai/rolter/engine"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `Rolter: a cache-aware OpenAI-compatible gateway for vLLM fleets.
+
+Usage:
+  rolter serve [-config rolter.toml]   run the gateway
+  rolter check -config rolter.toml     validate a config; print every problem; exit 1 on any
+  rolter sim [flags]                   run one simulated vLLM engine (rolter sim -h)
+  rolter up [-n 4] [-strategy cache_aware]
+                                       start simulated engines and a gateway in front of them
+  rolter version                       print the version
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "check":
+		return check(args[1:], stdout, stderr)
+	case "sim":
+		return simMain(args[1:], stdout, stderr)
+	case "up":
+		return up(args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, "rolter", version)
+		return 0
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "rolter: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func check(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "rolter.toml", "config file to validate")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := engine.LoadConfig(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		var ce engine.ConfigErrors
+		if errors.As(err, &ce) {
+			fmt.Fprintf(stderr, "%s: %d problem(s)\n", *path, len(ce))
+		}
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d providers, %d routes)\n", *path, len(cfg.Providers), len(cfg.Routes))
+	return 0
+}
+
+func serve(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "rolter.toml", "config file")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := newLogger(stderr, *level)
+	cfg, err := engine.LoadConfig(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, "rolter: not starting: the config has problems")
+		return 1
+	}
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		log.Error("cannot listen", "addr", cfg.Server.Listen, "err", err)
+		return 1
+	}
+	g, err := engine.New(cfg, engine.Options{Logger: log, Version: version})
+	if err != nil {
+		log.Error("cannot start the gateway", "err", err)
+		return 1
+	}
+	return serveUntilSignal(g, ln, time.Duration(cfg.Server.DrainSecs*float64(time.Second)), log)
+}
+
+// serveUntilSignal serves until SIGINT or SIGTERM, then drains in-flight requests up to drain.
+func serveUntilSignal(g *engine.Gateway, ln net.Listener, drain time.Duration, log *slog.Logger) int {
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(ln) }()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	select {
+	case err := <-errc:
+		if err != nil {
+			log.Error("server stopped", "err", err)
+			return 1
+		}
+		return 0
+	case s := <-sig:
+		log.Info("draining", "signal", s.String(), "deadline", drain.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		log.Error("shutdown", "err", err)
+		return 1
+	}
+	<-errc
+	return 0
+}

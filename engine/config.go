@@ -1,0 +1,620 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Config is the decoded rolter.toml. Field names are the TOML keys (../shared/DESIGN.md section 2);
+// defaults are applied by ParseConfig, so a Config returned from it is complete and valid.
+type Config struct {
+	Server        ServerConfig     `toml:"server"`
+	Providers     []ProviderConfig `toml:"providers"`
+	Routes        []RouteConfig    `toml:"routes"`
+	MetricsScrape ScrapeConfig     `toml:"metrics_scrape"`
+	Health        HealthConfig     `toml:"health"`
+	Cooldown      CooldownConfig   `toml:"cooldown"`
+	Breaker       BreakerConfig    `toml:"breaker"`
+	Retry         RetryConfig      `toml:"retry"`
+	Timeouts      TimeoutsConfig   `toml:"timeouts"`
+	Queue         QueueConfig      `toml:"queue"`
+
+	// File is the path the config was read from ("" for in-memory configs); used in error messages.
+	File string `toml:"-"`
+}
+
+// ServerConfig is the data-plane listener.
+type ServerConfig struct {
+	Listen                string  `toml:"listen"`
+	MaxBodyBytes          int     `toml:"max_body_bytes"`
+	MaxHeaderBytes        int     `toml:"max_header_bytes"`
+	ReadTimeoutSecs       float64 `toml:"read_timeout_secs"`
+	WriteTimeoutSecs      float64 `toml:"write_timeout_secs"`
+	IdleTimeoutSecs       float64 `toml:"idle_timeout_secs"`
+	DrainSecs             float64 `toml:"drain_secs"`
+	ExposeDecisionHeaders bool    `toml:"expose_decision_headers"`
+}
+
+// ProviderConfig is one upstream engine (a vLLM or SGLang server, or any OpenAI-compatible API).
+type ProviderConfig struct {
+	Name      string            `toml:"name"`
+	Kind      string            `toml:"kind"`
+	APIBase   string            `toml:"api_base"`
+	APIKeyEnv string            `toml:"api_key_env"`
+	Headers   map[string]string `toml:"headers"`
+	MaxConns  int               `toml:"max_conns"`
+	KVEvents  *KVEventsConfig   `toml:"kv_events"`
+	LMCache   *LMCacheConfig    `toml:"lmcache"`
+}
+
+// KVEventsConfig is a provider's vLLM KV-event stream (../shared/DESIGN.md section 4).
+type KVEventsConfig struct {
+	Endpoint       string  `toml:"endpoint"`
+	Topic          string  `toml:"topic"`
+	ReplayEndpoint string  `toml:"replay_endpoint"`
+	Mode           string  `toml:"mode"`
+	MaxBlocks      int     `toml:"max_blocks"`
+	StaleSecs      float64 `toml:"stale_secs"`
+}
+
+// LMCacheConfig is a provider's LMCache-style status endpoint.
+type LMCacheConfig struct {
+	Endpoint    string  `toml:"endpoint"`
+	RefreshSecs float64 `toml:"refresh_secs"`
+	StaleSecs   float64 `toml:"stale_secs"`
+}
+
+// RouteConfig maps one public model name to targets and a strategy.
+type RouteConfig struct {
+	Model    string         `toml:"model"`
+	Strategy string         `toml:"strategy"`
+	Targets  []TargetConfig `toml:"targets"`
+	Params   RouteParams    `toml:"params"`
+}
+
+// TargetConfig is one (provider, upstream model) pair of a route.
+type TargetConfig struct {
+	Provider string   `toml:"provider"`
+	Model    string   `toml:"model"`
+	Weight   *float64 `toml:"weight"`
+}
+
+// RouteParams holds strategy parameters. A parameter that the route's strategy does not use is an error,
+// so a typo or a misplaced parameter never goes unnoticed.
+type RouteParams struct {
+	Threshold      *float64 `toml:"threshold"`
+	MaxTrieNodes   *int     `toml:"max_trie_nodes"`
+	SessionTTLSecs *float64 `toml:"session_ttl_secs"`
+	MaxSessions    *int     `toml:"max_sessions"`
+	Epsilon        *float64 `toml:"epsilon"`
+	VirtualNodes   *int     `toml:"virtual_nodes"`
+	KeyBytes       *int     `toml:"key_bytes"`
+	WeightFactor   *float64 `toml:"weight_factor"`
+	LoadFactor     *float64 `toml:"load_factor"`
+	CacheFactor    *float64 `toml:"cache_factor"`
+}
+
+// ScrapeConfig is [metrics_scrape]: engine queue depth from each provider's /metrics.
+type ScrapeConfig struct {
+	Enabled      bool    `toml:"enabled"`
+	IntervalSecs float64 `toml:"interval_secs"`
+	TimeoutSecs  float64 `toml:"timeout_secs"`
+	Path         string  `toml:"path"`
+}
+
+// HealthConfig is [health]: active checks per provider.
+type HealthConfig struct {
+	Enabled            bool    `toml:"enabled"`
+	Path               string  `toml:"path"`
+	IntervalSecs       float64 `toml:"interval_secs"`
+	TimeoutSecs        float64 `toml:"timeout_secs"`
+	UnhealthyThreshold int     `toml:"unhealthy_threshold"`
+	HealthyThreshold   int     `toml:"healthy_threshold"`
+}
+
+// CooldownConfig is [cooldown]: passive failure tracking.
+type CooldownConfig struct {
+	Enabled           bool    `toml:"enabled"`
+	Failures          int     `toml:"failures"`
+	WindowSecs        float64 `toml:"window_secs"`
+	BaseSecs          float64 `toml:"base_secs"`
+	MaxSecs           float64 `toml:"max_secs"`
+	MaxRetryAfterSecs float64 `toml:"max_retry_after_secs"`
+}
+
+// BreakerConfig is [breaker]: a per-provider circuit breaker.
+type BreakerConfig struct {
+	Enabled        bool    `toml:"enabled"`
+	Failures       int     `toml:"failures"`
+	OpenSecs       float64 `toml:"open_secs"`
+	HalfOpenProbes int     `toml:"half_open_probes"`
+}
+
+// RetryConfig is [retry].
+type RetryConfig struct {
+	MaxRetries   int     `toml:"max_retries"`
+	BackoffMs    float64 `toml:"backoff_ms"`
+	MaxBackoffMs float64 `toml:"max_backoff_ms"`
+}
+
+// TimeoutsConfig is [timeouts] for upstream calls. None of them cuts a healthy long stream: HeadersSecs
+// bounds the wait for the response headers (for a non-streaming request that is the whole generation),
+// IdleSecs bounds every gap between two reads of the response body after that.
+type TimeoutsConfig struct {
+	ConnectSecs float64 `toml:"connect_secs"`
+	HeadersSecs float64 `toml:"headers_secs"`
+	IdleSecs    float64 `toml:"idle_secs"`
+}
+
+// QueueConfig is [queue]: admission control.
+type QueueConfig struct {
+	MaxInflight          int     `toml:"max_inflight"`
+	MaxInflightPerTarget int     `toml:"max_inflight_per_target"`
+	MaxWaitingPerTarget  int     `toml:"max_waiting_per_target"`
+	WaitTimeoutSecs      float64 `toml:"wait_timeout_secs"`
+	RetryAfterSecs       float64 `toml:"retry_after_secs"`
+}
+
+// DefaultConfig returns a config with every default of ../shared/DESIGN.md section 2 and no providers or routes.
+func DefaultConfig() *Config {
+	return &Config{
+		Server: ServerConfig{
+			Listen:                ":8080",
+			MaxBodyBytes:          32 << 20,
+			MaxHeaderBytes:        64 << 10,
+			ReadTimeoutSecs:       60,
+			IdleTimeoutSecs:       60,
+			DrainSecs:             30,
+			ExposeDecisionHeaders: true,
+		},
+		MetricsScrape: ScrapeConfig{IntervalSecs: 0.5, TimeoutSecs: 0.5, Path: "/metrics"},
+		Health: HealthConfig{
+			Path: "/health", IntervalSecs: 2, TimeoutSecs: 1, UnhealthyThreshold: 2, HealthyThreshold: 2,
+		},
+		Cooldown: CooldownConfig{
+			Enabled: true, Failures: 3, WindowSecs: 10, BaseSecs: 5, MaxSecs: 60, MaxRetryAfterSecs: 60,
+		},
+		Breaker:  BreakerConfig{Enabled: true, Failures: 5, OpenSecs: 10, HalfOpenProbes: 1},
+		Retry:    RetryConfig{MaxRetries: 2, BackoffMs: 25, MaxBackoffMs: 500},
+		Timeouts: TimeoutsConfig{ConnectSecs: 5, HeadersSecs: 600, IdleSecs: 120},
+		Queue:    QueueConfig{WaitTimeoutSecs: 5, RetryAfterSecs: 1},
+	}
+}
+
+// Provider kinds.
+const kindOpenAICompatible = "openai_compatible"
+
+// ConfigError is one problem found in a config file.
+type ConfigError struct {
+	File string
+	Line int
+	Key  string
+	Msg  string
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		b.WriteByte(':')
+	}
+	if e.Line > 0 {
+		fmt.Fprintf(&b, "%d:", e.Line)
+	}
+	if b.Len() > 0 {
+		b.WriteByte(' ')
+	}
+	if e.Key != "" {
+		b.WriteString(e.Key)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// ConfigErrors is every problem found in a config; it is returned whole so users fix them in one pass.
+type ConfigErrors []*ConfigError
+
+func (es ConfigErrors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// LoadConfig reads and validates the config at path. On any problem it returns ConfigErrors listing all of them.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read config %q: %w", path, err)
+	}
+	return ParseConfig(data, path)
+}
+
+// ParseConfig decodes data strictly (unknown keys are errors), applies defaults and validates everything.
+// file names the source in error messages.
+func ParseConfig(data []byte, file string) (*Config, error) {
+	cfg := DefaultConfig()
+	cfg.File = file
+	lines := scanKeyLines(data)
+	v := &validator{file: file, lines: lines}
+
+	md, err := toml.Decode(string(data), cfg)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			v.errs = append(v.errs, &ConfigError{File: file, Line: pe.Position.Line, Msg: pe.Message})
+			return nil, v.errs
+		}
+		// Type mismatches carry the key in the message; find its line.
+		msg := err.Error()
+		v.errs = append(v.errs, &ConfigError{File: file, Line: lines.firstLineMentioning(msg), Msg: msg})
+		return nil, v.errs
+	}
+	seen := map[string]int{}
+	for _, k := range md.Undecoded() {
+		plain := k.String()
+		line := lines.nthLine(plain, seen[plain])
+		seen[plain]++
+		v.errs = append(v.errs, &ConfigError{File: file, Line: line, Key: plain, Msg: "unknown key"})
+	}
+	v.validate(cfg)
+	if len(v.errs) > 0 {
+		return nil, v.errs
+	}
+	return cfg, nil
+}
+
+type validator struct {
+	file  string
+	lines keyLines
+	errs  ConfigErrors
+}
+
+// addf records a problem with the value at key (an indexed path such as "routes[1].targets[0].provider").
+func (v *validator) addf(key, format string, args ...any) {
+	v.errs = append(v.errs, &ConfigError{File: v.file, Line: v.lines.lineOf(key), Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) validate(cfg *Config) {
+	s := &cfg.Server
+	if _, _, err := net.SplitHostPort(s.Listen); err != nil {
+		v.addf("server.listen", "cannot parse listen address %q: want host:port", s.Listen)
+	}
+	v.positiveInt("server.max_body_bytes", s.MaxBodyBytes)
+	v.positiveInt("server.max_header_bytes", s.MaxHeaderBytes)
+	v.nonNegative("server.read_timeout_secs", s.ReadTimeoutSecs)
+	v.nonNegative("server.write_timeout_secs", s.WriteTimeoutSecs)
+	v.nonNegative("server.idle_timeout_secs", s.IdleTimeoutSecs)
+	v.nonNegative("server.drain_secs", s.DrainSecs)
+
+	providers := map[string]int{}
+	for i := range cfg.Providers {
+		p := &cfg.Providers[i]
+		key := fmt.Sprintf("providers[%d]", i)
+		if p.Name == "" {
+			v.addf(key+".name", "missing provider name")
+		} else if j, dup := providers[p.Name]; dup {
+			v.addf(key+".name", "duplicate provider name %q (also providers[%d])", p.Name, j)
+		} else {
+			providers[p.Name] = i
+		}
+		if p.Kind == "" {
+			p.Kind = kindOpenAICompatible
+		}
+		if p.Kind != kindOpenAICompatible {
+			v.addf(key+".kind", "unknown provider kind %q; supported: %q", p.Kind, kindOpenAICompatible)
+		}
+		if err := checkHTTPURL(p.APIBase); err != nil {
+			v.addf(key+".api_base", "%s", err)
+		}
+		if p.APIKeyEnv != "" && os.Getenv(p.APIKeyEnv) == "" {
+			v.addf(key+".api_key_env", "environment variable %q is not set or empty", p.APIKeyEnv)
+		}
+		for name := range p.Headers {
+			if !validHeaderName(name) {
+				v.addf(key+".headers", "invalid header name %q", name)
+			}
+		}
+		if p.MaxConns == 0 {
+			p.MaxConns = 1024
+		}
+		v.positiveInt(key+".max_conns", p.MaxConns)
+		if kv := p.KVEvents; kv != nil {
+			v.kvEvents(key+".kv_events", kv)
+		}
+		if lc := p.LMCache; lc != nil {
+			k := key + ".lmcache"
+			if err := checkHTTPURL(lc.Endpoint); err != nil {
+				v.addf(k+".endpoint", "%s", err)
+			}
+			if lc.RefreshSecs == 0 {
+				lc.RefreshSecs = 2
+			}
+			if lc.StaleSecs == 0 {
+				lc.StaleSecs = 10
+			}
+			v.positive(k+".refresh_secs", lc.RefreshSecs)
+			v.positive(k+".stale_secs", lc.StaleSecs)
+		}
+	}
+
+	routes := map[string]int{}
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		key := fmt.Sprintf("routes[%d]", i)
+		if r.Model == "" {
+			v.addf(key+".model", "missing public model name")
+		} else if j, dup := routes[r.Model]; dup {
+			v.addf(key+".model", "duplicate route for model %q (also routes[%d])", r.Model, j)
+		} else {
+			routes[r.Model] = i
+		}
+		if r.Strategy == "" {
+			r.Strategy = "round_robin"
+		}
+		spec, ok := strategies[r.Strategy]
+		if !ok {
+			v.addf(key+".strategy", "unknown strategy %q; want one of %s", r.Strategy, strategyNames())
+		}
+		if len(r.Targets) == 0 {
+			v.addf(key+".targets", "route %q has no targets", r.Model)
+		}
+		if len(r.Targets) > maxTargets {
+			v.addf(key+".targets", "route %q has %d targets; at most %d are supported", r.Model, len(r.Targets), maxTargets)
+		}
+		for j := range r.Targets {
+			t := &r.Targets[j]
+			tk := fmt.Sprintf("%s.targets[%d]", key, j)
+			if t.Provider == "" {
+				v.addf(tk+".provider", "missing provider")
+			} else if _, ok := providers[t.Provider]; !ok {
+				v.addf(tk+".provider", "unknown provider %q", t.Provider)
+			}
+			if t.Model == "" {
+				t.Model = r.Model
+			}
+			if t.Weight == nil {
+				w := 1.0
+				t.Weight = &w
+			} else if !(*t.Weight > 0) || math.IsInf(*t.Weight, 0) {
+				v.addf(tk+".weight", "weight must be > 0, got %v", *t.Weight)
+			}
+		}
+		if ok {
+			v.params(key+".params", r.Strategy, spec, &r.Params)
+			if spec.needsKVEvents {
+				for j := range r.Targets {
+					if pi, ok := providers[r.Targets[j].Provider]; ok && cfg.Providers[pi].KVEvents == nil {
+						v.addf(fmt.Sprintf("%s.targets[%d].provider", key, j),
+							"strategy %q needs [providers.kv_events] on provider %q", r.Strategy, r.Targets[j].Provider)
+					}
+				}
+			}
+		}
+	}
+
+	m := &cfg.MetricsScrape
+	v.positive("metrics_scrape.interval_secs", m.IntervalSecs)
+	v.positive("metrics_scrape.timeout_secs", m.TimeoutSecs)
+	if !strings.HasPrefix(m.Path, "/") {
+		v.addf("metrics_scrape.path", "path must start with '/', got %q", m.Path)
+	}
+	h := &cfg.Health
+	if !strings.HasPrefix(h.Path, "/") {
+		v.addf("health.path", "path must start with '/', got %q", h.Path)
+	}
+	v.positive("health.interval_secs", h.IntervalSecs)
+	v.positive("health.timeout_secs", h.TimeoutSecs)
+	v.positiveInt("health.unhealthy_threshold", h.UnhealthyThreshold)
+	v.positiveInt("health.healthy_threshold", h.HealthyThreshold)
+	c := &cfg.Cooldown
+	v.positiveInt("cooldown.failures", c.Failures)
+	v.positive("cooldown.window_secs", c.WindowSecs)
+	v.positive("cooldown.base_secs", c.BaseSecs)
+	v.positive("cooldown.max_secs", c.MaxSecs)
+	if c.MaxSecs < c.BaseSecs {
+		v.addf("cooldown.max_secs", "max_secs (%v) must be >= base_secs (%v)", c.MaxSecs, c.BaseSecs)
+	}
+	v.nonNegative("cooldown.max_retry_after_secs", c.MaxRetryAfterSecs)
+	b := &cfg.Breaker
+	v.positiveInt("breaker.failures", b.Failures)
+	v.positive("breaker.open_secs", b.OpenSecs)
+	v.positiveInt("breaker.half_open_probes", b.HalfOpenProbes)
+	rt := &cfg.Retry
+	if rt.MaxRetries < 0 || rt.MaxRetries > 10 {
+		v.addf("retry.max_retries", "must be between 0 and 10, got %d", rt.MaxRetries)
+	}
+	v.nonNegative("retry.backoff_ms", rt.BackoffMs)
+	v.nonNegative("retry.max_backoff_ms", rt.MaxBackoffMs)
+	to := &cfg.Timeouts
+	v.positive("timeouts.connect_secs", to.ConnectSecs)
+	v.positive("timeouts.headers_secs", to.HeadersSecs)
+	v.positive("timeouts.idle_secs", to.IdleSecs)
+	q := &cfg.Queue
+	v.nonNegativeInt("queue.max_inflight", q.MaxInflight)
+	v.nonNegativeInt("queue.max_inflight_per_target", q.MaxInflightPerTarget)
+	v.nonNegativeInt("queue.max_waiting_per_target", q.MaxWaitingPerTarget)
+	v.nonNegative("queue.wait_timeout_secs", q.WaitTimeoutSecs)
+	v.positive("queue.retry_after_secs", q.RetryAfterSecs)
+}
+
+func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
+	if err := checkZMQEndpoint(kv.Endpoint); err != nil {
+		v.addf(key+".endpoint", "%s", err)
+	}
+	if kv.ReplayEndpoint != "" {
+		if err := checkZMQEndpoint(kv.ReplayEndpoint); err != nil {
+			v.addf(key+".replay_endpoint", "%s", err)
+		}
+	}
+	switch kv.Mode {
+	case "":
+		kv.Mode = "connect"
+	case "connect", "bind":
+	default:
+		v.addf(key+".mode", "unknown mode %q; want \"connect\" or \"bind\"", kv.Mode)
+	}
+	if kv.MaxBlocks == 0 {
+		kv.MaxBlocks = 1_000_000
+	}
+	v.positiveInt(key+".max_blocks", kv.MaxBlocks)
+	if kv.StaleSecs == 0 {
+		kv.StaleSecs = 30
+	}
+	v.positive(key+".stale_secs", kv.StaleSecs)
+	if !kvEventsSupported {
+		v.addf(key, "kv_events needs a build with cgo and libzmq; this binary was built with CGO_ENABLED=0")
+	}
+}
+
+func (v *validator) params(key, strategy string, spec strategySpec, p *RouteParams) {
+	check := func(name string, set bool) bool {
+		if !set {
+			return false
+		}
+		if !slices.Contains(spec.params, name) {
+			if len(spec.params) == 0 {
+				v.addf(key+"."+name, "strategy %q takes no parameters", strategy)
+			} else {
+				v.addf(key+"."+name, "strategy %q does not use %q; its parameters: %s", strategy, name, strings.Join(spec.params, ", "))
+			}
+			return false
+		}
+		return true
+	}
+	if check("threshold", p.Threshold != nil) && !(*p.Threshold >= 0 && *p.Threshold <= 1) {
+		v.addf(key+".threshold", "must be between 0 and 1, got %v", *p.Threshold)
+	}
+	if check("max_trie_nodes", p.MaxTrieNodes != nil) && *p.MaxTrieNodes < 16 {
+		v.addf(key+".max_trie_nodes", "must be >= 16, got %d", *p.MaxTrieNodes)
+	}
+	if check("session_ttl_secs", p.SessionTTLSecs != nil) && !(*p.SessionTTLSecs > 0) {
+		v.addf(key+".session_ttl_secs", "must be > 0, got %v", *p.SessionTTLSecs)
+	}
+	if check("max_sessions", p.MaxSessions != nil) && *p.MaxSessions < 1 {
+		v.addf(key+".max_sessions", "must be >= 1, got %d", *p.MaxSessions)
+	}
+	if check("epsilon", p.Epsilon != nil) && !(*p.Epsilon > 0 && *p.Epsilon <= 10) {
+		v.addf(key+".epsilon", "must be in (0, 10], got %v", *p.Epsilon)
+	}
+	if check("virtual_nodes", p.VirtualNodes != nil) && (*p.VirtualNodes < 1 || *p.VirtualNodes > 4096) {
+		v.addf(key+".virtual_nodes", "must be between 1 and 4096, got %d", *p.VirtualNodes)
+	}
+	if check("key_bytes", p.KeyBytes != nil) && *p.KeyBytes < 1 {
+		v.addf(key+".key_bytes", "must be >= 1, got %d", *p.KeyBytes)
+	}
+	for _, f := range []struct {
+		name string
+		val  *float64
+	}{{"weight_factor", p.WeightFactor}, {"load_factor", p.LoadFactor}, {"cache_factor", p.CacheFactor}} {
+		if check(f.name, f.val != nil) && !(*f.val >= 0 && *f.val <= 1000) {
+			v.addf(key+"."+f.name, "must be between 0 and 1000, got %v", *f.val)
+		}
+	}
+}
+
+func (v *validator) positive(key string, x float64) {
+	if !(x > 0) || math.IsInf(x, 0) {
+		v.addf(key, "must be > 0, got %v", x)
+	}
+}
+
+func (v *validator) nonNegative(key string, x float64) {
+	if !(x >= 0) || math.IsInf(x, 0) {
+		v.addf(key, "must be >= 0, got %v", x)
+	}
+}
+
+func (v *validator) positiveInt(key string, x int) {
+	if x <= 0 {
+		v.addf(key, "must be > 0, got %d", x)
+	}
+}
+
+func (v *validator) nonNegativeInt(key string, x int) {
+	if x < 0 {
+		v.addf(key, "must be >= 0, got %d", x)
+	}
+}
+
+func checkHTTPURL(s string) error {
+	if s == "" {
+		return errors.New("missing URL")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("cannot parse URL %q: %w", s, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("URL %q must start with http:// or https://", s)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return fmt.Errorf("URL %q has no host", s)
+	}
+	if p := u.Port(); p != "" {
+		if _, err := net.LookupPort("tcp", p); err != nil {
+			return fmt.Errorf("URL %q has a bad port", s)
+		}
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("URL %q must not carry a query, fragment or user info", s)
+	}
+	return nil
+}
+
+func checkZMQEndpoint(s string) error {
+	if s == "" {
+		return errors.New("missing endpoint")
+	}
+	for _, p := range []string{"tcp://", "ipc://", "inproc://"} {
+		if rest, ok := strings.CutPrefix(s, p); ok {
+			if rest == "" {
+				return fmt.Errorf("endpoint %q has no address", s)
+			}
+			if p == "tcp://" {
+				if _, _, err := net.SplitHostPort(rest); err != nil {
+					return fmt.Errorf("endpoint %q: want tcp://host:port", s)
+				}
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("endpoint %q must start with tcp://, ipc:// or inproc://", s)
+}
+
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("()<>@,;:\\\"/[]?={}", c) >= 0 {
+			return false
+		}
+	}
+	switch strings.ToLower(s) {
+	case "host", "content-length", "transfer-encoding", "connection":
+		return false
+	}
+	return true
+}
+
+func strategyNames() string {
+	names := make([]string, 0, len(strategies))
+	for n := range strategies {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,187 @@
+package engine
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// apiError is an error answered to a client in OpenAI's shape:
+// {"error":{"message":...,"type":...,"param":...,"code":"..."}} with a string code
+// (../shared/DESIGN.md section 2 "HTTP"; research/gateway-anchors.md section 3).
+type apiError struct {
+	status  int
+	typ     string
+	code    string
+	message string
+	param   string
+	// retryAfter, when > 0, is sent as retry-after (seconds) and retry-after-ms.
+	retryAfterMs int
+	// noRetry sends x-should-retry: false, telling the OpenAI SDKs that retrying is pointless.
+	noRetry bool
+}
+
+const (
+	typeInvalidRequest = "invalid_request_error"
+	typeServer         = "server_error"
+	typeRateLimit      = "rate_limit_error"
+	typeAuth           = "authentication_error"
+	typeTimeout        = "timeout_error"
+)
+
+func badRequest(code, param, msg string) *apiError {
+	return &apiError{status: fasthttp.StatusBadRequest, typ: typeInvalidRequest, code: code, param: param, message: msg, noRetry: true}
+}
+
+// appendErrorBody appends the JSON body of e.
+func (e *apiError) appendBody(dst []byte) []byte {
+	dst = append(dst, `{"error":{"message":`...)
+	dst = appendJSONString(dst, e.message)
+	dst = append(dst, `,"type":`...)
+	dst = appendJSONString(dst, e.typ)
+	dst = append(dst, `,"param":`...)
+	if e.param == "" {
+		dst = append(dst, "null"...)
+	} else {
+		dst = appendJSONString(dst, e.param)
+	}
+	dst = append(dst, `,"code":`...)
+	dst = appendJSONString(dst, e.code)
+	return append(dst, "}}"...)
+}
+
+// writeError sets the response to e. The response must not have a body stream yet.
+func writeError(ctx *fasthttp.RequestCtx, e *apiError) {
+	ctx.Response.ResetBody()
+	ctx.Response.SetStatusCode(e.status)
+	ctx.Response.Header.SetContentType("application/json")
+	if e.retryAfterMs > 0 {
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa((e.retryAfterMs+999)/1000))
+		ctx.Response.Header.Set("Retry-After-Ms", strconv.Itoa(e.retryAfterMs))
+	}
+	if e.noRetry {
+		ctx.Response.Header.Set("X-Should-Retry", "false")
+	}
+	ctx.Response.SetBodyRaw(e.appendBody(nil))
+}
+
+// normaliseUpstreamError turns an upstream error body into an apiError with the upstream's status.
+// Accepted shapes: OpenAI/new vLLM {"error":{"message","type","param","code":int|string}}, old vLLM
+// {"object":"error","message","type","param","code":int}, FastAPI {"detail": "..." | [...]}, and plain text.
+func normaliseUpstreamError(status int, body []byte, target string) *apiError {
+	e := &apiError{status: status, typ: typeForStatus(status), code: codeForStatus(status)}
+	var p fastjson.Parser
+	v, err := p.ParseBytes(body)
+	if err == nil && v.Type() == fastjson.TypeObject {
+		obj := v
+		if inner := v.Get("error"); inner != nil && inner.Type() == fastjson.TypeObject {
+			obj = inner
+		} else if inner != nil && inner.Type() == fastjson.TypeString {
+			e.message = string(inner.GetStringBytes())
+		}
+		if m := obj.Get("message"); m != nil && m.Type() == fastjson.TypeString {
+			e.message = string(m.GetStringBytes())
+		}
+		if d := obj.Get("detail"); d != nil && e.message == "" {
+			if d.Type() == fastjson.TypeString {
+				e.message = string(d.GetStringBytes())
+			} else {
+				e.message = string(d.MarshalTo(nil))
+			}
+		}
+		if t := obj.Get("type"); t != nil && t.Type() == fastjson.TypeString && len(t.GetStringBytes()) > 0 {
+			e.typ = upstreamType(string(t.GetStringBytes()), status)
+		}
+		if pv := obj.Get("param"); pv != nil && pv.Type() == fastjson.TypeString {
+			e.param = string(pv.GetStringBytes())
+		}
+		if c := obj.Get("code"); c != nil && c.Type() == fastjson.TypeString && len(c.GetStringBytes()) > 0 {
+			e.code = string(c.GetStringBytes())
+		}
+	} else {
+		e.message = strings.TrimSpace(sanitiseText(body))
+	}
+	if e.message == "" {
+		e.message = "upstream " + target + " answered HTTP " + strconv.Itoa(status)
+	}
+	if len(e.message) > 4096 {
+		e.message = e.message[:4096]
+	}
+	return e
+}
+
+// upstreamType keeps OpenAI's own types and maps vLLM's exception class names (NotFoundError, BadRequestError...)
+// to OpenAI's coarse types, which is what SDKs and users expect.
+func upstreamType(t string, status int) string {
+	switch t {
+	case typeInvalidRequest, typeServer, typeRateLimit, typeAuth, "insufficient_quota", "permission_error", "not_found_error":
+		return t
+	}
+	return typeForStatus(status)
+}
+
+func typeForStatus(status int) string {
+	switch {
+	case status == 401 || status == 403:
+		return typeAuth
+	case status == 429:
+		return typeRateLimit
+	case status == 504 || status == 408:
+		return typeTimeout
+	case status >= 500:
+		return typeServer
+	default:
+		return typeInvalidRequest
+	}
+}
+
+func codeForStatus(status int) string {
+	switch status {
+	case 400:
+		return "bad_request"
+	case 401:
+		return "invalid_api_key"
+	case 403:
+		return "forbidden"
+	case 404:
+		return "not_found"
+	case 405:
+		return "method_not_allowed"
+	case 408:
+		return "request_timeout"
+	case 409:
+		return "conflict"
+	case 413:
+		return "request_too_large"
+	case 415:
+		return "unsupported_media_type"
+	case 422:
+		return "unprocessable_entity"
+	case 429:
+		return "rate_limit_exceeded"
+	case 502:
+		return "upstream_error"
+	case 503:
+		return "service_unavailable"
+	case 504:
+		return "upstream_timeout"
+	}
+	if status >= 500 {
+		return "upstream_error"
+	}
+	return "error_" + strconv.Itoa(status)
+}
+
+// sanitiseText returns b as valid UTF-8, capped, for use in an error message.
+func sanitiseText(b []byte) string {
+	if len(b) > 4096 {
+		b = b[:4096]
+	}
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}

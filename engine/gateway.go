@@ -1,0 +1,298 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/rolter-ai/rolter/telemetry"
+)
+
+// Options are the non-config knobs of a Gateway.
+type Options struct {
+	Logger  *slog.Logger
+	Version string
+	// Dial, when set, replaces TCP dialing of upstreams (in-memory listeners in tests and benchmarks).
+	Dial func(addr string, timeout time.Duration) (net.Conn, error)
+	// WatchDelay is how long a request may wait on its upstream before the gateway starts watching the
+	// client connection for a disconnect (default 50 ms).
+	WatchDelay time.Duration
+}
+
+// Gateway is the data plane: a fasthttp server that routes OpenAI-compatible requests to upstream targets.
+type Gateway struct {
+	log        *slog.Logger
+	version    string
+	watchDelay time.Duration
+	dial       func(string, time.Duration) (net.Conn, error)
+
+	snap     atomic.Pointer[Snapshot]
+	server   *fasthttp.Server
+	draining atomic.Bool
+	global   *telemetry.Global
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+var globalMetricsOnce sync.Once
+var globalMetrics *telemetry.Global
+var drainingGateways atomic.Int64
+
+// New builds a gateway for a validated config (see LoadConfig/ParseConfig). Start serving with Serve.
+func New(cfg *Config, opts Options) (*Gateway, error) {
+	g := &Gateway{
+		log:        opts.Logger,
+		version:    opts.Version,
+		watchDelay: opts.WatchDelay,
+		dial:       opts.Dial,
+		stop:       make(chan struct{}),
+	}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	if g.watchDelay <= 0 {
+		g.watchDelay = defaultWatchDelay
+	}
+	globalMetricsOnce.Do(func() {
+		globalMetrics = telemetry.NewGlobal(opts.Version, time.Now(), func() bool { return drainingGateways.Load() > 0 })
+	})
+	g.global = globalMetrics
+	snap, err := buildSnapshot(cfg, opts.Dial)
+	if err != nil {
+		return nil, err
+	}
+	if err := snap.start(); err != nil {
+		return nil, err
+	}
+	snap.set.Register()
+	g.snap.Store(snap)
+
+	s := &cfg.Server
+	g.server = &fasthttp.Server{
+		Handler:               g.serve,
+		ErrorHandler:          g.serverError,
+		Name:                  "rolter",
+		NoDefaultServerHeader: true,
+		ReadTimeout:           secs(s.ReadTimeoutSecs),
+		WriteTimeout:          secs(s.WriteTimeoutSecs),
+		IdleTimeout:           secs(s.IdleTimeoutSecs),
+		MaxRequestBodySize:    s.MaxBodyBytes,
+		ReadBufferSize:        s.MaxHeaderBytes,
+		CloseOnShutdown:       true,
+		Logger:                fasthttpLogger{g.log},
+	}
+	g.wg.Add(1)
+	go g.janitor()
+	return g, nil
+}
+
+// Snapshot returns the live config snapshot.
+func (g *Gateway) Snapshot() *Snapshot { return g.snap.Load() }
+
+// Serve serves requests on ln until Shutdown. It returns nil after a clean shutdown.
+func (g *Gateway) Serve(ln net.Listener) error {
+	g.log.Info("gateway serving", "addr", ln.Addr().String(), "routes", g.snap.Load().describe())
+	err := g.server.Serve(ln)
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("cannot serve on %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+// Shutdown stops accepting requests, waits for in-flight ones (streams included) until ctx is done, then
+// closes what is left and stops background work.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	if g.draining.Swap(true) {
+		return nil
+	}
+	drainingGateways.Add(1)
+	defer drainingGateways.Add(-1)
+	start := time.Now()
+	err := g.server.ShutdownWithContext(ctx)
+	close(g.stop)
+	g.wg.Wait()
+	snap := g.snap.Load()
+	snap.stop()
+	snap.set.Unregister()
+	g.log.Info("gateway stopped", "drain", time.Since(start).Round(time.Millisecond).String(), "clean", err == nil)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("cannot shut down the server: %w", err)
+	}
+	return nil
+}
+
+// janitor closes upstream connections idle past their keep-alive, once a second.
+func (g *Gateway) janitor() {
+	defer g.wg.Done()
+	defer logPanic(g.log, "janitor")
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+			for _, p := range g.snap.Load().Providers {
+				p.up.closeIdle(false)
+			}
+		}
+	}
+}
+
+func logPanic(log *slog.Logger, what string) {
+	if r := recover(); r != nil {
+		log.Error("BUG: panic in background goroutine", "goroutine", what, "panic", fmt.Sprint(r))
+	}
+}
+
+// serve dispatches by path.
+func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	switch string(path) {
+	case "/v1/chat/completions":
+		g.post(ctx, epChat)
+	case "/v1/completions":
+		g.post(ctx, epCompletions)
+	case "/v1/embeddings":
+		g.post(ctx, epEmbeddings)
+	case "/v1/models":
+		if g.onlyGet(ctx) {
+			ctx.SetContentType("application/json")
+			ctx.SetBody(g.snap.Load().models)
+		}
+	case "/healthz":
+		if g.onlyGet(ctx) {
+			ctx.SetContentType("text/plain; charset=utf-8")
+			ctx.SetBodyString("ok\n")
+		}
+	case "/readyz":
+		if g.onlyGet(ctx) {
+			g.ready(ctx)
+		}
+	case "/metrics":
+		if g.onlyGet(ctx) {
+			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+			metrics.WritePrometheus(ctx, true)
+		}
+	default:
+		if len(path) > len("/v1/models/") && string(path[:len("/v1/models/")]) == "/v1/models/" {
+			if g.onlyGet(ctx) {
+				g.model(ctx, path[len("/v1/models/"):])
+			}
+			return
+		}
+		g.reject(ctx, &apiError{status: fasthttp.StatusNotFound, typ: typeInvalidRequest, code: "not_found",
+			message: "unknown path " + strconv.Quote(string(path)), noRetry: true})
+	}
+}
+
+func (g *Gateway) ready(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("text/plain; charset=utf-8")
+	if g.draining.Load() {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetBodyString("draining\n")
+		return
+	}
+	ctx.SetBodyString("ready\n")
+}
+
+func (g *Gateway) model(ctx *fasthttp.RequestCtx, id []byte) {
+	r := g.snap.Load().route(id)
+	if r == nil {
+		g.reject(ctx, modelNotFound(id))
+		return
+	}
+	b := append([]byte(`{"id":`), appendJSONString(nil, r.Model)...)
+	b = append(b, `,"object":"model","created":0,"owned_by":"rolter"}`...)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+func modelNotFound(model []byte) *apiError {
+	return &apiError{status: fasthttp.StatusNotFound, typ: typeInvalidRequest, code: "model_not_found", param: "model",
+		message: "The model `" + string(model) + "` does not exist.", noRetry: true}
+}
+
+func (g *Gateway) onlyGet(ctx *fasthttp.RequestCtx) bool {
+	if ctx.IsGet() || ctx.IsHead() {
+		return true
+	}
+	ctx.Response.Header.Set("Allow", "GET, HEAD")
+	g.reject(ctx, &apiError{status: fasthttp.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
+		message: "method " + string(ctx.Method()) + " is not allowed here; use GET", noRetry: true})
+	return false
+}
+
+// reject answers a request refused before routing.
+func (g *Gateway) reject(ctx *fasthttp.RequestCtx, e *apiError) {
+	g.global.BadRequest(e.code)
+	if len(ctx.Response.Header.Peek("X-Request-Id")) == 0 {
+		var id [16]byte
+		ctx.Response.Header.SetBytesV("X-Request-Id", requestID(ctx, id[:0]))
+	}
+	writeError(ctx, e)
+}
+
+// serverError answers requests fasthttp could not parse, in OpenAI's shape.
+func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
+	var e *apiError
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		e = &apiError{status: fasthttp.StatusRequestEntityTooLarge, typ: typeInvalidRequest, code: "request_too_large",
+			message: fmt.Sprintf("request body exceeds server.max_body_bytes (%d)", g.snap.Load().cfg.Server.MaxBodyBytes), noRetry: true}
+	case errors.As(err, &small):
+		e = &apiError{status: fasthttp.StatusRequestHeaderFieldsTooLarge, typ: typeInvalidRequest, code: "header_too_large",
+			message: fmt.Sprintf("request headers exceed server.max_header_bytes (%d)", g.snap.Load().cfg.Server.MaxHeaderBytes), noRetry: true}
+	default:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			e = &apiError{status: fasthttp.StatusRequestTimeout, typ: typeInvalidRequest, code: "request_timeout",
+				message: "timed out reading the request", noRetry: false}
+		} else {
+			e = &apiError{status: fasthttp.StatusBadRequest, typ: typeInvalidRequest, code: "bad_request",
+				message: "cannot parse the HTTP request: " + err.Error(), noRetry: true}
+		}
+	}
+	g.reject(ctx, e)
+}
+
+// requestID appends the client's x-request-id (if sane) or a fresh random one to dst.
+func requestID(ctx *fasthttp.RequestCtx, dst []byte) []byte {
+	if id := ctx.Request.Header.Peek("X-Request-Id"); len(id) > 0 && len(id) <= 128 && printableASCII(id) {
+		return append(dst, id...)
+	}
+	const hex = "0123456789abcdef"
+	x := rand.Uint64()
+	for i := 0; i < 16; i++ {
+		dst = append(dst, hex[x>>60])
+		x <<= 4
+	}
+	return dst
+}
+
+func printableASCII(b []byte) bool {
+	for _, c := range b {
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+}

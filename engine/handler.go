@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// post handles the proxied POST endpoints: parse once, route, rank, forward.
+func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep endpoint) {
+	if !ctx.IsPost() {
+		ctx.Response.Header.Set("Allow", "POST")
+		g.reject(ctx, &apiError{status: fasthttp.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
+			message: "method " + string(ctx.Method()) + " is not allowed on " + endpointPaths[ep] + "; use POST", noRetry: true})
+		return
+	}
+	c := g.acquireCall(g.snap.Load())
+	c.start = time.Now()
+	c.ep = ep
+	c.reqID = requestID(ctx, c.reqID[:0])
+	if e := c.prepare(ctx); e != nil {
+		if c.route != nil {
+			c.setDecisionHeaders(ctx)
+			c.status = e.status
+			writeError(ctx, e)
+			c.finishUnstreamed(ctx)
+			return
+		}
+		ctx.Response.Header.SetBytesV("X-Request-Id", c.reqID)
+		g.reject(ctx, e)
+		c.release()
+		return
+	}
+	c.run(ctx)
+}
+
+// prepare parses the body, finds the route and ranks its targets. It returns the error to answer, if any.
+func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
+	if e := checkContentType(ctx); e != nil {
+		return e
+	}
+	body := ctx.PostBody()
+	v, err := c.parser.ParseBytes(body)
+	if err != nil {
+		return badRequest("invalid_json", "", "cannot parse the request body as JSON: "+err.Error())
+	}
+	if v.Type() != fastjson.TypeObject {
+		return badRequest("invalid_body", "", "the request body must be a JSON object")
+	}
+	mv := v.Get("model")
+	if mv == nil {
+		return badRequest("missing_model", "model", "you must provide a model parameter")
+	}
+	if mv.Type() != fastjson.TypeString {
+		return badRequest("invalid_model", "model", "the model parameter must be a string")
+	}
+	model := mv.GetStringBytes()
+	start, end, count := topLevelValue(body, "model")
+	if count != 1 {
+		return badRequest("duplicate_model", "model", "the request body has more than one \"model\" key")
+	}
+	c.modelAt = [2]int{start, end}
+	r := c.snap.route(model)
+	if r == nil {
+		return modelNotFound(model)
+	}
+	c.route = r
+	c.stream = v.GetBool("stream")
+	c.key = appendPromptKey(c.key[:0], v, c.ep)
+
+	p := &c.pick
+	p.Route = r
+	p.Key = c.key
+	p.SessionID = ctx.Request.Header.Peek("X-Session-Id")
+	p.Now = c.start.UnixNano()
+	c.eligibleTargets()
+	c.nOrder, c.decision = r.Strategy.Rank(p, c.order[:])
+	r.m.DecisionMade(int(c.decision.Reason))
+	r.m.Decision.UpdateDuration(c.start)
+	return nil
+}
+
+// eligibleTargets fills c.pick.Eligible with the targets that can take a request.
+func (c *call) eligibleTargets() {
+	p := &c.pick
+	p.Eligible = c.eligible[:0]
+	p.EligibleMask = 0
+	for i := range c.route.Targets {
+		p.Eligible = append(p.Eligible, i)
+		p.EligibleMask |= 1 << i
+	}
+}
+
+// checkContentType accepts JSON bodies (application/json, application/*+json, or no Content-Type, which
+// curl-like clients omit) without a content encoding.
+func checkContentType(ctx *fasthttp.RequestCtx) *apiError {
+	if enc := ctx.Request.Header.ContentEncoding(); len(enc) > 0 && !equalFold(enc, "identity") {
+		return &apiError{status: fasthttp.StatusUnsupportedMediaType, typ: typeInvalidRequest, code: "unsupported_media_type",
+			message: "request bodies with Content-Encoding " + string(enc) + " are not supported", noRetry: true}
+	}
+	ct := ctx.Request.Header.ContentType()
+	if len(ct) == 0 {
+		return nil
+	}
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	ct = bytes.TrimSpace(ct)
+	if equalFold(ct, "application/json") || (hasPrefixFold(ct, "application/") && len(ct) > 5 && equalFold(ct[len(ct)-5:], "+json")) {
+		return nil
+	}
+	return &apiError{status: fasthttp.StatusUnsupportedMediaType, typ: typeInvalidRequest, code: "unsupported_media_type",
+		message: "Content-Type " + string(ct) + " is not supported; send application/json", noRetry: true}
+}

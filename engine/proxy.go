@@ -1,0 +1,722 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// call is the state of one proxied request. It is pooled: acquired when a request arrives and released
+// when its response is finished - after the handler returns for a streamed body, since it is the body
+// stream the server reads (Read + CloseWithError, libraries.md section 1 "Metering").
+type call struct {
+	g      *Gateway
+	snap   *Snapshot
+	route  *Route
+	target *Target
+	ep     endpoint
+	parser fastjson.Parser
+	stream bool // the client asked for "stream": true
+
+	key      []byte // prompt key
+	body     []byte // body with the target's model spliced in
+	path     []byte // upstream request path
+	reqID    []byte
+	modelAt  [2]int // span of the "model" value in the client body
+	pick     Pick
+	eligible [maxTargets]int
+	order    [maxTargets]int
+	nOrder   int
+	tried    uint64
+	decision Decision
+	retries  int
+
+	start time.Time
+	sent  time.Time
+
+	// The upstream response being streamed.
+	conn         *uconn
+	bodyStream   io.Reader
+	status       int
+	sse          bool
+	gotFirst     bool
+	upstreamDone bool
+	streamFail   failKind
+	pendingErr   error  // a read error held back so data read with it is written first
+	pending      []byte // bytes still to send before EOF (an SSE error event)
+	tail         []byte // the last bytes sent, to see an SSE stream's [DONE] and event boundaries
+	bytesOut     int64
+	closed       bool
+
+	watch  clientWatch
+	errBuf []byte
+}
+
+var callPool sync.Pool
+
+func (g *Gateway) acquireCall(snap *Snapshot) *call {
+	c, _ := callPool.Get().(*call)
+	if c == nil {
+		c = &call{tail: make([]byte, 0, 32)}
+	}
+	c.g = g
+	c.snap = snap
+	return c
+}
+
+func (c *call) release() {
+	c.g, c.snap, c.route, c.target = nil, nil, nil, nil
+	c.pick = Pick{}
+	c.tried, c.nOrder, c.retries = 0, 0, 0
+	c.conn, c.bodyStream = nil, nil
+	c.status, c.sse, c.gotFirst, c.upstreamDone = 0, false, false, false
+	c.streamFail, c.pendingErr, c.pending = failNone, nil, nil
+	c.tail = c.tail[:0]
+	c.bytesOut, c.closed, c.stream = 0, false, false
+	// Drop buffers a huge request grew, so the pool does not pin them (fastjson issue #45 has the parser side).
+	if cap(c.key) > 1<<20 {
+		c.key = nil
+	}
+	if cap(c.body) > 1<<20 {
+		c.body = nil
+	}
+	if len(c.errBuf) > 64<<10 {
+		c.errBuf = nil
+	}
+	callPool.Put(c)
+}
+
+// Request header names the gateway never forwards: hop-by-hop headers (RFC 9110 section 7.6.1), the ones it
+// writes itself, and its own x-rolter-* controls.
+func skipRequestHeader(k []byte) bool {
+	switch len(k) {
+	case 2:
+		return equalFold(k, "te")
+	case 4:
+		return equalFold(k, "host")
+	case 6:
+		return equalFold(k, "expect")
+	case 7:
+		return equalFold(k, "trailer") || equalFold(k, "upgrade")
+	case 10:
+		return equalFold(k, "connection") || equalFold(k, "keep-alive")
+	case 12:
+		return equalFold(k, "x-request-id")
+	case 14:
+		return equalFold(k, "content-length")
+	case 15:
+		return equalFold(k, "accept-encoding")
+	case 17:
+		return equalFold(k, "transfer-encoding")
+	}
+	return hasPrefixFold(k, "proxy-") || hasPrefixFold(k, "x-rolter-")
+}
+
+// skipResponseHeader lists upstream response headers the gateway does not copy.
+func skipResponseHeader(k []byte) bool {
+	switch len(k) {
+	case 2:
+		return equalFold(k, "te")
+	case 4:
+		return equalFold(k, "date")
+	case 7:
+		return equalFold(k, "trailer") || equalFold(k, "upgrade")
+	case 10:
+		return equalFold(k, "connection") || equalFold(k, "keep-alive")
+	case 12:
+		return equalFold(k, "content-type") || equalFold(k, "x-request-id")
+	case 14:
+		return equalFold(k, "content-length")
+	case 17:
+		return equalFold(k, "transfer-encoding")
+	}
+	return hasPrefixFold(k, "proxy-")
+}
+
+func equalFold(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func hasPrefixFold(b []byte, lower string) bool {
+	return len(b) >= len(lower) && equalFold(b[:len(lower)], lower)
+}
+
+// outcome of one attempt.
+type outcome uint8
+
+const (
+	outStreaming outcome = iota // the response is being streamed to the client
+	outDone                     // the response is written (an upstream 4xx passed on, or the client left)
+	outRetry                    // failed before anything reached the client; try the next target
+)
+
+// attemptResult describes a failed attempt.
+type attemptResult struct {
+	kind failKind
+	err  *apiError // what to answer if no retry succeeds
+}
+
+// run sends the request to the ranked targets until one answers, retrying connect errors, resets and
+// 5xx/429 answers on the next candidate - only before any byte reached the client, never after the client
+// left (../shared/STYLE.md habit 7).
+func (c *call) run(ctx *fasthttp.RequestCtx) {
+	cfg := &c.snap.cfg.Retry
+	var last attemptResult
+	for a := 0; a <= cfg.MaxRetries; a++ {
+		ti := c.nextTarget(a)
+		if ti < 0 {
+			break
+		}
+		if a > 0 {
+			c.retries++
+			c.route.m.Retries.Inc()
+			if a == 1 {
+				c.route.m.Retried.Inc()
+			}
+			if d := backoff(cfg, a); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		out, res := c.attempt(ctx, ti)
+		switch out {
+		case outStreaming:
+			return
+		case outDone:
+			c.finishUnstreamed(ctx)
+			return
+		}
+		last = res
+	}
+	e := last.err
+	if e == nil {
+		e = &apiError{status: fasthttp.StatusBadGateway, typ: typeServer, code: "upstream_error", message: "no upstream target answered"}
+	} else if e.status >= 500 || e.status == 0 {
+		// Every candidate failed; the client sees one gateway error that says what the last one did.
+		status := fasthttp.StatusBadGateway
+		code := "upstream_error"
+		if last.kind == failTimeout {
+			status, code = fasthttp.StatusGatewayTimeout, "upstream_timeout"
+		}
+		e = &apiError{status: status, typ: typeForStatus(status), code: code, message: e.message}
+	}
+	c.setDecisionHeaders(ctx)
+	writeError(ctx, e)
+	c.status = e.status
+	c.finishUnstreamed(ctx)
+}
+
+func backoff(cfg *RetryConfig, attempt int) time.Duration {
+	if cfg.BackoffMs <= 0 {
+		return 0
+	}
+	ms := cfg.BackoffMs * float64(uint(1)<<min(attempt-1, 16))
+	ms = min(ms, cfg.MaxBackoffMs)
+	// Full jitter halves the chance that many requests retry in lockstep.
+	ms = ms/2 + rand.Float64()*ms/2
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// nextTarget returns the target for attempt a: the strategy's ranking first, then the least-loaded eligible
+// targets not tried yet. -1 when none is left.
+func (c *call) nextTarget(a int) int {
+	for a < c.nOrder {
+		t := c.order[a]
+		if c.tried&(1<<t) == 0 {
+			c.tried |= 1 << t
+			return t
+		}
+		a++
+	}
+	best, bestLoad := -1, int64(0)
+	for _, i := range c.pick.Eligible {
+		if c.tried&(1<<i) != 0 {
+			continue
+		}
+		if l := c.route.Targets[i].Load(); best < 0 || l < bestLoad {
+			best, bestLoad = i, l
+		}
+	}
+	if best >= 0 {
+		c.tried |= 1 << best
+		if c.nOrder < maxTargets {
+			c.order[c.nOrder] = best
+			c.nOrder++
+		}
+	}
+	return best
+}
+
+// attempt forwards the request to target ti.
+func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult) {
+	t := c.route.Targets[ti]
+	p := t.Provider
+	c.target = t
+	body := c.bodyFor(ctx, t)
+
+	p.inflight.Add(1)
+	conn, err := p.up.acquire()
+	if err != nil {
+		return c.failAttempt(ctx, t, nil, classifyAcquire(err), err)
+	}
+	for {
+		c.sent = time.Now()
+		if err = c.writeRequest(ctx, conn, t, body); err == nil {
+			_ = conn.nc.SetReadDeadline(c.sent.Add(p.up.headersWait))
+			c.watch.arm(ctx.Conn(), c.g.watchDelay, conn)
+			resp := &conn.resp
+			resp.StreamBody = true
+			err = resp.ReadLimitBody(conn.br, 0)
+			if err != nil && c.watch.disarm() {
+				conn.close()
+				return c.clientLeft(ctx, t)
+			}
+		}
+		if err == nil {
+			break
+		}
+		conn.close()
+		if conn.reused && staleConnError(err) {
+			// The provider closed a pooled connection before reading the request (keep-alive expiry):
+			// nothing was processed, so resend on a fresh connection without counting a retry.
+			t.m.UpstreamError(int(failStale))
+			if conn, err = p.up.dialConn(); err != nil {
+				return c.failAttempt(ctx, t, nil, classifyAcquire(err), err)
+			}
+			continue
+		}
+		return c.failAttempt(ctx, t, nil, classify(err), err)
+	}
+
+	resp := &conn.resp
+	c.status = resp.StatusCode()
+	t.m.Headers.UpdateDuration(c.sent)
+	if c.status >= 400 {
+		c.watch.disarm()
+		e := c.readUpstreamError(conn, t)
+		if c.status >= 500 || c.status == fasthttp.StatusTooManyRequests {
+			if ra := retryAfterMs(&resp.Header); ra > 0 && c.status == fasthttp.StatusTooManyRequests {
+				e.retryAfterMs = ra
+			}
+			return c.failAttempt(ctx, t, e, failStatus, nil)
+		}
+		// A client error is the client's: pass it on (normalised), do not retry elsewhere.
+		p.inflight.Add(-1)
+		c.setDecisionHeaders(ctx)
+		writeError(ctx, e)
+		return outDone, attemptResult{}
+	}
+
+	// Success: hand the body to the server, which streams it to the client through c.Read.
+	c.conn = conn
+	c.bodyStream = resp.BodyStream()
+	ct := resp.Header.ContentType()
+	c.sse = bytes.HasPrefix(ct, []byte("text/event-stream"))
+	conn.startBody()
+	ctx.Response.SetStatusCode(c.status)
+	for k, v := range resp.Header.All() {
+		if !skipResponseHeader(k) {
+			ctx.Response.Header.AddBytesKV(k, v)
+		}
+	}
+	ctx.Response.Header.SetContentTypeBytes(ct)
+	c.setDecisionHeaders(ctx)
+	if c.sse {
+		// Send status and headers before the first token: a long prefill must not look like a dead gateway.
+		ctx.Response.ImmediateHeaderFlush = true
+	}
+	if c.route.recorder != nil {
+		c.route.recorder.Routed(&c.pick, ti)
+	}
+	size := resp.Header.ContentLength()
+	if c.sse {
+		// Chunked towards the client whatever the upstream framing, so a failed stream can still end with an
+		// error event.
+		size = -1
+	}
+	ctx.Response.SetBodyStream(c, size)
+	return outStreaming, attemptResult{}
+}
+
+func classifyAcquire(err error) failKind {
+	if errors.Is(err, errTooManyConns) {
+		return failBusy
+	}
+	return classify(err)
+}
+
+// staleConnError reports a pooled connection that was closed by the peer before any response byte.
+func staleConnError(err error) bool {
+	return err == io.EOF || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// failAttempt records a failed attempt and decides whether to retry.
+func (c *call) failAttempt(ctx *fasthttp.RequestCtx, t *Target, e *apiError, kind failKind, err error) (outcome, attemptResult) {
+	t.Provider.inflight.Add(-1)
+	t.m.UpstreamError(int(kind))
+	if e == nil {
+		status, code := fasthttp.StatusBadGateway, "upstream_error"
+		if kind == failTimeout {
+			status, code = fasthttp.StatusGatewayTimeout, "upstream_timeout"
+		}
+		msg := "upstream " + t.Provider.Name + " failed: " + kind.String()
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		e = &apiError{status: status, typ: typeForStatus(status), code: code, message: msg}
+	}
+	c.g.log.Debug("upstream attempt failed", "request_id", string(c.reqID), "route", c.route.Model,
+		"target", t.Provider.Name, "kind", kind.String(), "status", e.status, "message", e.message)
+	if kind == failTimeout {
+		// A timed-out generation may still be running upstream; sending it elsewhere doubles the work and the
+		// client's wait. Answer 504 now.
+		c.setDecisionHeaders(ctx)
+		writeError(ctx, e)
+		c.status = e.status
+		return outDone, attemptResult{}
+	}
+	return outRetry, attemptResult{kind: kind, err: e}
+}
+
+// clientLeft ends a request whose client disconnected while the upstream was working: 499, no retry.
+func (c *call) clientLeft(ctx *fasthttp.RequestCtx, t *Target) (outcome, attemptResult) {
+	t.Provider.inflight.Add(-1)
+	c.route.m.ClientGone.Inc()
+	c.status = statusClientClosed
+	ctx.SetConnectionClose()
+	return outDone, attemptResult{}
+}
+
+// statusClientClosed is recorded when the client went away first (nginx and Caddy's convention).
+const statusClientClosed = 499
+
+// bodyFor returns the body to send to t: the client's, with "model" replaced by t.Model when they differ.
+func (c *call) bodyFor(ctx *fasthttp.RequestCtx, t *Target) []byte {
+	body := ctx.PostBody()
+	old := body[c.modelAt[0]:c.modelAt[1]]
+	if bytes.Equal(old, t.modelJSON) {
+		return body
+	}
+	c.body = append(c.body[:0], body[:c.modelAt[0]]...)
+	c.body = append(c.body, t.modelJSON...)
+	c.body = append(c.body, body[c.modelAt[1]:]...)
+	return c.body
+}
+
+// writeRequest writes the upstream request. Client headers are passed on except hop-by-hop ones; the
+// provider's key replaces the client's Authorization when api_key_env is set.
+func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target, body []byte) error {
+	p := t.Provider
+	_ = conn.nc.SetWriteDeadline(time.Now().Add(p.up.headersWait))
+	bw := conn.bw
+	c.path = p.up.requestPath(c.path[:0], ctx.Path())
+	if qs := ctx.URI().QueryString(); len(qs) > 0 {
+		c.path = append(c.path, '?')
+		c.path = append(c.path, qs...)
+	}
+	bw.WriteString("POST ")
+	bw.Write(c.path)
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	bw.WriteString(p.up.hostHeader)
+	bw.WriteString("\r\n")
+	hasCT := false
+	for k, v := range ctx.Request.Header.All() {
+		if skipRequestHeader(k) || (p.auth != nil && equalFold(k, "authorization")) {
+			continue
+		}
+		if equalFold(k, "content-type") {
+			hasCT = true
+		}
+		writeHeader(bw, k, v)
+	}
+	if !hasCT {
+		bw.WriteString("Content-Type: application/json\r\n")
+	}
+	if p.auth != nil {
+		bw.WriteString("Authorization: ")
+		bw.Write(p.auth)
+		bw.WriteString("\r\n")
+	}
+	for _, h := range p.headers {
+		bw.WriteString(h[0])
+		bw.WriteString(": ")
+		bw.WriteString(h[1])
+		bw.WriteString("\r\n")
+	}
+	bw.WriteString("X-Request-Id: ")
+	bw.Write(c.reqID)
+	bw.WriteString("\r\nContent-Length: ")
+	var num [20]byte
+	bw.Write(strconv.AppendInt(num[:0], int64(len(body)), 10))
+	bw.WriteString("\r\n\r\n")
+	bw.Write(body)
+	return bw.Flush()
+}
+
+func writeHeader(bw interface {
+	Write([]byte) (int, error)
+	WriteString(string) (int, error)
+}, k, v []byte) {
+	bw.Write(k)
+	bw.WriteString(": ")
+	bw.Write(v)
+	bw.WriteString("\r\n")
+}
+
+// readUpstreamError reads (at most 64 KiB of) an upstream error body, returns the connection to the pool
+// when the body was read whole, and normalises the body to OpenAI's error shape.
+func (c *call) readUpstreamError(conn *uconn, t *Target) *apiError {
+	resp := &conn.resp
+	conn.startBody()
+	c.errBuf = c.errBuf[:0]
+	r := resp.BodyStream()
+	complete := false
+	if r == nil {
+		complete = true
+	} else {
+		var buf [4096]byte
+		for len(c.errBuf) < 64<<10 {
+			n, err := r.Read(buf[:])
+			c.errBuf = append(c.errBuf, buf[:n]...)
+			if err == io.EOF {
+				complete = true
+				break
+			}
+			if err != nil {
+				break
+			}
+		}
+	}
+	e := normaliseUpstreamError(c.status, c.errBuf, t.Provider.Name)
+	_ = resp.CloseBodyStream()
+	if complete {
+		conn.up.release(conn)
+	} else {
+		conn.close()
+	}
+	return e
+}
+
+func retryAfterMs(h *fasthttp.ResponseHeader) int {
+	if v := h.Peek("Retry-After-Ms"); len(v) > 0 {
+		if ms, err := strconv.ParseFloat(string(v), 64); err == nil && ms > 0 {
+			return int(ms)
+		}
+	}
+	if v := h.Peek("Retry-After"); len(v) > 0 {
+		if s, err := strconv.ParseFloat(string(v), 64); err == nil && s > 0 {
+			return int(s * 1000)
+		}
+		if t, err := time.Parse(time.RFC1123, string(v)); err == nil {
+			if d := time.Until(t); d > 0 {
+				return int(d / time.Millisecond)
+			}
+		}
+	}
+	return 0
+}
+
+// setDecisionHeaders adds the x-rolter-* headers (../shared/DESIGN.md section 2).
+func (c *call) setDecisionHeaders(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Response.Header
+	h.SetBytesV("X-Request-Id", c.reqID)
+	if !c.snap.cfg.Server.ExposeDecisionHeaders || c.route == nil {
+		return
+	}
+	h.Set("X-Rolter-Route", c.route.Model)
+	h.SetBytesV("X-Rolter-Strategy", c.route.strategyHeader)
+	h.Set("X-Rolter-Decision", c.decision.Reason.String())
+	if c.decision.Score >= 0 {
+		var num [24]byte
+		h.SetBytesV("X-Rolter-Prefix-Match", strconv.AppendFloat(num[:0], c.decision.Score, 'f', 4, 64))
+	}
+	if c.target != nil {
+		h.Set("X-Rolter-Provider", c.target.Provider.Name)
+		h.Set("X-Rolter-Target", c.target.Provider.Name)
+	}
+	if c.retries > 0 {
+		var num [8]byte
+		h.SetBytesV("X-Rolter-Retries", strconv.AppendInt(num[:0], int64(c.retries), 10))
+	}
+}
+
+// finishUnstreamed records a request whose response is not a streamed upstream body, and releases c.
+func (c *call) finishUnstreamed(ctx *fasthttp.RequestCtx) {
+	if c.status == 0 {
+		c.status = ctx.Response.StatusCode()
+	}
+	if c.target != nil {
+		c.target.m.Request(c.status)
+		c.target.m.Duration.UpdateDuration(c.start)
+	} else if c.route != nil {
+		c.route.m.UnroutedRequest(c.status)
+	}
+	c.release()
+}
+
+// Read is the body stream the server copies to the client. Each upstream read is returned as is, so the
+// server writes and flushes it as one chunk: SSE events reach the client as the engine produces them.
+// A stream that fails after its first byte ends with an SSE error event and no [DONE]
+// (../shared/DESIGN.md section 2); a non-SSE body that fails ends with an error, so the server closes the
+// connection and the client sees a truncated response rather than a clean one.
+func (c *call) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	if c.pendingErr != nil {
+		return 0, c.endWithError(c.pendingErr)
+	}
+	if c.streamFail != failNone {
+		return 0, io.EOF
+	}
+	if c.upstreamDone {
+		return c.endOfStream()
+	}
+	n, err := c.bodyStream.Read(p)
+	if n > 0 {
+		if !c.gotFirst {
+			c.gotFirst = true
+			c.target.m.TTFB.UpdateDuration(c.sent)
+		}
+		c.bytesOut += int64(n)
+		c.keepTail(p[:n])
+		if err != nil && err != io.EOF {
+			c.pendingErr = err
+		} else if err == io.EOF {
+			c.upstreamDone = true
+		}
+		return n, nil
+	}
+	if err == nil {
+		return 0, nil
+	}
+	if err == io.EOF {
+		c.upstreamDone = true
+		return c.endOfStream()
+	}
+	return 0, c.endWithError(err)
+}
+
+// endOfStream ends a body the upstream finished cleanly.
+func (c *call) endOfStream() (int, error) {
+	if c.sse && !c.sawDone() {
+		// The upstream ended the body but the SSE stream never finished: a truncated stream must not look
+		// like a successful one (gateway-anchors.md section 4, LiteLLM and Bifrost reports).
+		return c.sseError(failReset, "upstream stream ended before its last event")
+	}
+	return 0, io.EOF
+}
+
+func (c *call) endWithError(err error) error {
+	kind := classify(err)
+	if c.watch.gone.Load() {
+		kind = failClient
+	}
+	if c.sse {
+		msg := "upstream stream failed: " + kind.String()
+		if kind == failTimeout {
+			msg = "upstream stream stalled longer than timeouts.idle_secs"
+		}
+		_, e := c.sseError(kind, msg)
+		return e
+	}
+	c.streamFail = kind
+	return err
+}
+
+// sseError queues a final `data: {"error":...}` event and returns its first bytes.
+func (c *call) sseError(kind failKind, msg string) (int, error) {
+	c.streamFail = kind
+	status, code := fasthttp.StatusBadGateway, "upstream_stream_error"
+	if kind == failTimeout {
+		status, code = fasthttp.StatusGatewayTimeout, "upstream_timeout"
+	}
+	e := apiError{status: status, typ: typeServer, code: code, message: msg}
+	var ev []byte
+	if !c.atEventBoundary() {
+		ev = append(ev, "\n\n"...)
+	}
+	ev = append(ev, "data: "...)
+	ev = e.appendBody(ev)
+	ev = append(ev, "\n\n"...)
+	c.pending = ev
+	return 0, nil
+}
+
+func (c *call) keepTail(b []byte) {
+	const keep = 32
+	if len(b) >= keep {
+		c.tail = append(c.tail[:0], b[len(b)-keep:]...)
+		return
+	}
+	if over := len(c.tail) + len(b) - keep; over > 0 {
+		c.tail = append(c.tail[:0], c.tail[over:]...)
+	}
+	c.tail = append(c.tail, b...)
+}
+
+func (c *call) sawDone() bool {
+	return bytes.Contains(c.tail, []byte("data: [DONE]")) || bytes.Contains(c.tail, []byte("data:[DONE]"))
+}
+
+func (c *call) atEventBoundary() bool {
+	return len(c.tail) == 0 || bytes.HasSuffix(c.tail, []byte("\n\n")) || bytes.HasSuffix(c.tail, []byte("\r\n\r\n"))
+}
+
+// CloseWithError is called by the server once the response is written (err == nil) or failed (err is the
+// write error, typically the client having gone away). It returns the upstream connection to the pool only
+// when its response was read whole; otherwise it closes it, which tells the engine to stop generating.
+func (c *call) CloseWithError(err error) error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	gone := c.watch.disarm()
+	conn := c.conn
+	resp := &conn.resp
+	_ = resp.CloseBodyStream()
+	reusable := c.upstreamDone && c.streamFail == failNone && err == nil
+	if reusable {
+		conn.up.release(conn)
+	} else {
+		conn.close()
+	}
+	c.target.Provider.inflight.Add(-1)
+	status := c.status
+	switch {
+	case err != nil || gone || c.streamFail == failClient:
+		status = statusClientClosed
+		c.route.m.ClientGone.Inc()
+	case c.streamFail != failNone:
+		c.target.m.StreamError(int(c.streamFail))
+		status = fasthttp.StatusBadGateway
+	}
+	c.target.m.Request(status)
+	c.target.m.Duration.UpdateDuration(c.start)
+	c.target.m.ResponseBytes.Add(int(c.bytesOut))
+	c.release()
+	return nil
+}
+
+var _ fasthttp.ReadCloserWithError = (*call)(nil)

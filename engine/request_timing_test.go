@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Sink keeps benchmark results alive.
+var Sink atomic.Int64
+
+// chat20 is a chat body of 20 messages (system prompt, 19 turns, ~8 KiB).
+var chat20 = func() string {
+	var b strings.Builder
+	b.WriteString(`{"model":"m","stream":true,"messages":[{"role":"system","content":"` + strings.Repeat("You are a helpful assistant. ", 40) + `"}`)
+	for i := 1; i < 20; i++ {
+		role := "user"
+		if i%2 == 0 {
+			role = "assistant"
+		}
+		fmt.Fprintf(&b, `,{"role":%q,"content":[{"type":"text","text":"turn %d: %s"}]}`, role, i, strings.Repeat("lorem ipsum \u00e9 ", 20))
+	}
+	b.WriteString(`],"max_tokens":128}`)
+	return b.String()
+}()
+
+// benchCall returns a gateway over 8 targets with the given strategy and a request context holding chat20.
+func benchCall(t testing.TB, strategy string) (*Gateway, *fasthttp.RequestCtx) {
+	t.Helper()
+	urls := make([]string, 8)
+	for i := range urls {
+		urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 20000+i)
+	}
+	cfg, err := ParseConfig([]byte(gatewayConfig(strategy, "", urls...)), "b.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Shutdown(contextDone()) })
+	ctx := &fasthttp.RequestCtx{}
+	ctx.Request.Header.SetMethod("POST")
+	ctx.Request.Header.SetContentType("application/json")
+	ctx.Request.SetRequestURI("/v1/chat/completions")
+	ctx.Request.SetBodyString(chat20)
+	return g, ctx
+}
+
+// BenchmarkRoutingPath measures body parse + prompt key + route lookup + pick for a 20-message chat body.
+func BenchmarkRoutingPath(b *testing.B) {
+	for _, strategy := range []string{"round_robin", "least_load", "weighted"} {
+		b.Run(strategy, func(b *testing.B) {
+			g, ctx := benchCall(b, strategy)
+			c := g.acquireCall(g.snap.Load())
+			b.ReportAllocs()
+			b.SetBytes(int64(len(chat20)))
+			for b.Loop() {
+				c.route = nil
+				if e := c.prepare(ctx); e != nil {
+					b.Fatal(e.message)
+				}
+			}
+			Sink.Add(int64(c.order[0]))
+		})
+	}
+}

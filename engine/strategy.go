@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"math/rand/v2"
+)
+
+// maxTargets bounds the targets of one route, so per-request scratch is fixed-size and eligibility is a
+// uint64 bitmask.
+const maxTargets = 64
+
+// Strategy ranks the eligible targets of a route for one request.
+//
+// Rank writes target indexes (into p.Route.Targets, taken from p.Eligible only) best-first into out and
+// returns how many it wrote (at least 1; len(out) >= len(p.Eligible) >= 1) and why it chose the first.
+// The engine tries them in order; when retries need more candidates than were written it continues with
+// the least-loaded eligible targets not tried yet.
+//
+// Implementations are safe for concurrent use and must not block, allocate, log, or keep p or out after
+// returning (../shared/STYLE.md habit 9). Ineligible targets are not in p.Eligible, so a strategy can never
+// compare them (../shared/DESIGN.md section 3).
+type Strategy interface {
+	Rank(p *Pick, out []int) (int, Decision)
+}
+
+// Recorder is implemented by strategies that learn from where requests went (the cache-aware ones insert
+// the prompt into the winner's trie). Routed is called once the chosen target has answered with a success
+// status, before the body is streamed. It must not keep p.
+type Recorder interface {
+	Routed(p *Pick, target int)
+}
+
+// lifecycle is implemented by strategies with background work (session janitors, KV-event subscribers).
+type lifecycle interface {
+	Start() error
+	Stop()
+}
+
+// Pick is the per-request input of a Strategy. The engine owns it; slices are valid only during Rank/Routed.
+type Pick struct {
+	Route *Route
+	// Eligible lists the indexes of the targets that can take the request (healthy, not cooling down,
+	// circuit not open), in target order; EligibleMask has bit i set for each.
+	Eligible     []int
+	EligibleMask uint64
+	// Key is the prompt key (../shared/DESIGN.md "Prompt key").
+	Key []byte
+	// SessionID is the x-session-id header, if any.
+	SessionID []byte
+	// TokenIDs are the ids of x-rolter-vllm-token-ids when the header parsed; TokenIDsState says why not.
+	TokenIDs      []uint32
+	TokenIDsState tokenIDsState
+	// Now is the request's start in unix nanoseconds.
+	Now int64
+}
+
+type tokenIDsState uint8
+
+const (
+	tokenIDsAbsent tokenIDsState = iota
+	tokenIDsOK
+	tokenIDsMalformed
+)
+
+// Reason says why a strategy chose its first target; it is the x-rolter-decision header and a metric label.
+type Reason uint8
+
+const (
+	ReasonRoundRobin Reason = iota
+	ReasonRandom
+	ReasonWeighted
+	ReasonLeastLoad
+	ReasonPowerOfTwo
+	ReasonPrefixHit   // cache strategies: the best-matching target cleared the threshold
+	ReasonNoMatch     // cache strategies: nothing cleared the threshold; least load
+	ReasonOverloaded  // cache strategies: the best match was overloaded; least load
+	ReasonLeastWarmed // cache strategies: no load known; the target with the smallest index
+	ReasonSession     // x-session-id binding
+	ReasonHash        // consistent hash
+	ReasonScore       // pipeline argmax
+	ReasonNoTokenIDs  // precise: no x-rolter-vllm-token-ids; least load
+	ReasonBadTokenIDs // precise: malformed header ignored; least load
+	ReasonUntrusted   // precise: no trusted KV-event stream; least load
+	ReasonCacheAvail  // lmcache: chosen by LMCache occupancy
+	ReasonFallback    // no target was eligible: fail open to the least-bad one
+	ReasonRetry       // a retry went to the next candidate
+	numReasons
+)
+
+var reasonNames = [numReasons]string{
+	"round_robin", "random", "weighted", "least_load", "power_of_two", "prefix_hit", "no_match", "overloaded",
+	"least_warmed", "session", "hash", "score", "no_token_ids", "bad_token_ids", "untrusted", "cache_available",
+	"fallback", "retry",
+}
+
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Decision is a strategy's explanation of its first choice.
+type Decision struct {
+	Reason Reason
+	// Score is the winning prefix-match fraction in 0..1 when a cache strategy decided, else -1.
+	Score float64
+}
+
+func decide(r Reason) Decision { return Decision{Reason: r, Score: -1} }
+
+// strategySpec describes a strategy for config validation and construction.
+type strategySpec struct {
+	params        []string // the [routes.params] keys it accepts
+	needsKVEvents bool
+	build         func(r *Route, p RouteParams) (Strategy, error)
+}
+
+// strategies is the name -> constructor table (no registry magic: ../shared/research/aesthetics-anchors.md 6.3).
+var strategies = map[string]strategySpec{
+	"round_robin":  {build: func(*Route, RouteParams) (Strategy, error) { return &roundRobin{}, nil }},
+	"random":       {build: func(*Route, RouteParams) (Strategy, error) { return randomPick{}, nil }},
+	"weighted":     {build: func(r *Route, _ RouteParams) (Strategy, error) { return newWeighted(r), nil }},
+	"least_load":   {build: func(*Route, RouteParams) (Strategy, error) { return leastLoad{}, nil }},
+	"power_of_two": {build: func(*Route, RouteParams) (Strategy, error) { return powerOfTwo{}, nil }},
+}
+
+// leastLoaded returns the eligible target with the smallest Load, breaking ties uniformly at random so a
+// burst of requests at equal load does not all go to the first target (routing-anchors.md section 8.6).
+func leastLoaded(p *Pick) (best int, minLoad int64) {
+	targets := p.Route.Targets
+	best, minLoad = -1, 0
+	ties := uint64(0)
+	for _, i := range p.Eligible {
+		l := targets[i].Load()
+		switch {
+		case best < 0 || l < minLoad:
+			best, minLoad, ties = i, l, 1
+		case l == minLoad:
+			ties++
+			if rand.Uint64N(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best, minLoad
+}

@@ -1,0 +1,200 @@
+package engine
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rolter-ai/rolter/telemetry"
+)
+
+// Provider is the state shared by every target that points at one upstream engine: its connection pool,
+// its in-flight counter (the load every strategy reads), and later its health. Config is in cfg; the
+// mutable state is flat, padded atomics (../shared/STYLE.md habit 6).
+type Provider struct {
+	Name  string
+	Index int
+	cfg   ProviderConfig
+	up    *upstream
+	// auth is the Authorization header value sent upstream ("Bearer <key>"), or nil to pass the client's.
+	auth    []byte
+	headers [][2]string
+
+	_        [64]byte
+	inflight atomic.Int64
+	_        [56]byte
+
+	// engineLoad, when set, adds the engine's scraped queue depth to Load.
+	engineLoad func() int64
+}
+
+// Load is the number of requests in flight from this gateway to the provider, plus the engine's own
+// queue depth when [metrics_scrape] is on and fresh (../shared/DESIGN.md section 3).
+func (p *Provider) Load() int64 {
+	l := p.inflight.Load()
+	if p.engineLoad != nil {
+		l += p.engineLoad()
+	}
+	return l
+}
+
+// Inflight returns the gateway's own in-flight count for the provider.
+func (p *Provider) Inflight() int64 { return p.inflight.Load() }
+
+// Target is one (provider, upstream model) of a route.
+type Target struct {
+	Index    int
+	Provider *Provider
+	Model    string
+	// modelJSON is Model as a JSON string literal, spliced into forwarded bodies.
+	modelJSON []byte
+	Weight    float64
+	m         *telemetry.TargetMetrics
+}
+
+// Load is the target's provider load.
+func (t *Target) Load() int64 { return t.Provider.Load() }
+
+// Route is one public model name.
+type Route struct {
+	Model        string
+	StrategyName string
+	Strategy     Strategy
+	Targets      []*Target
+	recorder     Recorder
+	m            *telemetry.RouteMetrics
+	// strategyHeader is the x-rolter-strategy value.
+	strategyHeader []byte
+}
+
+// Snapshot is an immutable view of the config with its runtime objects; it is swapped whole.
+type Snapshot struct {
+	cfg       *Config
+	Providers []*Provider
+	providers map[string]*Provider
+	routes    map[string]*Route
+	Routes    []*Route // sorted by model, for /v1/models
+	models    []byte   // the /v1/models body
+	set       *telemetry.Set
+}
+
+// Route returns the route for a public model name, or nil. Looking up with string(b) does not allocate.
+func (s *Snapshot) route(model []byte) *Route { return s.routes[string(model)] }
+
+// Config returns the snapshot's config. It must not be modified.
+func (s *Snapshot) Config() *Config { return s.cfg }
+
+var failKindLabels = failKindNames[:]
+
+var reasonLabels = reasonNames[:]
+
+// buildSnapshot turns a validated config into runtime objects. dial, when non-nil, replaces TCP dialing.
+func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, error)) (*Snapshot, error) {
+	s := &Snapshot{
+		cfg:       cfg,
+		providers: make(map[string]*Provider, len(cfg.Providers)),
+		routes:    make(map[string]*Route, len(cfg.Routes)),
+		set:       telemetry.NewSet(),
+	}
+	for i, pc := range cfg.Providers {
+		up, err := newUpstream(pc.Name, pc.APIBase, pc.MaxConns, cfg.Timeouts)
+		if err != nil {
+			return nil, err
+		}
+		up.dial = dial
+		p := &Provider{Name: pc.Name, Index: i, cfg: pc, up: up}
+		if pc.APIKeyEnv != "" {
+			p.auth = []byte("Bearer " + os.Getenv(pc.APIKeyEnv))
+		}
+		for k, v := range pc.Headers {
+			p.headers = append(p.headers, [2]string{k, v})
+		}
+		sort.Slice(p.headers, func(a, b int) bool { return p.headers[a][0] < p.headers[b][0] })
+		s.Providers = append(s.Providers, p)
+		s.providers[p.Name] = p
+		l := "target=" + telemetry.Label(p.Name)
+		s.set.Gauge(telemetry.InflightGauge, l, func() float64 { return float64(p.inflight.Load()) })
+		s.set.Gauge(telemetry.UpstreamConns, l, func() float64 { return float64(up.open.Load()) })
+	}
+	for _, rc := range cfg.Routes {
+		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy)}
+		r.m = s.set.NewRouteMetrics(rc.Model, rc.Strategy, reasonLabels)
+		for j, tc := range rc.Targets {
+			p := s.providers[tc.Provider]
+			t := &Target{
+				Index:     j,
+				Provider:  p,
+				Model:     tc.Model,
+				modelJSON: appendJSONString(nil, tc.Model),
+				Weight:    *tc.Weight,
+				m:         s.set.NewTargetMetrics(rc.Model, p.Name, failKindLabels),
+			}
+			r.Targets = append(r.Targets, t)
+		}
+		spec := strategies[rc.Strategy]
+		st, err := spec.build(r, rc.Params)
+		if err != nil {
+			return nil, fmt.Errorf("cannot build strategy %q for route %q: %w", rc.Strategy, rc.Model, err)
+		}
+		r.Strategy = st
+		r.recorder, _ = st.(Recorder)
+		s.routes[r.Model] = r
+		s.Routes = append(s.Routes, r)
+	}
+	sort.Slice(s.Routes, func(a, b int) bool { return s.Routes[a].Model < s.Routes[b].Model })
+	s.models = modelsBody(s.Routes, time.Now().Unix())
+	return s, nil
+}
+
+// modelsBody renders GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by"}]}.
+func modelsBody(routes []*Route, created int64) []byte {
+	var b []byte
+	b = append(b, `{"object":"list","data":[`...)
+	for i, r := range routes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = appendJSONString(b, r.Model)
+		b = append(b, fmt.Sprintf(`,"object":"model","created":%d,"owned_by":"rolter"}`, created)...)
+	}
+	return append(b, "]}"...)
+}
+
+// start starts strategies' background work.
+func (s *Snapshot) start() error {
+	for _, r := range s.Routes {
+		if lc, ok := r.Strategy.(lifecycle); ok {
+			if err := lc.Start(); err != nil {
+				s.stop()
+				return fmt.Errorf("cannot start strategy %q of route %q: %w", r.StrategyName, r.Model, err)
+			}
+		}
+	}
+	return nil
+}
+
+// stop stops background work and closes idle upstream connections.
+func (s *Snapshot) stop() {
+	for _, r := range s.Routes {
+		if lc, ok := r.Strategy.(lifecycle); ok {
+			lc.Stop()
+		}
+	}
+	for _, p := range s.Providers {
+		p.up.closeIdle(true)
+	}
+}
+
+// describe returns a one-line summary of the snapshot for logs.
+func (s *Snapshot) describe() string {
+	var parts []string
+	for _, r := range s.Routes {
+		parts = append(parts, fmt.Sprintf("%s(%s, %d targets)", r.Model, r.StrategyName, len(r.Targets)))
+	}
+	return strings.Join(parts, " ")
+}

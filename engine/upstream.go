@@ -1,0 +1,275 @@
+package engine
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// upstream is the connection pool of one provider.
+//
+// Why not fasthttp.HostClient: the gateway must (1) close the upstream connection the moment a client of a
+// non-streaming request goes away, while the handler is still waiting for the response headers, so the
+// engine stops generating (HostClient never exposes the connection of an in-flight request), and (2) bound
+// the wait for headers and each gap between body reads separately (HostClient's read deadline stays active
+// for the whole streamed body, capping long generations; libraries.md section 1 "Timeouts"). So this pool
+// owns the connections and reuses fasthttp's HTTP/1.1 response parser and body streams on them.
+//
+// upstream is safe for concurrent use.
+type upstream struct {
+	name        string
+	addr        string // host:port to dial
+	tlsConfig   *tls.Config
+	hostHeader  string // Host header value
+	basePath    string // api_base path prefix without a trailing slash, "/v1" de-duplicated (see requestPath)
+	dialTimeout time.Duration
+	headersWait time.Duration
+	idleGap     time.Duration
+	maxIdleAge  time.Duration
+	maxConns    int64
+
+	// dial replaces net.Dial in tests and benchmarks (in-memory listeners).
+	dial func(addr string, timeout time.Duration) (net.Conn, error)
+
+	open atomic.Int64
+
+	mu     sync.Mutex
+	idle   []*uconn // LIFO: the most recently used connection is hottest
+	closed bool
+}
+
+// errTooManyConns is returned when a provider already has max_conns connections open.
+var errTooManyConns = errors.New("too many open connections to the provider")
+
+func newUpstream(name, apiBase string, maxConns int, t TimeoutsConfig) (*upstream, error) {
+	u, err := url.Parse(apiBase)
+	if err != nil {
+		return nil, fmt.Errorf("cannot parse api_base %q: %w", apiBase, err)
+	}
+	up := &upstream{
+		name:        name,
+		hostHeader:  u.Host,
+		dialTimeout: secs(t.ConnectSecs),
+		headersWait: secs(t.HeadersSecs),
+		idleGap:     secs(t.IdleSecs),
+		// Below uvicorn's default keep-alive of 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE), so a pooled connection is
+		// not reused just as vLLM closes it (libraries.md section 1, fasthttp issues #818, #1892).
+		maxIdleAge: 4 * time.Second,
+		maxConns:   int64(maxConns),
+	}
+	port := u.Port()
+	switch u.Scheme {
+	case "https":
+		if port == "" {
+			port = "443"
+		}
+		up.tlsConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+	default:
+		if port == "" {
+			port = "80"
+		}
+	}
+	up.addr = net.JoinHostPort(u.Hostname(), port)
+	up.basePath = strings.TrimSuffix(u.Path, "/")
+	return up, nil
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// requestPath returns the upstream path for a client path such as "/v1/chat/completions", appended to dst.
+// An api_base that already ends in "/v1" (the OpenAI SDK convention) does not double it.
+func (u *upstream) requestPath(dst []byte, path []byte) []byte {
+	base := u.basePath
+	if strings.HasSuffix(base, "/v1") && len(path) >= 4 && string(path[:4]) == "/v1/" {
+		base = base[:len(base)-3]
+	}
+	dst = append(dst, base...)
+	return append(dst, path...)
+}
+
+// acquire returns a pooled connection or dials a new one.
+func (u *upstream) acquire() (*uconn, error) {
+	now := time.Now()
+	u.mu.Lock()
+	for len(u.idle) > 0 {
+		c := u.idle[len(u.idle)-1]
+		u.idle[len(u.idle)-1] = nil
+		u.idle = u.idle[:len(u.idle)-1]
+		if now.Sub(c.lastUsed) < u.maxIdleAge {
+			u.mu.Unlock()
+			c.reused = true
+			return c, nil
+		}
+		u.mu.Unlock()
+		c.close()
+		u.mu.Lock()
+	}
+	u.mu.Unlock()
+	return u.dialConn()
+}
+
+func (u *upstream) dialConn() (*uconn, error) {
+	if u.open.Add(1) > u.maxConns {
+		u.open.Add(-1)
+		return nil, errTooManyConns
+	}
+	var nc net.Conn
+	var err error
+	if u.dial != nil {
+		nc, err = u.dial(u.addr, u.dialTimeout)
+	} else {
+		nc, err = net.DialTimeout("tcp", u.addr, u.dialTimeout)
+	}
+	if err != nil {
+		u.open.Add(-1)
+		return nil, &upstreamError{kind: failConnect, err: err}
+	}
+	if u.tlsConfig != nil {
+		tc := tls.Client(nc, u.tlsConfig)
+		_ = tc.SetDeadline(time.Now().Add(u.dialTimeout))
+		if err := tc.Handshake(); err != nil {
+			_ = nc.Close()
+			u.open.Add(-1)
+			return nil, &upstreamError{kind: failConnect, err: fmt.Errorf("cannot complete TLS handshake: %w", err)}
+		}
+		_ = tc.SetDeadline(time.Time{})
+		nc = tc
+	}
+	c := &uconn{up: u, nc: nc}
+	c.br = bufio.NewReaderSize(readerFunc{c}, 16<<10)
+	c.bw = bufio.NewWriterSize(nc, 16<<10)
+	return c, nil
+}
+
+// release returns a connection whose last response was read completely to the pool.
+func (u *upstream) release(c *uconn) {
+	c.gap = 0
+	c.lastUsed = time.Now()
+	u.mu.Lock()
+	if !u.closed {
+		u.idle = append(u.idle, c)
+		u.mu.Unlock()
+		return
+	}
+	u.mu.Unlock()
+	c.close()
+}
+
+// closeIdle closes pooled connections idle for longer than maxIdleAge (all of them when all is true).
+func (u *upstream) closeIdle(all bool) {
+	now := time.Now()
+	var stale []*uconn
+	u.mu.Lock()
+	if all {
+		u.closed = true
+	}
+	kept := u.idle[:0]
+	for _, c := range u.idle {
+		if all || now.Sub(c.lastUsed) >= u.maxIdleAge {
+			stale = append(stale, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	clear(u.idle[len(kept):])
+	u.idle = kept
+	u.mu.Unlock()
+	for _, c := range stale {
+		c.close()
+	}
+}
+
+// uconn is one upstream connection. It is used by one request at a time; only close may be called
+// concurrently (by the client-disconnect watcher).
+type uconn struct {
+	up       *upstream
+	nc       net.Conn
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	resp     fasthttp.Response
+	lastUsed time.Time
+	reused   bool
+	// gap, when > 0, pushes the read deadline to now+gap after every read that returned bytes: the idle
+	// timeout between chunks of a response body. While 0 (waiting for headers) the deadline set before
+	// sending the request stays absolute.
+	gap       time.Duration
+	closeOnce sync.Once
+}
+
+type readerFunc struct{ c *uconn }
+
+func (r readerFunc) Read(p []byte) (int, error) {
+	c := r.c
+	n, err := c.nc.Read(p)
+	if n > 0 && c.gap > 0 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.gap))
+	}
+	return n, err
+}
+
+func (c *uconn) close() {
+	c.closeOnce.Do(func() {
+		_ = c.nc.Close()
+		c.up.open.Add(-1)
+	})
+}
+
+// startBody switches the connection from the headers deadline to the idle gap between body reads.
+func (c *uconn) startBody() {
+	c.gap = c.up.idleGap
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.gap))
+}
+
+// failKind classifies upstream failures for retries, cooldowns and metrics.
+type failKind uint8
+
+const (
+	failNone failKind = iota
+	failConnect
+	failTimeout
+	failReset  // connection closed or reset by the upstream
+	failStatus // a 5xx or 429 answer
+	failProto  // an unparsable response
+	failClient // the client went away (not the upstream's fault)
+	failStale  // a pooled connection the upstream had already closed
+	failBusy   // the provider's connection cap was reached
+	numFailKinds
+)
+
+var failKindNames = [numFailKinds]string{"none", "connect", "timeout", "reset", "status", "protocol", "client", "stale", "busy"}
+
+func (k failKind) String() string { return failKindNames[k] }
+
+type upstreamError struct {
+	kind failKind
+	err  error
+}
+
+func (e *upstreamError) Error() string { return e.kind.String() + ": " + e.err.Error() }
+func (e *upstreamError) Unwrap() error { return e.err }
+
+// classify turns a read or write error into a failKind.
+func classify(err error) failKind {
+	var ue *upstreamError
+	if errors.As(err, &ue) {
+		return ue.kind
+	}
+	var te interface{ Timeout() bool } // net.Error and fasthttp.ErrTimeout (which lacks Temporary)
+	if errors.As(err, &te) && te.Timeout() {
+		return failTimeout
+	}
+	var se *fasthttp.ErrSmallBuffer
+	if errors.As(err, &se) {
+		return failProto
+	}
+	return failReset
+}

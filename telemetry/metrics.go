@@ -1,0 +1,296 @@
+package telemetry
+
+import (
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Every metric the gateway exports is named here, once (the README's Metrics section lists the same names
+// and labels). Handles are created when a config snapshot is built and kept by the route or target, so the
+// request path never looks a metric up by name (../shared/STYLE.md habit 6).
+const (
+	// Per route and target (target = provider name).
+	mRequests        = "rolter_requests_total"              // {route,target,code}
+	mRequestDuration = "rolter_request_duration_seconds"    // {route,target} histogram, until the last byte
+	mTTFT            = "rolter_time_to_first_byte_seconds"  // {route,target} histogram, first upstream body byte
+	mUpstreamErrors  = "rolter_upstream_errors_total"       // {route,target,kind}
+	mStreamErrors    = "rolter_stream_errors_total"         // {route,target,kind} failures after the first byte
+	mDecisions       = "rolter_decisions_total"             // {route,strategy,decision}
+	mRetries         = "rolter_retries_total"               // {route}
+	mClientGone      = "rolter_client_disconnects_total"    // {route}
+	mNoTarget        = "rolter_no_eligible_target_total"    // {route,action} action = fail_open | reject
+	mBadRequests     = "rolter_bad_requests_total"          // {code}
+	mInflight        = "rolter_inflight_requests"           // {target} gauge
+	mTrieNodes       = "rolter_trie_nodes"                  // {route,target} gauge
+	mTrieBytes       = "rolter_trie_edge_bytes"             // {route,target} gauge
+	mTrieArena       = "rolter_trie_arena_bytes"            // {route,target} gauge
+	mTriePrompts     = "rolter_trie_prompts"                // {route,target} gauge
+	mTrieEvictions   = "rolter_trie_evictions_total"        // {route,target} counter (cumulative, from the trie)
+	mConfigInfo      = "rolter_config_info"                 // {route,strategy} gauge = 1
+	mUpstreamConns   = "rolter_upstream_connections"        // {target} gauge
+	mBuildInfo       = "rolter_build_info"                  // {version} gauge = 1
+	mUptime          = "rolter_uptime_seconds"              // gauge
+	mAdmission       = "rolter_admission_rejected_total"    // {route,scope} scope = global | target
+	mQueueWait       = "rolter_admission_wait_seconds"      // {route} histogram
+	mQueueWaiting    = "rolter_admission_waiting"           // {target} gauge
+	mTargetState     = "rolter_target_state_changes_total"  // {target,state}
+	mTargetEligible  = "rolter_target_eligible"             // {target} gauge 0/1
+	mCooldownSecs    = "rolter_target_cooldown_seconds"     // {target} gauge, remaining
+	mBreakerState    = "rolter_breaker_state"               // {target} gauge 0 closed, 1 half-open, 2 open
+	mHealthChecks    = "rolter_health_checks_total"         // {target,result}
+	mScrapes         = "rolter_engine_scrapes_total"        // {target,result}
+	mEngineRunning   = "rolter_engine_requests_running"     // {target} gauge, from the engine's /metrics
+	mEngineWaiting   = "rolter_engine_requests_waiting"     // {target} gauge
+	mKVEvents        = "rolter_kv_events_total"             // {target,kind}
+	mKVStream        = "rolter_kv_stream_total"             // {target,event} gaps, restarts, replays, stale, decode errors
+	mKVBlocks        = "rolter_kv_index_blocks"             // {target} gauge
+	mKVTrusted       = "rolter_kv_stream_trusted"           // {target} gauge 0/1
+	mKVLastSeq       = "rolter_kv_stream_last_seq"          // {target} gauge
+	mSessions        = "rolter_sessions"                    // {route} gauge
+	mLMCachePolls    = "rolter_lmcache_polls_total"         // {target,result}
+	mScrapeQueue     = "rolter_engine_kv_cache_usage_ratio" // {target} gauge
+	mRequestsRetried = "rolter_requests_with_retries_total" // {route}
+	mDrain           = "rolter_draining"                    // gauge 0/1
+	mProcessStart    = "rolter_process_start_time_seconds"  // gauge
+	mDecisionLatency = "rolter_decision_duration_seconds"   // {route} histogram: parse + key + pick
+	mUpstreamHeaders = "rolter_upstream_headers_seconds"    // {route,target} histogram: send -> headers
+	mBodyBytes       = "rolter_response_bytes_total"        // {route,target}
+)
+
+// Label quotes a Prometheus label value.
+func Label(s string) string {
+	if !strings.ContainsAny(s, "\"\\\n") {
+		return `"` + s + `"`
+	}
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	return `"` + r.Replace(s) + `"`
+}
+
+// latencyBuckets are le buckets (seconds) spanning gateway overhead (100 µs) to long generations (10 min).
+var latencyBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+	1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+}
+
+// Set is the metrics of one config snapshot. It is registered with the global registry while the
+// snapshot is live and unregistered when it is replaced.
+type Set struct {
+	s *metrics.Set
+}
+
+// NewSet returns an empty, unregistered set.
+func NewSet() *Set { return &Set{s: metrics.NewSet()} }
+
+// Register makes the set visible on /metrics.
+func (s *Set) Register() { metrics.RegisterSet(s.s) }
+
+// Unregister removes the set (and its metrics) from /metrics.
+func (s *Set) Unregister() { metrics.UnregisterSet(s.s, true) }
+
+// Inner returns the underlying VictoriaMetrics set, for gauges owned by other packages.
+func (s *Set) Inner() *metrics.Set { return s.s }
+
+// Gauge registers a callback gauge name{labels}.
+func (s *Set) Gauge(name, labels string, f func() float64) {
+	s.s.NewGauge(name+"{"+labels+"}", f)
+}
+
+// Counter creates a counter name{labels}.
+func (s *Set) Counter(name, labels string) *metrics.Counter {
+	return s.s.GetOrCreateCounter(name + "{" + labels + "}")
+}
+
+// lazyCounters creates counters of one family on first use and then serves them without locks:
+// a label value set (code, decision, kind) is a small dense index, so unused series are never exported.
+type lazyCounters struct {
+	set    *metrics.Set
+	prefix string // name{fixed labels,
+	label  string // the variable label's name
+	names  []string
+	slots  []atomic.Pointer[metrics.Counter]
+}
+
+func newLazyCounters(set *metrics.Set, name, fixed, label string, names []string) *lazyCounters {
+	prefix := name + "{"
+	if fixed != "" {
+		prefix += fixed + ","
+	}
+	return &lazyCounters{set: set, prefix: prefix, label: label, names: names, slots: make([]atomic.Pointer[metrics.Counter], len(names))}
+}
+
+// Inc increments the counter for names[i].
+func (c *lazyCounters) Inc(i int) {
+	if i < 0 || i >= len(c.slots) {
+		return
+	}
+	ctr := c.slots[i].Load()
+	if ctr == nil {
+		ctr = c.set.GetOrCreateCounter(c.prefix + c.label + "=" + Label(c.names[i]) + "}")
+		c.slots[i].Store(ctr)
+	}
+	ctr.Inc()
+}
+
+// statusCodes are the HTTP statuses counted individually; others fall into "other".
+var statusCodes = []int{200, 201, 204, 400, 401, 403, 404, 405, 408, 409, 413, 415, 422, 429, 431, 499, 500, 501, 502, 503, 504}
+
+var statusNames = func() []string {
+	names := make([]string, 0, len(statusCodes)+1)
+	for _, c := range statusCodes {
+		names = append(names, strconv.Itoa(c))
+	}
+	return append(names, "other")
+}()
+
+func statusSlot(code int) int {
+	for i, c := range statusCodes {
+		if c == code {
+			return i
+		}
+	}
+	return len(statusCodes)
+}
+
+// TargetMetrics are the per (route, target) handles.
+type TargetMetrics struct {
+	requests       *lazyCounters
+	upstreamErrors *lazyCounters
+	streamErrors   *lazyCounters
+	Duration       *metrics.PrometheusHistogram
+	TTFB           *metrics.PrometheusHistogram
+	Headers        *metrics.PrometheusHistogram
+	ResponseBytes  *metrics.Counter
+}
+
+// NewTargetMetrics creates the handles for one target of a route. failKinds names the upstream failure kinds.
+func (s *Set) NewTargetMetrics(route, target string, failKinds []string) *TargetMetrics {
+	l := "route=" + Label(route) + ",target=" + Label(target)
+	return &TargetMetrics{
+		requests:       newLazyCounters(s.s, mRequests, l, "code", statusNames),
+		upstreamErrors: newLazyCounters(s.s, mUpstreamErrors, l, "kind", failKinds),
+		streamErrors:   newLazyCounters(s.s, mStreamErrors, l, "kind", failKinds),
+		Duration:       s.s.NewPrometheusHistogramExt(mRequestDuration+"{"+l+"}", latencyBuckets),
+		TTFB:           s.s.NewPrometheusHistogramExt(mTTFT+"{"+l+"}", latencyBuckets),
+		Headers:        s.s.NewPrometheusHistogramExt(mUpstreamHeaders+"{"+l+"}", latencyBuckets),
+		ResponseBytes:  s.s.NewCounter(mBodyBytes + "{" + l + "}"),
+	}
+}
+
+// Request counts one finished request with its final status.
+func (m *TargetMetrics) Request(code int) { m.requests.Inc(statusSlot(code)) }
+
+// UpstreamError counts a failed attempt of the given kind (index into failKinds).
+func (m *TargetMetrics) UpstreamError(kind int) { m.upstreamErrors.Inc(kind) }
+
+// StreamError counts a response that failed after its first byte reached the client.
+func (m *TargetMetrics) StreamError(kind int) { m.streamErrors.Inc(kind) }
+
+// RouteMetrics are the per-route handles.
+type RouteMetrics struct {
+	decisions  *lazyCounters
+	Retries    *metrics.Counter
+	Retried    *metrics.Counter
+	ClientGone *metrics.Counter
+	FailOpen   *metrics.Counter
+	Rejected   *metrics.Counter
+	Decision   *metrics.PrometheusHistogram
+	// Unrouted counts requests answered before any target was chosen (the route has no target left, etc.).
+	Unrouted *lazyCounters
+}
+
+// NewRouteMetrics creates the handles for one route.
+func (s *Set) NewRouteMetrics(route, strategy string, reasons []string) *RouteMetrics {
+	l := "route=" + Label(route)
+	s.s.NewGauge(mConfigInfo+"{"+l+",strategy="+Label(strategy)+"}", func() float64 { return 1 })
+	return &RouteMetrics{
+		decisions:  newLazyCounters(s.s, mDecisions, l+",strategy="+Label(strategy), "decision", reasons),
+		Retries:    s.s.NewCounter(mRetries + "{" + l + "}"),
+		Retried:    s.s.NewCounter(mRequestsRetried + "{" + l + "}"),
+		ClientGone: s.s.NewCounter(mClientGone + "{" + l + "}"),
+		FailOpen:   s.s.NewCounter(mNoTarget + "{" + l + `,action="fail_open"}`),
+		Rejected:   s.s.NewCounter(mNoTarget + "{" + l + `,action="reject"}`),
+		Decision:   s.s.NewPrometheusHistogramExt(mDecisionLatency+"{"+l+"}", latencyBuckets),
+		Unrouted:   newLazyCounters(s.s, mRequests, l+`,target=""`, "code", statusNames),
+	}
+}
+
+// Decision counts one routing decision by reason index.
+func (m *RouteMetrics) DecisionMade(reason int) { m.decisions.Inc(reason) }
+
+// UnroutedRequest counts a request of this route answered without reaching a target.
+func (m *RouteMetrics) UnroutedRequest(code int) { m.Unrouted.Inc(statusSlot(code)) }
+
+// Global holds the gateway-wide handles that do not depend on the config.
+type Global struct {
+	badRequests *lazyCounters
+}
+
+// badRequestCodes are the error codes of requests rejected before routing.
+var badRequestCodes = []string{
+	"invalid_json", "invalid_body", "missing_model", "invalid_model", "model_not_found", "method_not_allowed",
+	"request_too_large", "unsupported_media_type", "header_too_large", "not_found", "duplicate_model", "bad_request",
+}
+
+// NewGlobal creates the process-wide metrics in the default set (once per process).
+func NewGlobal(version string, start time.Time, draining func() bool) *Global {
+	metrics.GetOrCreateGauge(mBuildInfo+"{version="+Label(version)+"}", func() float64 { return 1 })
+	metrics.GetOrCreateGauge(mProcessStart, func() float64 { return float64(start.UnixNano()) / 1e9 })
+	metrics.GetOrCreateGauge(mUptime, func() float64 { return time.Since(start).Seconds() })
+	metrics.GetOrCreateGauge(mDrain, func() float64 {
+		if draining() {
+			return 1
+		}
+		return 0
+	})
+	return &Global{badRequests: newLazyCounters(metrics.GetDefaultSet(), mBadRequests, "", "code", badRequestCodes)}
+}
+
+// BadRequest counts a rejected request by its error code.
+func (g *Global) BadRequest(code string) {
+	for i, c := range badRequestCodes {
+		if c == code {
+			g.badRequests.Inc(i)
+			return
+		}
+	}
+	g.badRequests.Inc(len(badRequestCodes) - 1)
+}
+
+// Names of gauges other packages register through Set.Gauge.
+const (
+	InflightGauge     = mInflight
+	UpstreamConns     = mUpstreamConns
+	TrieNodes         = mTrieNodes
+	TrieEdgeBytes     = mTrieBytes
+	TrieArenaBytes    = mTrieArena
+	TriePrompts       = mTriePrompts
+	TrieEvictions     = mTrieEvictions
+	TargetEligible    = mTargetEligible
+	CooldownRemaining = mCooldownSecs
+	BreakerState      = mBreakerState
+	EngineRunning     = mEngineRunning
+	EngineWaiting     = mEngineWaiting
+	EngineKVUsage     = mScrapeQueue
+	KVBlocks          = mKVBlocks
+	KVTrusted         = mKVTrusted
+	KVLastSeq         = mKVLastSeq
+	Sessions          = mSessions
+	QueueWaiting      = mQueueWaiting
+	TargetStates      = mTargetState
+	HealthChecks      = mHealthChecks
+	Scrapes           = mScrapes
+	KVEvents          = mKVEvents
+	KVStream          = mKVStream
+	LMCachePolls      = mLMCachePolls
+	Admission         = mAdmission
+	QueueWait         = mQueueWait
+)
+
+// Histogram creates an le histogram name{labels} with the gateway's latency buckets.
+func (s *Set) Histogram(name, labels string) *metrics.PrometheusHistogram {
+	return s.s.NewPrometheusHistogramExt(name+"{"+labels+"}", latencyBuckets)
+}
