@@ -46,7 +46,7 @@ test-race:
 # Without cgo there is no ZMQ: everything else must still build and pass, and kv_events configs are refused.
 test-nocgo:
 	CGO_ENABLED=0 $(GO) build ./...
-	CGO_ENABLED=0 $(GO) test -count=1 -timeout 10m ./engine/ ./trie/ ./telemetry/
+	CGO_ENABLED=0 $(GO) test -count=1 -short -timeout 10m $(PKGS)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
