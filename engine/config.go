@@ -119,6 +119,9 @@ type HealthConfig struct {
 	TimeoutSecs        float64 `toml:"timeout_secs"`
 	UnhealthyThreshold int     `toml:"unhealthy_threshold"`
 	HealthyThreshold   int     `toml:"healthy_threshold"`
+	// FailOpen: when no target of a route is eligible, send the request to the least-bad one (true) rather
+	// than answering 503 (false).
+	FailOpen bool `toml:"fail_open"`
 }
 
 // CooldownConfig is [cooldown]: passive failure tracking.
@@ -178,7 +181,7 @@ func DefaultConfig() *Config {
 		},
 		MetricsScrape: ScrapeConfig{IntervalSecs: 0.5, TimeoutSecs: 0.5, Path: "/metrics"},
 		Health: HealthConfig{
-			Path: "/health", IntervalSecs: 2, TimeoutSecs: 1, UnhealthyThreshold: 2, HealthyThreshold: 2,
+			Path: "/health", IntervalSecs: 2, TimeoutSecs: 1, UnhealthyThreshold: 2, HealthyThreshold: 2, FailOpen: true,
 		},
 		Cooldown: CooldownConfig{
 			Enabled: true, Failures: 3, WindowSecs: 10, BaseSecs: 5, MaxSecs: 60, MaxRetryAfterSecs: 60,

@@ -43,6 +43,10 @@ type Gateway struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	_        [64]byte
+	inflight atomic.Int64 // requests being proxied, for [queue] max_inflight
+	_        [56]byte
 }
 
 var globalMetricsOnce sync.Once
@@ -68,7 +72,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		globalMetrics = telemetry.NewGlobal(opts.Version, time.Now(), func() bool { return drainingGateways.Load() > 0 })
 	})
 	g.global = globalMetrics
-	snap, err := buildSnapshot(cfg, opts.Dial)
+	snap, err := buildSnapshot(cfg, opts.Dial, g.log)
 	if err != nil {
 		return nil, err
 	}

@@ -500,8 +500,14 @@ func TestDrain(t *testing.T) {
 	gw := startGateway(t, gatewayConfig("round_robin", "", up.URL))
 	result := make(chan string, 1)
 	go func() {
-		_, got := post(t, gw.URL+"/v1/chat/completions", chatBody("m", "hi", true))
-		result <- got
+		resp, err := testClient.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("m", "hi", true)))
+		if err != nil {
+			result <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		result <- string(b)
 	}()
 	waitFor(t, 2*time.Second, "the stream to start", func() bool { return up.requests.Load() == 1 })
 	done := make(chan error, 1)

@@ -16,7 +16,17 @@ func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep endpoint) {
 			message: "method " + string(ctx.Method()) + " is not allowed on " + endpointPaths[ep] + "; use POST", noRetry: true})
 		return
 	}
-	c := g.acquireCall(g.snap.Load())
+	snap := g.snap.Load()
+	if max := int64(snap.cfg.Queue.MaxInflight); max > 0 {
+		if g.inflight.Add(1) > max {
+			g.inflight.Add(-1)
+			g.rejectBusy(ctx, snap)
+			return
+		}
+	} else {
+		g.inflight.Add(1)
+	}
+	c := g.acquireCall(snap)
 	c.start = time.Now()
 	c.ep = ep
 	c.reqID = requestID(ctx, c.reqID[:0])
@@ -75,22 +85,69 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	p.Key = c.key
 	p.SessionID = ctx.Request.Header.Peek("X-Session-Id")
 	p.Now = c.start.UnixNano()
-	c.eligibleTargets()
-	c.nOrder, c.decision = r.Strategy.Rank(p, c.order[:])
+	if c.eligibleTargets() {
+		c.nOrder, c.decision = r.Strategy.Rank(p, c.order[:])
+	} else if e := c.failOpen(); e != nil {
+		return e
+	}
 	r.m.DecisionMade(int(c.decision.Reason))
 	r.m.Decision.UpdateDuration(c.start)
 	return nil
 }
 
-// eligibleTargets fills c.pick.Eligible with the targets that can take a request.
-func (c *call) eligibleTargets() {
+// eligibleTargets fills c.pick.Eligible with the targets that can take a request (healthy, not cooling
+// down, circuit not open) and reports whether there is any.
+func (c *call) eligibleTargets() bool {
 	p := &c.pick
 	p.Eligible = c.eligible[:0]
 	p.EligibleMask = 0
-	for i := range c.route.Targets {
+	for i, t := range c.route.Targets {
+		if t.Provider.health.eligible(p.Now) {
+			p.Eligible = append(p.Eligible, i)
+			p.EligibleMask |= 1 << i
+		}
+	}
+	return len(p.Eligible) > 0
+}
+
+// failOpen handles a route with no eligible target: by default the request goes to the least-bad target
+// (a fleet-wide outage of the gateway's own making - every replica cooling at once - is worse than trying),
+// or, with health.fail_open = false, it is answered 503.
+func (c *call) failOpen() *apiError {
+	r := c.route
+	if !c.snap.cfg.Health.FailOpen {
+		r.m.Rejected.Inc()
+		return &apiError{status: fasthttp.StatusServiceUnavailable, typ: typeServer, code: "no_available_target",
+			message: "no target of model " + r.Model + " is available (unhealthy, cooling down or circuit open)", retryAfterMs: 1000}
+	}
+	r.m.FailOpen.Inc()
+	c.failingOpen = true
+	p := &c.pick
+	n := len(r.Targets)
+	for i := range n {
+		c.order[i] = i
 		p.Eligible = append(p.Eligible, i)
 		p.EligibleMask |= 1 << i
 	}
+	// Insertion sort by badness: n <= maxTargets and this is the rare path.
+	for i := 1; i < n; i++ {
+		for j := i; j > 0 && r.Targets[c.order[j]].Provider.health.badness(p.Now) < r.Targets[c.order[j-1]].Provider.health.badness(p.Now); j-- {
+			c.order[j], c.order[j-1] = c.order[j-1], c.order[j]
+		}
+	}
+	c.nOrder = n
+	c.decision = decide(ReasonFallback)
+	return nil
+}
+
+// rejectBusy answers a request over [queue] max_inflight.
+func (g *Gateway) rejectBusy(ctx *fasthttp.RequestCtx, snap *Snapshot) {
+	ms := int(snap.cfg.Queue.RetryAfterSecs * 1000)
+	g.global.Admission("global")
+	writeError(ctx, &apiError{status: fasthttp.StatusTooManyRequests, typ: typeRateLimit, code: "too_many_requests",
+		message: "the gateway is at queue.max_inflight; retry later", retryAfterMs: ms})
+	var id [16]byte
+	ctx.Response.Header.SetBytesV("X-Request-Id", requestID(ctx, id[:0]))
 }
 
 // checkContentType accepts JSON bodies (application/json, application/*+json, or no Content-Type, which

@@ -122,6 +122,8 @@ func startGateway(t *testing.T, cfgText string) *testGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Idle fasthttp workers linger 10 s by default; leak checks want them gone sooner.
+	g.server.MaxIdleWorkerDuration = 200 * time.Millisecond
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -222,4 +224,13 @@ func contextDone() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
+}
+
+// fire sends a request from a background goroutine and ignores the outcome.
+func fire(url, body string) {
+	resp, err := testClient.Post(url, "application/json", strings.NewReader(body))
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
 }

@@ -38,6 +38,10 @@ type call struct {
 	tried    uint64
 	decision Decision
 	retries  int
+	// failingOpen: no target was eligible; the ranking is every target, least bad first.
+	failingOpen bool
+	// probe: the current attempt is a half-open breaker probe.
+	probe bool
 
 	start time.Time
 	sent  time.Time
@@ -73,7 +77,9 @@ func (g *Gateway) acquireCall(snap *Snapshot) *call {
 }
 
 func (c *call) release() {
+	c.g.inflight.Add(-1)
 	c.g, c.snap, c.route, c.target = nil, nil, nil, nil
+	c.failingOpen, c.probe = false, false
 	c.pick = Pick{}
 	c.tried, c.nOrder, c.retries = 0, 0, 0
 	c.conn, c.bodyStream = nil, nil
@@ -178,25 +184,33 @@ type attemptResult struct {
 
 // run sends the request to the ranked targets until one answers, retrying connect errors, resets and
 // 5xx/429 answers on the next candidate - only before any byte reached the client, never after the client
-// left (../shared/STYLE.md habit 7).
+// left (../shared/STYLE.md habit 7). A candidate that became ineligible meanwhile (just marked down, cooling,
+// circuit open) is skipped, as is one whose concurrency cap and wait queue are full.
 func (c *call) run(ctx *fasthttp.RequestCtx) {
 	cfg := &c.snap.cfg.Retry
 	var last attemptResult
-	for a := 0; a <= cfg.MaxRetries; a++ {
-		ti := c.nextTarget(a)
+	sent := 0
+	for k := 0; sent <= cfg.MaxRetries; k++ {
+		ti := c.nextTarget(k)
 		if ti < 0 {
 			break
 		}
-		if a > 0 {
+		t := c.route.Targets[ti]
+		if !c.admit(t) {
+			last = attemptResult{kind: failBusy, err: c.busyError(t)}
+			continue
+		}
+		if sent > 0 {
 			c.retries++
 			c.route.m.Retries.Inc()
-			if a == 1 {
+			if sent == 1 {
 				c.route.m.Retried.Inc()
 			}
-			if d := backoff(cfg, a); d > 0 {
+			if d := backoff(cfg, sent); d > 0 {
 				time.Sleep(d)
 			}
 		}
+		sent++
 		out, res := c.attempt(ctx, ti)
 		switch out {
 		case outStreaming:
@@ -225,6 +239,55 @@ func (c *call) run(ctx *fasthttp.RequestCtx) {
 	c.finishUnstreamed(ctx)
 }
 
+// admit takes a concurrency slot on t (waiting in its bounded queue if it has one) and asks its breaker
+// whether a request may go through. On success the provider's in-flight count includes this request.
+func (c *call) admit(t *Target) bool {
+	p := t.Provider
+	ok, probe := p.health.admit(c.pick.Now)
+	if !ok {
+		return false
+	}
+	if !p.adm.acquire(&p.inflight) {
+		if probe {
+			p.health.brProbes.Add(-1)
+		}
+		c.g.global.Admission("target")
+		return false
+	}
+	c.probe = probe
+	return true
+}
+
+// done releases t's slot and records the attempt's outcome for cooldowns and the breaker.
+func (c *call) done(t *Target, kind failKind, retryAfter time.Duration) {
+	p := t.Provider
+	p.adm.release(&p.inflight)
+	c.record(t, kind, retryAfter)
+}
+
+// record reports the attempt's outcome to t's cooldown and breaker state.
+func (c *call) record(t *Target, kind failKind, retryAfter time.Duration) {
+	p := t.Provider
+	switch kind {
+	case failNone:
+		p.health.success(c.probe)
+	case failClient, failBusy:
+		if c.probe {
+			p.health.brProbes.Add(-1)
+		}
+	default:
+		p.health.failure(time.Now().UnixNano(), c.probe, kind, retryAfter)
+	}
+	c.probe = false
+}
+
+func (c *call) busyError(t *Target) *apiError {
+	ms := int(c.snap.cfg.Queue.RetryAfterSecs * 1000)
+	return &apiError{status: fasthttp.StatusTooManyRequests, typ: typeRateLimit, code: "queue_full",
+		message:      "every candidate target of model " + c.route.Model + " is at its concurrency limit and wait queue; retry later",
+		retryAfterMs: ms}
+}
+
 func backoff(cfg *RetryConfig, attempt int) time.Duration {
 	if cfg.BackoffMs <= 0 {
 		return 0
@@ -236,20 +299,24 @@ func backoff(cfg *RetryConfig, attempt int) time.Duration {
 	return time.Duration(ms * float64(time.Millisecond))
 }
 
-// nextTarget returns the target for attempt a: the strategy's ranking first, then the least-loaded eligible
-// targets not tried yet. -1 when none is left.
-func (c *call) nextTarget(a int) int {
-	for a < c.nOrder {
-		t := c.order[a]
-		if c.tried&(1<<t) == 0 {
-			c.tried |= 1 << t
+// nextTarget returns the k-th candidate: the strategy's ranking first, then the least-loaded eligible
+// targets not tried yet; targets that turned ineligible since the ranking are skipped (unless failing open).
+// -1 when none is left.
+func (c *call) nextTarget(k int) int {
+	now := time.Now().UnixNano()
+	for ; k < c.nOrder; k++ {
+		t := c.order[k]
+		if c.tried&(1<<t) != 0 {
+			continue
+		}
+		c.tried |= 1 << t
+		if c.failingOpen || c.route.Targets[t].Provider.health.eligible(now) {
 			return t
 		}
-		a++
 	}
 	best, bestLoad := -1, int64(0)
 	for _, i := range c.pick.Eligible {
-		if c.tried&(1<<i) != 0 {
+		if c.tried&(1<<i) != 0 || !(c.failingOpen || c.route.Targets[i].Provider.health.eligible(now)) {
 			continue
 		}
 		if l := c.route.Targets[i].Load(); best < 0 || l < bestLoad {
@@ -266,14 +333,13 @@ func (c *call) nextTarget(a int) int {
 	return best
 }
 
-// attempt forwards the request to target ti.
+// attempt forwards the request to target ti, whose slot admit took.
 func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult) {
 	t := c.route.Targets[ti]
 	p := t.Provider
 	c.target = t
 	body := c.bodyFor(ctx, t)
 
-	p.inflight.Add(1)
 	conn, err := p.up.acquire()
 	if err != nil {
 		return c.failAttempt(ctx, t, nil, classifyAcquire(err), err)
@@ -320,15 +386,25 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 			return c.failAttempt(ctx, t, e, failStatus, nil)
 		}
 		// A client error is the client's: pass it on (normalised), do not retry elsewhere.
-		p.inflight.Add(-1)
+		c.done(t, failNone, 0)
 		c.setDecisionHeaders(ctx)
 		writeError(ctx, e)
 		return outDone, attemptResult{}
 	}
+	c.record(t, failNone, 0) // the slot stays taken until the streamed body is closed (CloseWithError)
 
 	// Success: hand the body to the server, which streams it to the client through c.Read.
 	c.conn = conn
 	c.bodyStream = resp.BodyStream()
+	if c.bodyStream == nil {
+		// 204/304: no body to stream.
+		conn.up.release(conn)
+		p.adm.release(&p.inflight)
+		c.conn = nil
+		ctx.Response.SetStatusCode(c.status)
+		c.setDecisionHeaders(ctx)
+		return outDone, attemptResult{}
+	}
 	ct := resp.Header.ContentType()
 	c.sse = bytes.HasPrefix(ct, []byte("text/event-stream"))
 	conn.startBody()
@@ -371,7 +447,11 @@ func staleConnError(err error) bool {
 
 // failAttempt records a failed attempt and decides whether to retry.
 func (c *call) failAttempt(ctx *fasthttp.RequestCtx, t *Target, e *apiError, kind failKind, err error) (outcome, attemptResult) {
-	t.Provider.inflight.Add(-1)
+	var retryAfter time.Duration
+	if e != nil && e.status == fasthttp.StatusTooManyRequests {
+		retryAfter = time.Duration(e.retryAfterMs) * time.Millisecond
+	}
+	c.done(t, kind, retryAfter)
 	t.m.UpstreamError(int(kind))
 	if e == nil {
 		status, code := fasthttp.StatusBadGateway, "upstream_error"
@@ -399,7 +479,7 @@ func (c *call) failAttempt(ctx *fasthttp.RequestCtx, t *Target, e *apiError, kin
 
 // clientLeft ends a request whose client disconnected while the upstream was working: 499, no retry.
 func (c *call) clientLeft(ctx *fasthttp.RequestCtx, t *Target) (outcome, attemptResult) {
-	t.Provider.inflight.Add(-1)
+	c.done(t, failClient, 0)
 	c.route.m.ClientGone.Inc()
 	c.status = statusClientClosed
 	ctx.SetConnectionClose()
@@ -696,13 +776,17 @@ func (c *call) CloseWithError(err error) error {
 	conn := c.conn
 	resp := &conn.resp
 	_ = resp.CloseBodyStream()
-	reusable := c.upstreamDone && c.streamFail == failNone && err == nil
+	reusable := c.upstreamDone && c.streamFail == failNone && err == nil && !gone
 	if reusable {
 		conn.up.release(conn)
 	} else {
 		conn.close()
 	}
-	c.target.Provider.inflight.Add(-1)
+	p := c.target.Provider
+	p.adm.release(&p.inflight)
+	if c.streamFail != failNone && c.streamFail != failClient && !(err != nil || gone) {
+		p.health.failure(time.Now().UnixNano(), false, c.streamFail, 0)
+	}
 	status := c.status
 	switch {
 	case err != nil || gone || c.streamFail == failClient:

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -25,7 +27,7 @@ func testRoute(t testing.TB, strategy string, weights []float64, params string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := buildSnapshot(cfg, nil)
+	s, err := buildSnapshot(cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"sort"
@@ -30,6 +31,10 @@ type Provider struct {
 
 	// engineLoad, when set, adds the engine's scraped queue depth to Load.
 	engineLoad func() int64
+
+	health  *providerHealth
+	adm     *admission
+	checker *healthChecker
 }
 
 // Load is the number of requests in flight from this gateway to the provider, plus the engine's own
@@ -93,7 +98,7 @@ var failKindLabels = failKindNames[:]
 var reasonLabels = reasonNames[:]
 
 // buildSnapshot turns a validated config into runtime objects. dial, when non-nil, replaces TCP dialing.
-func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, error)) (*Snapshot, error) {
+func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, error), log *slog.Logger) (*Snapshot, error) {
 	s := &Snapshot{
 		cfg:       cfg,
 		providers: make(map[string]*Provider, len(cfg.Providers)),
@@ -106,7 +111,11 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 			return nil, err
 		}
 		up.dial = dial
-		p := &Provider{Name: pc.Name, Index: i, cfg: pc, up: up}
+		p := &Provider{Name: pc.Name, Index: i, cfg: pc, up: up, adm: newAdmission(cfg.Queue)}
+		p.health = newProviderHealth(pc.Name, cfg, log, s.set)
+		if cfg.Health.Enabled {
+			p.checker = newHealthChecker(p, cfg.Health, s.set)
+		}
 		if pc.APIKeyEnv != "" {
 			p.auth = []byte("Bearer " + os.Getenv(pc.APIKeyEnv))
 		}
@@ -119,6 +128,7 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 		l := "target=" + telemetry.Label(p.Name)
 		s.set.Gauge(telemetry.InflightGauge, l, func() float64 { return float64(p.inflight.Load()) })
 		s.set.Gauge(telemetry.UpstreamConns, l, func() float64 { return float64(up.open.Load()) })
+		s.set.Gauge(telemetry.QueueWaiting, l, func() float64 { return float64(p.adm.waiting.Load()) })
 	}
 	for _, rc := range cfg.Routes {
 		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy)}
@@ -165,8 +175,13 @@ func modelsBody(routes []*Route, created int64) []byte {
 	return append(b, "]}"...)
 }
 
-// start starts strategies' background work.
+// start starts health checkers and strategies' background work.
 func (s *Snapshot) start() error {
+	for _, p := range s.Providers {
+		if p.checker != nil {
+			p.checker.start()
+		}
+	}
 	for _, r := range s.Routes {
 		if lc, ok := r.Strategy.(lifecycle); ok {
 			if err := lc.Start(); err != nil {
@@ -186,6 +201,9 @@ func (s *Snapshot) stop() {
 		}
 	}
 	for _, p := range s.Providers {
+		if p.checker != nil {
+			p.checker.stop()
+		}
 		p.up.closeIdle(true)
 	}
 }

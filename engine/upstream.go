@@ -150,8 +150,12 @@ func (u *upstream) dialConn() (*uconn, error) {
 	return c, nil
 }
 
-// release returns a connection whose last response was read completely to the pool.
+// release returns a connection whose last response was read completely to the pool. A connection closed
+// meanwhile (by the client-disconnect watcher) is dropped.
 func (u *upstream) release(c *uconn) {
+	if c.closed.Load() {
+		return
+	}
 	c.gap = 0
 	c.lastUsed = time.Now()
 	u.mu.Lock()
@@ -203,6 +207,7 @@ type uconn struct {
 	// sending the request stays absolute.
 	gap       time.Duration
 	closeOnce sync.Once
+	closed    atomic.Bool
 }
 
 type readerFunc struct{ c *uconn }
@@ -218,6 +223,7 @@ func (r readerFunc) Read(p []byte) (int, error) {
 
 func (c *uconn) close() {
 	c.closeOnce.Do(func() {
+		c.closed.Store(true)
 		_ = c.nc.Close()
 		c.up.open.Add(-1)
 	})

@@ -226,13 +226,24 @@ func (m *RouteMetrics) UnroutedRequest(code int) { m.Unrouted.Inc(statusSlot(cod
 
 // Global holds the gateway-wide handles that do not depend on the config.
 type Global struct {
-	badRequests *lazyCounters
+	badRequests     *lazyCounters
+	admissionGlobal *metrics.Counter
+	admissionTarget *metrics.Counter
 }
 
 // badRequestCodes are the error codes of requests rejected before routing.
 var badRequestCodes = []string{
 	"invalid_json", "invalid_body", "missing_model", "invalid_model", "model_not_found", "method_not_allowed",
 	"request_too_large", "unsupported_media_type", "header_too_large", "not_found", "duplicate_model", "bad_request",
+}
+
+// Admission counts a request refused by admission control ("global" or "target").
+func (g *Global) Admission(scope string) {
+	if scope == "global" {
+		g.admissionGlobal.Inc()
+	} else {
+		g.admissionTarget.Inc()
+	}
 }
 
 // NewGlobal creates the process-wide metrics in the default set (once per process).
@@ -246,7 +257,11 @@ func NewGlobal(version string, start time.Time, draining func() bool) *Global {
 		}
 		return 0
 	})
-	return &Global{badRequests: newLazyCounters(metrics.GetDefaultSet(), mBadRequests, "", "code", badRequestCodes)}
+	return &Global{
+		badRequests:     newLazyCounters(metrics.GetDefaultSet(), mBadRequests, "", "code", badRequestCodes),
+		admissionGlobal: metrics.GetOrCreateCounter(mAdmission + `{scope="global"}`),
+		admissionTarget: metrics.GetOrCreateCounter(mAdmission + `{scope="target"}`),
+	}
 }
 
 // BadRequest counts a rejected request by its error code.

@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// admission caps the requests in flight to one provider ([queue] max_inflight_per_target) with a bounded
+// wait queue (max_waiting_per_target, wait_timeout_secs). A full queue is answered at once with 429, never
+// an unbounded pile-up (gateway-anchors.md section 4: LiteLLM and Bifrost queues that grow without bound).
+// The slot counter is the provider's in-flight counter itself, so the cap and the load strategies see the
+// same number.
+type admission struct {
+	max     int64 // 0 = unlimited
+	maxWait int64
+	wait    time.Duration
+
+	_       [64]byte
+	waiting atomic.Int64
+	_       [56]byte
+	wake    chan struct{}
+}
+
+func newAdmission(q QueueConfig) *admission {
+	a := &admission{max: int64(q.MaxInflightPerTarget), maxWait: int64(q.MaxWaitingPerTarget), wait: secs(q.WaitTimeoutSecs)}
+	if a.max > 0 && a.maxWait > 0 {
+		a.wake = make(chan struct{}, a.maxWait)
+	}
+	return a
+}
+
+// tryAcquire takes a slot without waiting.
+func (a *admission) tryAcquire(inflight *atomic.Int64) bool {
+	if a.max <= 0 {
+		inflight.Add(1)
+		return true
+	}
+	for {
+		n := inflight.Load()
+		if n >= a.max {
+			return false
+		}
+		if inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// acquire takes a slot, waiting in the bounded queue when the provider is full. It returns false when the
+// queue is full or the wait timed out.
+func (a *admission) acquire(inflight *atomic.Int64) bool {
+	if a.tryAcquire(inflight) {
+		return true
+	}
+	if a.wake == nil || a.waiting.Add(1) > a.maxWait {
+		if a.wake != nil {
+			a.waiting.Add(-1)
+		}
+		return false
+	}
+	defer a.waiting.Add(-1)
+	timer := time.NewTimer(a.wait)
+	defer timer.Stop()
+	for {
+		if a.tryAcquire(inflight) {
+			return true
+		}
+		select {
+		case <-a.wake:
+		case <-timer.C:
+			return a.tryAcquire(inflight)
+		}
+	}
+}
+
+// release frees a slot and wakes one waiter.
+func (a *admission) release(inflight *atomic.Int64) {
+	inflight.Add(-1)
+	if a.wake != nil && a.waiting.Load() > 0 {
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// full reports whether the provider has no free slot.
+func (a *admission) full(inflight *atomic.Int64) bool {
+	return a.max > 0 && inflight.Load() >= a.max
+}

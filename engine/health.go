@@ -1,0 +1,364 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/rolter-ai/rolter/telemetry"
+)
+
+// Target states behind eligibility (../shared/DESIGN.md section 3): Eligible = healthy AND not cooling
+// down AND circuit not open. All three are per provider (one engine), flat atomics read on every request;
+// transitions happen on the failure path or in the health checker and are logged and counted.
+//
+// Cooldown (passive): connect errors, resets, timeouts, 5xx and 429s count as failures; cooldown.failures of
+// them within cooldown.window_secs cool the provider for base_secs, doubling (up to max_secs) each time it
+// fails again before a success; a 429 with retry-after cools it for that long (capped at
+// max_retry_after_secs). A success ends the escalation.
+//
+// Breaker: closed -> open after breaker.failures consecutive failures -> half-open after open_secs, letting
+// half_open_probes requests through -> closed on a success, open again on a failure.
+//
+// Health (active, off by default): one prober goroutine per provider, at most one probe in flight.
+
+// breaker states, also the rolter_breaker_state gauge values.
+const (
+	breakerClosed int32 = iota
+	breakerHalfOpen
+	breakerOpen
+)
+
+var breakerNames = [...]string{"closed", "half_open", "open"}
+
+// providerHealth is the eligibility state of one provider.
+type providerHealth struct {
+	name string
+	log  *slog.Logger
+	cd   CooldownConfig
+	br   BreakerConfig
+
+	_         [64]byte
+	down      atomic.Bool  // marked down by active health checks
+	coolUntil atomic.Int64 // unix nanos; cooling while now < coolUntil
+	brState   atomic.Int32
+	brUntil   atomic.Int64 // unix nanos when an open breaker may go half-open
+	brProbes  atomic.Int32 // half-open probes in flight
+	_         [40]byte
+
+	consecFail atomic.Int32 // consecutive failures, for the breaker
+	coolLevel  atomic.Int32 // cooldowns since the last success
+
+	mu        sync.Mutex // failure path only
+	failTimes []int64    // recent failure times, for the cooldown window
+
+	states *telemetryStates
+}
+
+// telemetryStates counts state changes by name.
+type telemetryStates struct {
+	set    *metrics.Set
+	target string
+	mu     sync.Mutex
+	c      map[string]*metrics.Counter
+}
+
+func (s *telemetryStates) inc(state string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	c := s.c[state]
+	if c == nil {
+		c = s.set.GetOrCreateCounter(telemetry.TargetStates + "{target=" + telemetry.Label(s.target) + ",state=" + telemetry.Label(state) + "}")
+		s.c[state] = c
+	}
+	s.mu.Unlock()
+	c.Inc()
+}
+
+func newProviderHealth(name string, cfg *Config, log *slog.Logger, set *telemetry.Set) *providerHealth {
+	h := &providerHealth{name: name, log: log, cd: cfg.Cooldown, br: cfg.Breaker}
+	if set != nil {
+		h.states = &telemetryStates{set: set.Inner(), target: name, c: map[string]*metrics.Counter{}}
+		l := "target=" + telemetry.Label(name)
+		set.Gauge(telemetry.TargetEligible, l, func() float64 {
+			if h.eligible(time.Now().UnixNano()) {
+				return 1
+			}
+			return 0
+		})
+		set.Gauge(telemetry.CooldownRemaining, l, func() float64 {
+			return max(0, float64(h.coolUntil.Load()-time.Now().UnixNano())/1e9)
+		})
+		set.Gauge(telemetry.BreakerState, l, func() float64 { return float64(h.brState.Load()) })
+	}
+	return h
+}
+
+// eligible reports whether the provider may take new requests at now (unix nanos). It does not change
+// state; an open breaker whose time is up counts as eligible (the attempt itself moves it to half-open).
+func (h *providerHealth) eligible(now int64) bool {
+	if h.down.Load() || now < h.coolUntil.Load() {
+		return false
+	}
+	switch h.brState.Load() {
+	case breakerOpen:
+		return now >= h.brUntil.Load()
+	case breakerHalfOpen:
+		return h.brProbes.Load() < int32(h.br.HalfOpenProbes)
+	}
+	return true
+}
+
+// admit is called when an attempt is about to use the provider. It returns false when the breaker does not
+// let the request through (another request took the last half-open probe slot). probe is true when the
+// request is a half-open probe, to be passed back to done.
+func (h *providerHealth) admit(now int64) (ok, probe bool) {
+	if !h.br.Enabled {
+		return true, false
+	}
+	for {
+		switch h.brState.Load() {
+		case breakerClosed:
+			return true, false
+		case breakerOpen:
+			if now < h.brUntil.Load() {
+				return false, false
+			}
+			if h.brState.CompareAndSwap(breakerOpen, breakerHalfOpen) {
+				h.transition("half_open", "breaker open_secs elapsed")
+			}
+		case breakerHalfOpen:
+			n := h.brProbes.Load()
+			if n >= int32(h.br.HalfOpenProbes) {
+				return false, false
+			}
+			if h.brProbes.CompareAndSwap(n, n+1) {
+				return true, true
+			}
+		}
+	}
+}
+
+// success records a successful attempt (response headers with a non-failure status). It is on every
+// request's path, so it only loads shared words unless there is something to reset.
+func (h *providerHealth) success(probe bool) {
+	if probe {
+		h.brProbes.Add(-1)
+	}
+	if h.consecFail.Load() != 0 {
+		h.consecFail.Store(0)
+	}
+	if h.coolLevel.Load() != 0 {
+		h.coolLevel.Store(0)
+	}
+	if h.brState.Load() != breakerClosed && h.brState.Swap(breakerClosed) != breakerClosed {
+		h.transition("closed", "a request succeeded")
+	}
+}
+
+// failure records a failed attempt. retryAfter > 0 is a 429's retry-after.
+func (h *providerHealth) failure(now int64, probe bool, kind failKind, retryAfter time.Duration) {
+	if probe {
+		h.brProbes.Add(-1)
+	}
+	consec := h.consecFail.Add(1)
+	var cool time.Duration
+	reason := ""
+	if h.cd.Enabled {
+		h.mu.Lock()
+		switch level := h.coolLevel.Load(); {
+		case retryAfter > 0:
+			cool = min(retryAfter, secs(h.cd.MaxRetryAfterSecs))
+			reason = "429 with retry-after"
+		case level > 0 && now >= h.coolUntil.Load():
+			// It failed again after a cooldown ended, before any success: escalate.
+			cool = h.cooldownFor(int(level))
+			h.coolLevel.Store(level + 1)
+			reason = "failed again after a cooldown: " + kind.String()
+		case level == 0:
+			window := int64(secs(h.cd.WindowSecs))
+			kept := h.failTimes[:0]
+			for _, t := range h.failTimes {
+				if now-t < window {
+					kept = append(kept, t)
+				}
+			}
+			h.failTimes = append(kept, now)
+			if len(h.failTimes) >= h.cd.Failures {
+				cool = h.cooldownFor(0)
+				h.coolLevel.Store(1)
+				h.failTimes = h.failTimes[:0]
+				reason = strconv.Itoa(h.cd.Failures) + " failures within window_secs, last: " + kind.String()
+			}
+		}
+		h.mu.Unlock()
+	}
+	if cool > 0 {
+		until := now + int64(cool)
+		if until > h.coolUntil.Load() {
+			h.coolUntil.Store(until)
+			h.states.inc("cooldown")
+			h.log.Warn("target cooling down", "target", h.name, "for", cool.String(), "reason", reason)
+		}
+	}
+	if h.br.Enabled {
+		st := h.brState.Load()
+		if st == breakerHalfOpen || (st == breakerClosed && int(consec) >= h.br.Failures) {
+			if h.brState.CompareAndSwap(st, breakerOpen) {
+				h.brUntil.Store(now + int64(secs(h.br.OpenSecs)))
+				why := strconv.Itoa(int(consec)) + " consecutive failures, last: " + kind.String()
+				if st == breakerHalfOpen {
+					why = "half-open probe failed: " + kind.String()
+				}
+				h.transition("open", why)
+			}
+		}
+	}
+}
+
+func (h *providerHealth) cooldownFor(level int) time.Duration {
+	d := secs(h.cd.BaseSecs) << min(level, 20)
+	return min(d, secs(h.cd.MaxSecs))
+}
+
+func (h *providerHealth) transition(state, reason string) {
+	h.states.inc("breaker_" + state)
+	h.log.Warn("target breaker "+state, "target", h.name, "reason", reason)
+}
+
+// setDown records the result of active health checks.
+func (h *providerHealth) setDown(down bool, reason string) {
+	if h.down.Swap(down) == down {
+		return
+	}
+	if down {
+		h.states.inc("unhealthy")
+		h.log.Warn("target marked unhealthy", "target", h.name, "reason", reason)
+	} else {
+		h.states.inc("healthy")
+		h.log.Info("target marked healthy", "target", h.name, "reason", reason)
+	}
+}
+
+// badness orders ineligible providers for fail-open: lower is less bad.
+func (h *providerHealth) badness(now int64) int64 {
+	var b int64
+	if h.down.Load() {
+		b += 1 << 50
+	}
+	if h.brState.Load() == breakerOpen {
+		b += max(0, h.brUntil.Load()-now)
+	}
+	b += max(0, h.coolUntil.Load()-now)
+	return b
+}
+
+// healthChecker probes one provider; at most one probe is in flight (the loop is sequential).
+type healthChecker struct {
+	h      *providerHealth
+	cfg    HealthConfig
+	client *fasthttp.HostClient
+	url    string
+	ok     *metrics.Counter
+	failed *metrics.Counter
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newHealthChecker(p *Provider, cfg HealthConfig, set *telemetry.Set) *healthChecker {
+	u, _ := url.Parse(p.cfg.APIBase)
+	hc := &healthChecker{
+		h:   p.health,
+		cfg: cfg,
+		url: u.Scheme + "://" + u.Host + cfg.Path,
+		client: &fasthttp.HostClient{
+			Addr:                          p.up.addr,
+			IsTLS:                         u.Scheme == "https",
+			ReadTimeout:                   secs(cfg.TimeoutSecs),
+			WriteTimeout:                  secs(cfg.TimeoutSecs),
+			MaxConns:                      1,
+			NoDefaultUserAgentHeader:      true,
+			DisablePathNormalizing:        true,
+			MaxIdleConnDuration:           p.up.maxIdleAge,
+			MaxIdemponentCallAttempts:     1,
+			DisableHeaderNamesNormalizing: false,
+		},
+	}
+	if p.up.dial != nil {
+		d := p.up.dial
+		hc.client.DialTimeout = d
+	}
+	l := "target=" + telemetry.Label(p.Name)
+	hc.ok = set.Counter(telemetry.HealthChecks, l+`,result="ok"`)
+	hc.failed = set.Counter(telemetry.HealthChecks, l+`,result="failed"`)
+	return hc
+}
+
+func (hc *healthChecker) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	hc.cancel = cancel
+	hc.wg.Add(1)
+	go hc.run(ctx)
+}
+
+func (hc *healthChecker) stop() {
+	hc.cancel()
+	hc.wg.Wait()
+	hc.client.CloseIdleConnections()
+}
+
+func (hc *healthChecker) run(ctx context.Context) {
+	defer hc.wg.Done()
+	defer logPanic(hc.h.log, "health checker "+hc.h.name)
+	interval := secs(hc.cfg.IntervalSecs)
+	timeout := secs(hc.cfg.TimeoutSecs)
+	fails, oks := 0, 0
+	t := time.NewTimer(0)
+	defer t.Stop()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		req.Reset()
+		req.SetRequestURI(hc.url)
+		req.Header.SetMethod(fasthttp.MethodGet)
+		err := hc.client.DoTimeout(req, resp, timeout)
+		reason := ""
+		switch {
+		case err != nil:
+			reason = "health check failed: " + err.Error()
+		case resp.StatusCode() >= 300:
+			reason = "health check answered HTTP " + strconv.Itoa(resp.StatusCode())
+		}
+		if reason == "" {
+			hc.ok.Inc()
+			oks++
+			fails = 0
+			if oks >= hc.cfg.HealthyThreshold {
+				hc.h.setDown(false, strconv.Itoa(oks)+" consecutive health checks passed")
+			}
+		} else {
+			hc.failed.Inc()
+			fails++
+			oks = 0
+			if fails >= hc.cfg.UnhealthyThreshold {
+				hc.h.setDown(true, reason)
+			}
+		}
+		t.Reset(interval)
+	}
+}
