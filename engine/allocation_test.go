@@ -33,3 +33,50 @@ func TestAllocsRequestID(t *testing.T) {
 		t.Fatalf("%v allocs", a)
 	}
 }
+
+// TestAllocsCacheAwarePick: a cache_aware decision (trie matches on every target) allocates nothing.
+func TestAllocsCacheAwarePick(t *testing.T) {
+	r, s := cacheRoute(t, 8, "")
+	key := []byte(systemPrompt + "\x1euser\x1fquestion")
+	for i, tr := range s.tries {
+		tr.Insert(key[:len(key)-i])
+	}
+	var buf, out [maxTargets]int
+	var p Pick
+	allEligible(r, &p, buf[:])
+	p.Key = key
+	if a := testing.AllocsPerRun(200, func() { r.Strategy.Rank(&p, out[:]) }); a != 0 {
+		t.Fatalf("%v allocs per pick", a)
+	}
+	g, ctx := benchCall(t, "cache_aware")
+	c := g.acquireCall(g.snap.Load())
+	if a := testing.AllocsPerRun(200, func() {
+		c.route = nil
+		if e := c.prepare(ctx); e != nil {
+			t.Fatal(e.message)
+		}
+	}); a != 0 {
+		t.Fatalf("%v allocs per request up to the pick", a)
+	}
+}
+
+func TestAllocsPipelineAndHash(t *testing.T) {
+	for _, strategy := range []string{"pipeline", "consistent_hash"} {
+		r := testRoute(t, strategy, []float64{1, 2, 1, 1}, "")
+		var buf, out [maxTargets]int
+		var p Pick
+		allEligible(r, &p, buf[:])
+		p.Key = []byte(systemPrompt)
+		p.SessionID = []byte("session-42")
+		if rec, ok := r.Strategy.(Recorder); ok {
+			rec.Routed(&p, 1) // binds the session: later picks are lookups
+		}
+		if a := testing.AllocsPerRun(200, func() { r.Strategy.Rank(&p, out[:]) }); a != 0 {
+			t.Fatalf("%s: %v allocs per pick", strategy, a)
+		}
+		p.SessionID = nil
+		if a := testing.AllocsPerRun(200, func() { r.Strategy.Rank(&p, out[:]) }); a != 0 {
+			t.Fatalf("%s without session: %v allocs per pick", strategy, a)
+		}
+	}
+}

@@ -93,6 +93,7 @@ type TargetConfig struct {
 type RouteParams struct {
 	Threshold      *float64 `toml:"threshold"`
 	MaxTrieNodes   *int     `toml:"max_trie_nodes"`
+	MaxTrieBytes   *int     `toml:"max_trie_bytes"`
 	SessionTTLSecs *float64 `toml:"session_ttl_secs"`
 	MaxSessions    *int     `toml:"max_sessions"`
 	Epsilon        *float64 `toml:"epsilon"`
@@ -501,6 +502,9 @@ func (v *validator) params(key, strategy string, spec strategySpec, p *RoutePara
 	}
 	if check("max_trie_nodes", p.MaxTrieNodes != nil) && *p.MaxTrieNodes < 16 {
 		v.addf(key+".max_trie_nodes", "must be >= 16, got %d", *p.MaxTrieNodes)
+	}
+	if check("max_trie_bytes", p.MaxTrieBytes != nil) && *p.MaxTrieBytes < 1024 {
+		v.addf(key+".max_trie_bytes", "must be >= 1024, got %d", *p.MaxTrieBytes)
 	}
 	if check("session_ttl_secs", p.SessionTTLSecs != nil) && !(*p.SessionTTLSecs > 0) {
 		v.addf(key+".session_ttl_secs", "must be > 0, got %v", *p.SessionTTLSecs)

@@ -42,6 +42,8 @@ type call struct {
 	failingOpen bool
 	// probe: the current attempt is a half-open breaker probe.
 	probe bool
+	// recorded: the strategy has been told where the request went.
+	recorded bool
 
 	start time.Time
 	sent  time.Time
@@ -79,7 +81,7 @@ func (g *Gateway) acquireCall(snap *Snapshot) *call {
 func (c *call) release() {
 	c.g.inflight.Add(-1)
 	c.g, c.snap, c.route, c.target = nil, nil, nil, nil
-	c.failingOpen, c.probe = false, false
+	c.failingOpen, c.probe, c.recorded = false, false, false
 	c.pick = Pick{}
 	c.tried, c.nOrder, c.retries = 0, 0, 0
 	c.conn, c.bodyStream = nil, nil
@@ -347,6 +349,12 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 	for {
 		c.sent = time.Now()
 		if err = c.writeRequest(ctx, conn, t, body); err == nil {
+			if c.route.recorder != nil && !c.recorded {
+				// "After forwarding, record the prompt in the winner's trie" (seed page): at send time, not
+				// when the answer comes back, so the requests of a burst see where the first ones went.
+				c.route.recorder.Routed(&c.pick, ti)
+				c.recorded = true
+			}
 			_ = conn.nc.SetReadDeadline(c.sent.Add(p.up.headersWait))
 			c.watch.arm(ctx.Conn(), c.g.watchDelay, conn)
 			resp := &conn.resp

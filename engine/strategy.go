@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"log/slog"
 	"math/rand/v2"
+
+	"github.com/rolter-ai/rolter/telemetry"
 )
 
 // maxTargets bounds the targets of one route, so per-request scratch is fixed-size and eligibility is a
@@ -112,16 +115,46 @@ func decide(r Reason) Decision { return Decision{Reason: r, Score: -1} }
 type strategySpec struct {
 	params        []string // the [routes.params] keys it accepts
 	needsKVEvents bool
-	build         func(r *Route, p RouteParams) (Strategy, error)
+	build         func(r *Route, p RouteParams, env *buildEnv) (Strategy, error)
+}
+
+// buildEnv is what strategy constructors may use besides the route and its params.
+type buildEnv struct {
+	set *telemetry.Set
+	log *slog.Logger
+	cfg *Config
 }
 
 // strategies is the name -> constructor table (no registry magic: ../shared/research/aesthetics-anchors.md 6.3).
 var strategies = map[string]strategySpec{
-	"round_robin":  {build: func(*Route, RouteParams) (Strategy, error) { return &roundRobin{}, nil }},
-	"random":       {build: func(*Route, RouteParams) (Strategy, error) { return randomPick{}, nil }},
-	"weighted":     {build: func(r *Route, _ RouteParams) (Strategy, error) { return newWeighted(r), nil }},
-	"least_load":   {build: func(*Route, RouteParams) (Strategy, error) { return leastLoad{}, nil }},
-	"power_of_two": {build: func(*Route, RouteParams) (Strategy, error) { return powerOfTwo{}, nil }},
+	"round_robin":  {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return &roundRobin{}, nil }},
+	"random":       {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return randomPick{}, nil }},
+	"weighted":     {build: func(r *Route, _ RouteParams, _ *buildEnv) (Strategy, error) { return newWeighted(r), nil }},
+	"least_load":   {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return leastLoad{}, nil }},
+	"power_of_two": {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return powerOfTwo{}, nil }},
+	"cache_aware": {
+		params: []string{"threshold", "max_trie_nodes", "max_trie_bytes"},
+		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
+			s := newCacheAware(r, p)
+			registerTrieMetrics(env.set, r, s.tries)
+			return s, nil
+		},
+	},
+	"pipeline": {
+		params: []string{"weight_factor", "load_factor", "cache_factor", "max_trie_nodes", "max_trie_bytes", "session_ttl_secs", "max_sessions"},
+		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
+			s := newPipeline(r, p)
+			registerTrieMetrics(env.set, r, s.tries)
+			env.set.Gauge(telemetry.Sessions, "route="+telemetry.Label(r.Model), func() float64 { return float64(s.sessions.size()) })
+			return s, nil
+		},
+	},
+	"consistent_hash": {
+		params: []string{"epsilon", "virtual_nodes", "key_bytes"},
+		build: func(r *Route, p RouteParams, _ *buildEnv) (Strategy, error) {
+			return newConsistentHash(r, p), nil
+		},
+	},
 }
 
 // leastLoaded returns the eligible target with the smallest Load, breaking ties uniformly at random so a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -29,20 +30,27 @@ type Provider struct {
 	inflight atomic.Int64
 	_        [56]byte
 
-	// engineLoad, when set, adds the engine's scraped queue depth to Load.
+	// engineLoad, when set, returns the engine's own count of requests (running + waiting) from its
+	// /metrics, or -1 when that number is unknown or stale.
 	engineLoad func() int64
+	scraper    *telemetry.Scraper
 
 	health  *providerHealth
 	adm     *admission
 	checker *healthChecker
 }
 
-// Load is the number of requests in flight from this gateway to the provider, plus the engine's own
-// queue depth when [metrics_scrape] is on and fresh (../shared/DESIGN.md section 3).
+// Load is the number of requests in flight from this gateway to the provider; with [metrics_scrape] on and
+// fresh, it is the larger of that and the engine's own count (running + waiting). The engine's count
+// includes this gateway's requests and everyone else's, so adding the two would count ours twice; the
+// gateway's count is the fresher one (updated at dispatch, not every scrape interval), so it wins when a
+// burst outruns the last scrape (routing-anchors.md section 8.2).
 func (p *Provider) Load() int64 {
 	l := p.inflight.Load()
 	if p.engineLoad != nil {
-		l += p.engineLoad()
+		if e := p.engineLoad(); e > l {
+			l = e
+		}
 	}
 	return l
 }
@@ -116,6 +124,9 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 		if cfg.Health.Enabled {
 			p.checker = newHealthChecker(p, cfg.Health, s.set)
 		}
+		if cfg.MetricsScrape.Enabled {
+			p.startScrape(cfg, log, s.set)
+		}
 		if pc.APIKeyEnv != "" {
 			p.auth = []byte("Bearer " + os.Getenv(pc.APIKeyEnv))
 		}
@@ -146,7 +157,7 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 			r.Targets = append(r.Targets, t)
 		}
 		spec := strategies[rc.Strategy]
-		st, err := spec.build(r, rc.Params)
+		st, err := spec.build(r, rc.Params, &buildEnv{set: s.set, log: log, cfg: cfg})
 		if err != nil {
 			return nil, fmt.Errorf("cannot build strategy %q for route %q: %w", rc.Strategy, rc.Model, err)
 		}
@@ -181,6 +192,9 @@ func (s *Snapshot) start() error {
 		if p.checker != nil {
 			p.checker.start()
 		}
+		if p.scraper != nil {
+			p.scraper.Start()
+		}
 	}
 	for _, r := range s.Routes {
 		if lc, ok := r.Strategy.(lifecycle); ok {
@@ -204,6 +218,9 @@ func (s *Snapshot) stop() {
 		if p.checker != nil {
 			p.checker.stop()
 		}
+		if p.scraper != nil {
+			p.scraper.Stop()
+		}
 		p.up.closeIdle(true)
 	}
 }
@@ -215,4 +232,56 @@ func (s *Snapshot) describe() string {
 		parts = append(parts, fmt.Sprintf("%s(%s, %d targets)", r.Model, r.StrategyName, len(r.Targets)))
 	}
 	return strings.Join(parts, " ")
+}
+
+// startScrape sets up the [metrics_scrape] poller of p: the engine's /metrics at the root of its api_base.
+func (p *Provider) startScrape(cfg *Config, log *slog.Logger, set *telemetry.Set) {
+	u, _ := url.Parse(p.cfg.APIBase)
+	mc := cfg.MetricsScrape
+	sc := telemetry.ScrapeConfig{
+		BaseURL:  u.Scheme + "://" + u.Host,
+		Path:     mc.Path,
+		Interval: secs(mc.IntervalSecs),
+		Timeout:  secs(mc.TimeoutSecs),
+	}
+	if p.auth != nil {
+		sc.Headers = map[string]string{"Authorization": string(p.auth)}
+	}
+	load := &telemetry.EngineLoad{}
+	p.scraper = telemetry.NewScraper(sc, load, log.With("target", p.Name))
+	// A scrape older than three intervals is stale: it contributes nothing rather than an old number.
+	maxAge := int64(3 * sc.Interval)
+	p.engineLoad = func() int64 {
+		r, w, ok := load.Queue(time.Now().UnixNano(), maxAge)
+		if !ok {
+			return -1
+		}
+		return r + w
+	}
+	l := "target=" + telemetry.Label(p.Name)
+	now := func() int64 { return time.Now().UnixNano() }
+	set.Gauge(telemetry.EngineRunning, l, func() float64 {
+		r, _, ok := load.Queue(now(), maxAge)
+		if !ok {
+			return -1
+		}
+		return float64(r)
+	})
+	set.Gauge(telemetry.EngineWaiting, l, func() float64 {
+		_, w, ok := load.Queue(now(), maxAge)
+		if !ok {
+			return -1
+		}
+		return float64(w)
+	})
+	set.Gauge(telemetry.EngineKVUsage, l, func() float64 {
+		u, ok := load.KVUsage(now(), maxAge)
+		if !ok {
+			return -1
+		}
+		return u
+	})
+	sp := p.scraper
+	set.Gauge(telemetry.Scrapes, l+`,result="ok"`, func() float64 { return float64(sp.Stats().OK) })
+	set.Gauge(telemetry.Scrapes, l+`,result="failed"`, func() float64 { return float64(sp.Stats().Failed) })
 }

@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"math/rand/v2"
+
+	"github.com/rolter-ai/rolter/telemetry"
+	"github.com/rolter-ai/rolter/trie"
+)
+
+// Defaults of the cache strategies (../shared/seed/cache-aware-routing.txt).
+const (
+	defaultThreshold    = 0.5
+	defaultMaxTrieNodes = trie.DefaultMaxNodes
+	// defaultMaxTrieBytes bounds each target's trie in stored prompt bytes as well as nodes, so memory has a
+	// ceiling in bytes per target whatever the prompt sizes (routing-anchors.md "Implications", goal 9).
+	defaultMaxTrieBytes = 256 << 20
+)
+
+// newTries returns one trie per target with the route's ceilings.
+func newTries(n int, p RouteParams) []*trie.Trie {
+	maxNodes, maxBytes := defaultMaxTrieNodes, defaultMaxTrieBytes
+	if p.MaxTrieNodes != nil {
+		maxNodes = *p.MaxTrieNodes
+	}
+	if p.MaxTrieBytes != nil {
+		maxBytes = *p.MaxTrieBytes
+	}
+	tries := make([]*trie.Trie, n)
+	for i := range tries {
+		tries[i] = trie.NewLimited(maxNodes, maxBytes)
+	}
+	return tries
+}
+
+// cacheAware is the seed page's cache_aware strategy. Each target has a byte trie of the prompt keys it was
+// sent; a request scores each eligible target by the fraction of its leading prompt-key bytes present there.
+//
+//   - best score >= threshold and the best target not overloaded: pin to it (prefix_hit);
+//   - otherwise the least-loaded eligible target (no_match, or overloaded when the best match was skipped
+//     for load); when every eligible target has the same load, the least-warmed one, i.e. the smallest trie
+//     (least_warmed);
+//   - after forwarding, the prompt is recorded in the winner's trie.
+//
+// Overloaded(t) = load(t) > min_load + 2 AND load(t) > 1.5 x min_load, min over eligible targets: a short
+// queue at the replica that holds the cache is worth waiting in, a long one is not, so a burst sharing one
+// system prompt spreads over the fleet while each conversation's turns keep their replica. Ties (equal best
+// scores, equal loads, equal trie sizes) are broken at random so bursts do not all land on the first target
+// (routing-anchors.md section 8.6). Only eligible targets are compared.
+type cacheAware struct {
+	threshold float64
+	tries     []*trie.Trie // one per target, same index as Route.Targets
+}
+
+func newCacheAware(r *Route, p RouteParams) *cacheAware {
+	s := &cacheAware{threshold: defaultThreshold}
+	if p.Threshold != nil {
+		s.threshold = *p.Threshold
+	}
+	s.tries = newTries(len(r.Targets), p)
+	return s
+}
+
+func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
+	best, score := -1, 0.0
+	if n := len(p.Key); n > 0 {
+		bestLen, ties := 0, uint64(0)
+		for _, i := range p.Eligible {
+			m := s.tries[i].Match(p.Key)
+			switch {
+			case m > bestLen:
+				best, bestLen, ties = i, m, 1
+			case m == bestLen && m > 0:
+				ties++
+				if rand.Uint64N(ties) == 0 {
+					best = i
+				}
+			}
+		}
+		score = float64(bestLen) / float64(n)
+	}
+	targets := p.Route.Targets
+	minLoad := int64(-1)
+	for _, i := range p.Eligible {
+		if l := targets[i].Load(); minLoad < 0 || l < minLoad {
+			minLoad = l
+		}
+	}
+	reason := ReasonNoMatch
+	if best >= 0 && score >= s.threshold {
+		if !overloaded(targets[best].Load(), minLoad) {
+			out[0] = best
+			return 1, Decision{Reason: ReasonPrefixHit, Score: score}
+		}
+		reason = ReasonOverloaded
+	}
+	out[0], reason = s.leastLoaded(p, minLoad, reason)
+	return 1, Decision{Reason: reason, Score: score}
+}
+
+// overloaded is the seed page's rule: more than 2 requests beyond the least-loaded eligible target and more
+// than 1.5 times its load.
+func overloaded(load, minLoad int64) bool {
+	return load > minLoad+2 && float64(load) > 1.5*float64(minLoad)
+}
+
+// leastLoaded returns the eligible target with the smallest load, or, when all loads are equal (no load is
+// known), the least-warmed one; ties at random.
+func (s *cacheAware) leastLoaded(p *Pick, minLoad int64, reason Reason) (int, Reason) {
+	targets := p.Route.Targets
+	allEqual := true
+	for _, i := range p.Eligible {
+		if targets[i].Load() != minLoad {
+			allEqual = false
+			break
+		}
+	}
+	if !allEqual {
+		t, _ := leastLoaded(p)
+		return t, reason
+	}
+	best, bestNodes, ties := -1, 0, uint64(0)
+	for _, i := range p.Eligible {
+		n := s.tries[i].Nodes()
+		switch {
+		case best < 0 || n < bestNodes:
+			best, bestNodes, ties = i, n, 1
+		case n == bestNodes:
+			ties++
+			if rand.Uint64N(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	if reason == ReasonNoMatch {
+		reason = ReasonLeastWarmed
+	}
+	return best, reason
+}
+
+// Routed records the prompt in the winner's trie.
+func (s *cacheAware) Routed(p *Pick, target int) {
+	s.tries[target].Insert(p.Key)
+}
+
+// registerTrieMetrics exports the tries' sizes for /metrics.
+func registerTrieMetrics(set *telemetry.Set, r *Route, tries []*trie.Trie) {
+	for i, t := range r.Targets {
+		tr := tries[i]
+		l := "route=" + telemetry.Label(r.Model) + ",target=" + telemetry.Label(t.Provider.Name)
+		set.Gauge(telemetry.TrieNodes, l, func() float64 { return float64(tr.Nodes()) })
+		set.Gauge(telemetry.TrieEdgeBytes, l, func() float64 { return float64(tr.Stats().EdgeBytes) })
+		set.Gauge(telemetry.TrieArenaBytes, l, func() float64 { return float64(tr.Stats().ArenaBytes) })
+		set.Gauge(telemetry.TriePrompts, l, func() float64 { return float64(tr.Stats().Prompts) })
+		set.Gauge(telemetry.TrieEvictions, l, func() float64 { return float64(tr.Stats().Evictions) })
+	}
+}
+
+var (
+	_ Strategy = (*cacheAware)(nil)
+	_ Recorder = (*cacheAware)(nil)
+)

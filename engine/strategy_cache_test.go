@@ -1,0 +1,337 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rolter-ai/rolter/sim"
+)
+
+func cacheRoute(t testing.TB, n int, params string) (*Route, *cacheAware) {
+	t.Helper()
+	w := make([]float64, n)
+	for i := range w {
+		w[i] = 1
+	}
+	r := testRoute(t, "cache_aware", w, params)
+	return r, r.Strategy.(*cacheAware)
+}
+
+func rank(r *Route, p *Pick) (int, Decision) {
+	var out [maxTargets]int
+	_, d := r.Strategy.Rank(p, out[:])
+	return out[0], d
+}
+
+// TestCacheAwareRules pins the seed page's rule on the strategy itself.
+func TestCacheAwareRules(t *testing.T) {
+	r, s := cacheRoute(t, 3, "")
+	var buf [maxTargets]int
+	var p Pick
+	allEligible(r, &p, buf[:])
+	load := func(l0, l1, l2 int64) {
+		r.Targets[0].Provider.inflight.Store(l0)
+		r.Targets[1].Provider.inflight.Store(l1)
+		r.Targets[2].Provider.inflight.Store(l2)
+	}
+	key := func(s string) { p.Key = []byte(s) }
+	f := func(wantTarget int, wantReason Reason, wantScore float64) {
+		t.Helper()
+		got, d := rank(r, &p)
+		if got != wantTarget || d.Reason != wantReason || (wantScore >= 0 && (d.Score < wantScore-1e-9 || d.Score > wantScore+1e-9)) {
+			t.Fatalf("got target %d %s score %.3f; want %d %s %.3f", got, d.Reason, d.Score, wantTarget, wantReason, wantScore)
+		}
+	}
+	s.tries[1].Insert([]byte("0123456789"))
+	s.tries[2].Insert([]byte("zz"))
+
+	key("0123456789")
+	f(1, ReasonPrefixHit, 1)
+	key("01234abcde") // exactly half cached: >= threshold pins
+	f(1, ReasonPrefixHit, 0.5)
+	key("0123abcdef") // 0.4: below threshold -> least load
+	load(3, 0, 5)
+	f(1, ReasonNoMatch, 0.4)
+	load(0, 5, 5)
+	f(0, ReasonNoMatch, 0.4)
+
+	// Overloaded = load > min+2 AND load > 1.5*min.
+	key("0123456789")
+	load(0, 2, 9)
+	f(1, ReasonPrefixHit, 1) // 2 > 0+2 is false
+	load(0, 3, 9)
+	f(0, ReasonOverloaded, 1) // 3 > 2 and 3 > 0
+	load(10, 14, 10)
+	f(1, ReasonPrefixHit, 1) // 14 > 12 but 14 > 15 is false
+	load(10, 16, 12)
+	f(0, ReasonOverloaded, 1) // 16 > 12 and 16 > 15
+
+	// No load known: the least-warmed target (smallest trie).
+	load(0, 0, 0)
+	key("nothing like it")
+	f(0, ReasonLeastWarmed, 0)
+}
+
+// TestCacheAwareIneligibleNotCompared: an idle unhealthy replica neither wins nor lowers the minimum load
+// that decides whether the cache holder is overloaded.
+func TestCacheAwareIneligibleNotCompared(t *testing.T) {
+	r, s := cacheRoute(t, 3, "")
+	s.tries[0].Insert([]byte("0123456789")) // the ineligible one holds the prefix too
+	s.tries[1].Insert([]byte("0123456789"))
+	r.Targets[0].Provider.inflight.Store(0)
+	r.Targets[1].Provider.inflight.Store(4)
+	r.Targets[2].Provider.inflight.Store(2)
+	p := Pick{Route: r, Key: []byte("0123456789"), Eligible: []int{1, 2}, EligibleMask: 0b110}
+	for i := 0; i < 100; i++ {
+		got, d := rank(r, &p)
+		// With target 0 compared, min load would be 0 and target 1 overloaded (4 > 2, 4 > 0).
+		if got != 1 || d.Reason != ReasonPrefixHit {
+			t.Fatalf("got %d %s", got, d.Reason)
+		}
+	}
+}
+
+// TestCacheAwareTiesSpread: equal best matches and equal loads do not always go to the same target.
+func TestCacheAwareTiesSpread(t *testing.T) {
+	r, s := cacheRoute(t, 4, "")
+	for _, tr := range s.tries {
+		tr.Insert([]byte("shared system prompt"))
+	}
+	var buf [maxTargets]int
+	var p Pick
+	allEligible(r, &p, buf[:])
+	p.Key = []byte("shared system prompt + question")
+	counts := share(r, &p, 4000)
+	assertShares(t, counts, []float64{.25, .25, .25, .25}, 0.05)
+	p.Key = []byte("cold")
+	for _, tr := range s.tries {
+		tr.Reset()
+	}
+	assertShares(t, share(r, &p, 4000), []float64{.25, .25, .25, .25}, 0.05)
+}
+
+func TestCacheAwareParams(t *testing.T) {
+	_, s := cacheRoute(t, 2, "threshold = 0.9\nmax_trie_nodes = 100")
+	if s.threshold != 0.9 {
+		t.Fatalf("threshold %v", s.threshold)
+	}
+	f := func(params, want string) {
+		t.Helper()
+		src := gatewayConfig("cache_aware", "", "http://127.0.0.1:1")
+		src = strings.Replace(src, "strategy = \"cache_aware\"\n", "strategy = \"cache_aware\"\n[routes.params]\n"+params+"\n", 1)
+		_, err := ParseConfig([]byte(src), "p.toml")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("params %q: got %v, want %q", params, err, want)
+		}
+	}
+	f("threshold = 1.5", "routes[0].params.threshold: must be between 0 and 1")
+	f("max_trie_nodes = 0", "routes[0].params.max_trie_nodes: must be >= 16")
+	f("epsilon = 0.2", `strategy "cache_aware" does not use "epsilon"`)
+}
+
+// simFleet starts n simulated engines and returns their URLs.
+func simFleet(t *testing.T, n int, tweak func(*sim.Config)) ([]*sim.Engine, []string) {
+	t.Helper()
+	var engines []*sim.Engine
+	var urls []string
+	for i := 0; i < n; i++ {
+		cfg := sim.DefaultConfig()
+		cfg.EngineLabel = fmt.Sprint(i)
+		if tweak != nil {
+			tweak(&cfg)
+		}
+		e, err := sim.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Stop)
+		engines = append(engines, e)
+		urls = append(urls, e.URL())
+	}
+	return engines, urls
+}
+
+type chatMsg struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// chatTurn sends a conversation and returns the target, the decision and the assistant's reply.
+func chatTurn(t *testing.T, url, model string, msgs []chatMsg) (target, decision, reply string, cached int) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": model, "messages": msgs, "max_tokens": 4})
+	resp, got := post(t, url+"/v1/chat/completions", string(body))
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	var r struct {
+		Choices []struct{ Message chatMsg }
+		Usage   struct {
+			PromptTokensDetails struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		}
+	}
+	if err := json.Unmarshal([]byte(got), &r); err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Get("X-Rolter-Target"), resp.Header.Get("X-Rolter-Decision"), r.Choices[0].Message.Content, r.Usage.PromptTokensDetails.CachedTokens
+}
+
+var systemPrompt = strings.Repeat("You are Rolter's test assistant. Answer briefly, cite sources, never guess. ", 30)
+
+// TestCacheAwareConversations: turns of one conversation stay on one target (and hit its cache); unrelated
+// conversations spread.
+func TestCacheAwareConversations(t *testing.T) {
+	_, urls := simFleet(t, 4, nil)
+	gw := startGateway(t, strings.ReplaceAll(gatewayConfig("cache_aware", "", urls...), `model = "up-model"`, `model = "sim-model"`))
+	var convs [][]chatMsg
+	var homes []string
+	firstTargets := map[string]bool{}
+	for c := 0; c < 4; c++ {
+		msgs := []chatMsg{{"system", fmt.Sprintf("conversation %d: %s", c, strings.Repeat(fmt.Sprintf("topic-%d ", c), 50))}, {"user", "hello"}}
+		target, _, reply, _ := chatTurn(t, gw.URL, "m", msgs)
+		firstTargets[target] = true
+		homes = append(homes, target)
+		convs = append(convs, append(msgs, chatMsg{"assistant", reply}))
+	}
+	if len(firstTargets) != 4 {
+		t.Fatalf("4 unrelated conversations went to %d targets: %v", len(firstTargets), firstTargets)
+	}
+	for turn := 0; turn < 3; turn++ {
+		for c := range convs {
+			msgs := append(convs[c], chatMsg{"user", fmt.Sprintf("question %d", turn)})
+			target, decision, reply, cached := chatTurn(t, gw.URL, "m", msgs)
+			if target != homes[c] || decision != "prefix_hit" || cached == 0 {
+				t.Fatalf("conversation %d turn %d: on %s (home %s), decision %s, cached tokens %d", c, turn, target, homes[c], decision, cached)
+			}
+			convs[c] = append(msgs, chatMsg{"assistant", reply})
+		}
+	}
+}
+
+// TestCacheAwareBurst: 32 concurrent requests sharing one long system prompt spread over the fleet (the
+// overload rule) instead of queueing on the first replica, and each conversation's next turn still lands
+// where its prefix is.
+func TestCacheAwareBurst(t *testing.T) {
+	_, urls := simFleet(t, 4, func(c *sim.Config) {
+		c.DecodePerToken = 10 * time.Millisecond // requests overlap
+		c.MaxNumSeqs = 16
+	})
+	gw := startGateway(t, strings.ReplaceAll(gatewayConfig("cache_aware", "", urls...), `model = "up-model"`, `model = "sim-model"`))
+	type result struct {
+		msgs   []chatMsg
+		target string
+	}
+	results := make([]result, 32)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := []string{}
+	for i := range results {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			msgs := []chatMsg{{"system", systemPrompt}, {"user", fmt.Sprintf("user %d asks something", i)}}
+			body, _ := json.Marshal(map[string]any{"model": "m", "messages": msgs, "max_tokens": 4})
+			resp, err := testClient.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(string(body)))
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err.Error())
+				mu.Unlock()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var r struct{ Choices []struct{ Message chatMsg } }
+			if json.Unmarshal(b, &r) != nil || len(r.Choices) == 0 {
+				mu.Lock()
+				errs = append(errs, string(b))
+				mu.Unlock()
+				return
+			}
+			results[i] = result{append(msgs, r.Choices[0].Message), resp.Header.Get("X-Rolter-Target")}
+		}(i)
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("burst errors: %v", errs)
+	}
+	per := map[string]int{}
+	for _, r := range results {
+		per[r.target]++
+	}
+	if len(per) != 4 {
+		t.Fatalf("the burst used %d of 4 targets: %v", len(per), per)
+	}
+	for target, n := range per {
+		if n > 16 {
+			t.Fatalf("target %s took %d of 32: the burst piled onto one replica (%v)", target, n, per)
+		}
+	}
+	for i, r := range results {
+		msgs := append(r.msgs, chatMsg{"user", "and a follow-up"})
+		target, decision, _, cached := chatTurn(t, gw.URL, "m", msgs)
+		if target != r.target || decision != "prefix_hit" || cached == 0 {
+			t.Fatalf("conversation %d: turn 1 on %s, turn 2 on %s (%s, cached %d)", i, r.target, target, decision, cached)
+		}
+	}
+}
+
+// TestCacheAwareUnhealthyNeverPicked: the replica holding the prefix goes down; it is never picked.
+func TestCacheAwareUnhealthyNeverPicked(t *testing.T) {
+	_, urls := simFleet(t, 3, nil)
+	gw := startGateway(t, strings.ReplaceAll(gatewayConfig("cache_aware", "", urls...), `model = "up-model"`, `model = "sim-model"`))
+	msgs := []chatMsg{{"system", systemPrompt}, {"user", "hi"}}
+	holder, _, _, _ := chatTurn(t, gw.URL, "m", msgs)
+	for _, p := range gw.g.Snapshot().Providers {
+		if p.Name == holder {
+			p.health.down.Store(true)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		target, decision, _, _ := chatTurn(t, gw.URL, "m", msgs)
+		if target == holder {
+			t.Fatalf("the unhealthy holder was picked (%s)", decision)
+		}
+	}
+}
+
+// TestCacheAwareEviction: a tiny max_trie_nodes evicts the oldest conversation but keeps the shared system
+// prompt, which later prompts still match.
+func TestCacheAwareEviction(t *testing.T) {
+	r, s := cacheRoute(t, 1, "max_trie_nodes = 16")
+	var buf [maxTargets]int
+	var p Pick
+	allEligible(r, &p, buf[:])
+	conv := func(i int) []byte {
+		return []byte(systemPrompt + fmt.Sprintf("\x1euser\x1fconversation number %d with its own long question", i))
+	}
+	for i := 0; i < 40; i++ {
+		p.Key = conv(i)
+		s.Routed(&p, 0)
+	}
+	tr := s.tries[0]
+	if st := tr.Stats(); st.Nodes > 16 || st.Evictions == 0 {
+		t.Fatalf("stats %+v: want <= 16 nodes and evictions", st)
+	}
+	first := conv(0)
+	if m := tr.Match(first); m == len(first) || m < len(systemPrompt) {
+		t.Fatalf("oldest conversation: matched %d of %d (system prompt %d): want it evicted, prompt kept", m, len(first), len(systemPrompt))
+	}
+	last := conv(39)
+	if m := tr.Match(last); m != len(last) {
+		t.Fatalf("newest conversation matched %d of %d", m, len(last))
+	}
+	p.Key = []byte(systemPrompt + "\x1euser\x1fa brand new question")
+	if _, d := rank(r, &p); d.Reason != ReasonPrefixHit {
+		t.Fatalf("a new prompt sharing the kept system prompt: %s %.2f", d.Reason, d.Score)
+	}
+}

@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"encoding/binary"
+	"math"
+	"sort"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+const (
+	defaultVirtualNodes = 160
+	defaultEpsilon      = 0.25
+	defaultKeyBytes     = 256
+)
+
+// consistentHash maps a key to a ring of virtual nodes: x-session-id when the request has one, else the
+// first key_bytes of the prompt key (so requests sharing a system prompt or conversation start agree).
+// Adding or removing a target moves about 1/N of the keys. Ineligible targets are skipped, and so is any
+// target above ceil((1+epsilon) x average in-flight over eligible targets, this request included):
+// "consistent hashing with bounded loads" (Mirrokni, Thorup, Zadimoghaddam 2018), so one hot key cannot
+// melt a replica - it spills to the next targets on the ring.
+type consistentHash struct {
+	ring     []uint64 // sorted virtual node hashes
+	owner    []uint8  // owner[i] = target of ring[i]
+	epsilon  float64
+	keyBytes int
+}
+
+func newConsistentHash(r *Route, p RouteParams) *consistentHash {
+	s := &consistentHash{epsilon: defaultEpsilon, keyBytes: defaultKeyBytes}
+	vnodes := defaultVirtualNodes
+	if p.VirtualNodes != nil {
+		vnodes = *p.VirtualNodes
+	}
+	if p.Epsilon != nil {
+		s.epsilon = *p.Epsilon
+	}
+	if p.KeyBytes != nil {
+		s.keyBytes = *p.KeyBytes
+	}
+	type vnode struct {
+		h     uint64
+		owner uint8
+	}
+	var nodes []vnode
+	var buf [8]byte
+	for i, t := range r.Targets {
+		// Virtual nodes are named by provider and model, not by position, so reordering or adding targets
+		// keeps every other target's points where they were.
+		name := t.Provider.Name + "\x00" + t.Model
+		for v := 0; v < vnodes; v++ {
+			binary.LittleEndian.PutUint64(buf[:], uint64(v))
+			d := xxhash.New()
+			d.WriteString(name)
+			d.Write(buf[:])
+			nodes = append(nodes, vnode{d.Sum64(), uint8(i)})
+		}
+	}
+	sort.Slice(nodes, func(a, b int) bool { return nodes[a].h < nodes[b].h })
+	for _, n := range nodes {
+		s.ring = append(s.ring, n.h)
+		s.owner = append(s.owner, n.owner)
+	}
+	return s
+}
+
+func (s *consistentHash) key(p *Pick) uint64 {
+	if len(p.SessionID) > 0 {
+		return xxhash.Sum64(p.SessionID)
+	}
+	k := p.Key
+	if len(k) > s.keyBytes {
+		k = k[:s.keyBytes]
+	}
+	return xxhash.Sum64(k)
+}
+
+func (s *consistentHash) Rank(p *Pick, out []int) (int, Decision) {
+	targets := p.Route.Targets
+	total := int64(1) // this request
+	for _, i := range p.Eligible {
+		total += targets[i].Load()
+	}
+	limit := int64(math.Ceil((1 + s.epsilon) * float64(total) / float64(len(p.Eligible))))
+	h := s.key(p)
+	start := s.search(h)
+	var seen uint64
+	n := 0
+	for k := 0; k < len(s.ring) && n < len(p.Eligible); k++ {
+		t := int(s.owner[(start+k)%len(s.ring)])
+		if seen&(1<<t) != 0 {
+			continue
+		}
+		seen |= 1 << t
+		if p.EligibleMask&(1<<t) == 0 {
+			continue
+		}
+		out[n] = t
+		n++
+	}
+	// The first target on the ring under the load bound goes first; the others keep ring order for retries.
+	for j := 0; j < n; j++ {
+		if targets[out[j]].Load()+1 <= limit {
+			if j > 0 {
+				t := out[j]
+				copy(out[1:j+1], out[:j])
+				out[0] = t
+			}
+			break
+		}
+	}
+	return n, decide(ReasonHash)
+}
+
+// search returns the index of the first ring point >= h (len(ring) wraps to 0 via the caller's modulo).
+func (s *consistentHash) search(h uint64) int {
+	lo, hi := 0, len(s.ring)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s.ring[m] < h {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+var _ Strategy = (*consistentHash)(nil)

@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"math/rand/v2"
+
+	"github.com/rolter-ai/rolter/trie"
+)
+
+// Default pipeline factors; the README's "Routing quality" section shows the benchmark behind them.
+const (
+	defaultWeightFactor = 1.0
+	defaultLoadFactor   = 1.0
+	defaultCacheFactor  = 2.0
+)
+
+// pipeline is the seed page's three-stage strategy: filter (only eligible targets reach Rank) -> score ->
+// argmax with a random tie-break. score(t) = weight_factor x weight(t)/max weight
+//
+//   - load_factor x (min load + 1)/(load(t) + 1)
+//   - cache_factor x prefix-match fraction(t)
+//
+// Every term is in 0..1. The load term is relative - twice the load of the least-loaded target scores about
+// half - so it means the same at 2 and at 200 requests in flight; load includes the engine's scraped queue
+// when [metrics_scrape] is on. The cache term is cache_aware's trie fraction.
+//
+// A request with x-session-id goes to the target its session was last bound to while that binding is
+// younger than session_ttl_secs (idle time) and the target is eligible; otherwise it is scored and re-bound.
+type pipeline struct {
+	weightF, loadF, cacheF float64
+	weights                []float64 // weight(t)
+	tries                  []*trie.Trie
+	sessions               *sessions
+}
+
+func newPipeline(r *Route, p RouteParams) *pipeline {
+	s := &pipeline{weightF: defaultWeightFactor, loadF: defaultLoadFactor, cacheF: defaultCacheFactor, sessions: newSessions(p)}
+	if p.WeightFactor != nil {
+		s.weightF = *p.WeightFactor
+	}
+	if p.LoadFactor != nil {
+		s.loadF = *p.LoadFactor
+	}
+	if p.CacheFactor != nil {
+		s.cacheF = *p.CacheFactor
+	}
+	for _, t := range r.Targets {
+		s.weights = append(s.weights, t.Weight)
+	}
+	s.tries = newTries(len(r.Targets), p)
+	return s
+}
+
+func (s *pipeline) Rank(p *Pick, out []int) (int, Decision) {
+	if len(p.SessionID) > 0 {
+		if t, ok := s.sessions.lookup(p.SessionID, p.Now); ok && p.EligibleMask&(1<<t) != 0 {
+			out[0] = t
+			return 1, decide(ReasonSession)
+		}
+	}
+	targets := p.Route.Targets
+	maxW := 0.0
+	minLoad := int64(-1)
+	for _, i := range p.Eligible {
+		maxW = max(maxW, s.weights[i])
+		if l := targets[i].Load(); minLoad < 0 || l < minLoad {
+			minLoad = l
+		}
+	}
+	n := len(p.Key)
+	best, bestScore, bestMatch := -1, 0.0, 0.0
+	ties := uint64(0)
+	for _, i := range p.Eligible {
+		match := 0.0
+		if n > 0 && s.cacheF != 0 {
+			match = float64(s.tries[i].Match(p.Key)) / float64(n)
+		}
+		score := s.weightF*s.weights[i]/maxW +
+			s.loadF*float64(minLoad+1)/float64(targets[i].Load()+1) +
+			s.cacheF*match
+		switch {
+		case best < 0 || score > bestScore:
+			best, bestScore, bestMatch, ties = i, score, match, 1
+		case score == bestScore:
+			ties++
+			if rand.Uint64N(ties) == 0 {
+				best, bestMatch = i, match
+			}
+		}
+	}
+	out[0] = best
+	return 1, Decision{Reason: ReasonScore, Score: bestMatch}
+}
+
+// Routed records the prompt in the winner's trie and (re)binds the session.
+func (s *pipeline) Routed(p *Pick, target int) {
+	if s.cacheF != 0 {
+		s.tries[target].Insert(p.Key)
+	}
+	if len(p.SessionID) > 0 {
+		s.sessions.bind(p.SessionID, target, p.Now)
+	}
+}
+
+func (s *pipeline) Start() error {
+	s.sessions.start(func(string, ...any) {})
+	return nil
+}
+
+func (s *pipeline) Stop() { s.sessions.stop() }
+
+var (
+	_ Strategy  = (*pipeline)(nil)
+	_ Recorder  = (*pipeline)(nil)
+	_ lifecycle = (*pipeline)(nil)
+)

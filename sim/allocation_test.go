@@ -1,0 +1,102 @@
+//go:build !race
+
+package sim
+
+import (
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+func TestAllocsTokenizeAndHash(t *testing.T) {
+	text := []byte(words("alloc", 500))
+	msgs := [][2][]byte{{[]byte("system"), []byte("be brief")}, {[]byte("user"), text}}
+	tokens := make([]uint32, 0, 4096)
+	hashes := make([]blockHash, 0, 256)
+	var buf []byte
+	hashes, buf = appendBlockHashes(hashes, buf, AppendTokens(tokens, text), 16)
+	n := testing.AllocsPerRun(100, func() {
+		tokens = AppendTokens(tokens[:0], text)
+		tokens = AppendChatTokens(tokens[:0], msgs, true)
+		hashes, buf = appendBlockHashes(hashes[:0], buf, tokens, 16)
+	})
+	if n != 0 {
+		t.Fatalf("tokenize + hash: %v allocs/op", n)
+	}
+}
+
+func TestAllocsEventEncoding(t *testing.T) {
+	tokens := make([]uint32, 64)
+	hashes, _ := appendBlockHashes(nil, nil, tokens, 16)
+	ev := storedEvent{hashes: hashes[1:], parent: &hashes[0], tokens: tokens[16:], blockSize: 16}
+	buf := make([]byte, 0, 4096)
+	batch := make([]byte, 0, 4096)
+	for _, era := range []Era{EraMap, EraPositional, EraV08} {
+		f := eraFormats[era]
+		n := testing.AllocsPerRun(100, func() {
+			buf = appendBlockStored(buf[:0], f, HashInt, &ev)
+			buf = appendBlockRemoved(buf, f, HashBytes, hashes[:1])
+			buf = appendAllBlocksCleared(buf, f)
+			batch = appendBatch(batch[:0], f, 1.5, buf, 3, 0)
+		})
+		if n != 0 {
+			t.Fatalf("era %s: %v allocs/op", era, n)
+		}
+	}
+}
+
+func TestAllocsCacheRequestCycle(t *testing.T) {
+	log := newEventLog(EraMap, HashInt)
+	c := newPrefixCache(64, 16, log)
+	tokens := make([]uint32, 200)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	hashes, _ := appendBlockHashes(nil, nil, tokens, 16)
+	held := make([]*block, 0, 32)
+	spare := make([]byte, 0, 1<<16)
+	cycle := func() {
+		hit := c.match(hashes, len(hashes))
+		need := blocksFor(len(tokens)+16, 16) - hit
+		if !c.fits(hashes, hit, need) {
+			t.Fatal("does not fit")
+		}
+		held = c.pin(held[:0], hashes[:hit])
+		c.allocate(need)
+		var used int
+		held, used = c.store(held, hashes, hit, tokens)
+		c.release(held, need-used)
+		events, _, _ := log.take(spare)
+		spare = events
+	}
+	cycle()
+	if n := testing.AllocsPerRun(100, cycle); n != 0 {
+		t.Fatalf("cache request cycle: %v allocs/op", n)
+	}
+}
+
+func TestAllocsServeCompletion(t *testing.T) {
+	e, err := New(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"model":"sim-model","messages":[{"role":"user","content":"` + words("hot", 300) + `"}],"max_tokens":8}`)
+	var req fasthttp.Request
+	req.Header.SetMethod("POST")
+	req.SetRequestURI("/v1/chat/completions")
+	req.SetBody(body)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, nil, nil) // allocates its fake connection once
+	serve := func() {
+		req.CopyTo(&ctx.Request)
+		ctx.Response.Reset()
+		e.serveHTTP(&ctx)
+		if ctx.Response.StatusCode() != 200 {
+			t.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+	serve()
+	if n := testing.AllocsPerRun(100, serve); n != 0 {
+		t.Fatalf("chat completion handler: %v allocs/op", n)
+	}
+}

@@ -1,0 +1,87 @@
+package sim
+
+import (
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFlags(t *testing.T) {
+	cfg, err := ParseFlags([]string{
+		"--port", "0", "-kv-events", "tcp://*:5557", "--replay", "tcp://*:5558", "--kv-era", "positional",
+		"--block-size", "32", "--num-blocks", "100", "--max-num-seqs", "4", "--prefill-us-per-token", "2.5",
+		"--decode-us-per-token", "1500", "--model", "m", "--error-rate", "0.25", "--added-latency-ms", "7",
+		"--hang", "--abort-after-chunks", "3", "--drop-every-nth-batch", "5", "--garbage-every-n-batches", "6",
+		"--hash-mode", "bytes", "--replay-layout", "old", "--topic", "kv", "--max-tokens", "9",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Host: "127.0.0.1", Port: 0, Model: "m", EngineLabel: "0",
+		KVEvents: "tcp://*:5557", Replay: "tcp://*:5558", Topic: "kv", Era: EraPositional,
+		HashMode: HashBytes, ReplayLayout: ReplayOld, ReplayBuffer: 10000, BatchWindow: 2 * time.Millisecond,
+		BlockSize: 32, NumBlocks: 100, MaxNumSeqs: 4, MaxModelLen: 3200, MaxTokens: 9,
+		PrefillPerToken: 2500 * time.Nanosecond, DecodePerToken: 1500 * time.Microsecond, IdleTimeout: 5 * time.Second,
+		Faults: Faults{ErrorRate: 0.25, AddedLatency: 7 * time.Millisecond, HangBeforeHeaders: true,
+			AbortAfterChunks: 3, DropEveryNthBatch: 5, GarbageEveryNBatches: 6},
+	}
+	if cfg != want {
+		t.Fatalf("got  %+v\nwant %+v", cfg, want)
+	}
+
+	def, err := ParseFlags(nil)
+	if err != nil || def.Port != 8000 || def.KVEvents != "" || def.Era != EraMap || def.PrefillPerToken != 20*time.Microsecond {
+		t.Fatalf("defaults %+v %v", def, err)
+	}
+	if _, err := ParseFlags([]string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+}
+
+func TestParseFlagsErrors(t *testing.T) {
+	f := func(args string, wantErrs ...string) {
+		t.Helper()
+		_, err := ParseFlags(strings.Fields(args))
+		if err == nil {
+			t.Fatalf("%q: no error", args)
+		}
+		for _, w := range wantErrs {
+			if !strings.Contains(err.Error(), w) {
+				t.Fatalf("%q: error %q lacks %q", args, err, w)
+			}
+		}
+	}
+	// Every problem is reported at once.
+	f("--kv-era bogus --error-rate 2 --hash-mode x", `kv event era "bogus"`, "error rate 2", `hash mode "x"`)
+	f("--replay tcp://*:5558", "needs a kv events endpoint")
+	f("--replay-layout sideways", `replay layout "sideways"`)
+	f("--num-blocks 4 --block-size 16 --max-tokens 64", "max tokens 64 must be below max model len 64")
+	f("--max-model-len 99999", "max model len 99999 out of range")
+	f("--prefill-us-per-token -1", "must not be negative")
+	f("--port 70000", "port 70000")
+	f("stray", `unexpected argument "stray"`)
+	f("--unknown-flag", "flag provided but not defined")
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	if _, err := New(Config{MaxNumSeqs: -1}); err == nil || !strings.Contains(err.Error(), "cannot configure sim engine") {
+		t.Fatalf("New: %v", err)
+	}
+	e, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.Config()
+	if c.Model != "sim-model" || c.BlockSize != 16 || c.NumBlocks != 2048 || c.MaxNumSeqs != 8 || c.MaxTokens != 16 ||
+		c.MaxModelLen != 32768 || c.PrefillPerToken != 0 || c.Host != "127.0.0.1" {
+		t.Fatalf("normalized %+v", c)
+	}
+	e.Stop() // before Start: a no-op
+	if err := e.Start(); err == nil {
+		e.Stop()
+		t.Fatalf("Start after Stop succeeded")
+	}
+}

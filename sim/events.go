@@ -1,0 +1,283 @@
+package sim
+
+import (
+	"encoding/binary"
+
+	"github.com/tinylib/msgp/msgp"
+)
+
+// The KV event encoder. It writes what msgspec writes for vLLM's structs
+// (research/vllm-wire.md §2.1-2.4): the batch is always a positional array; events are tagged
+// arrays carrying every field of their era, or tagged maps that always carry the fields without
+// defaults and skip defaulted fields equal to their default (nil). Ints take the smallest form,
+// non-negative ones unsigned; floats are float64.
+
+// format lists which fields an era's structs declare.
+type format struct {
+	maps      bool // tagged maps (#42892) instead of tagged arrays
+	batchRank bool // EventBatch.data_parallel_rank (#18925)
+	medium    bool // medium (#19737)
+	loraName  bool // lora_name (#27577)
+	extraKeys bool // extra_keys (#33304), defaults to nil
+	groupIdx  bool // group_idx (#37688), defaults to nil
+	specKind  bool // kv_cache_spec_kind, kv_cache_spec_sliding_window (#40984), default nil
+}
+
+var eraFormats = [eraCount]format{
+	EraMap:        {maps: true, batchRank: true, medium: true, loraName: true, extraKeys: true, groupIdx: true, specKind: true},
+	EraMapMinimal: {maps: true, batchRank: true, medium: true, loraName: true},
+	EraPositional: {batchRank: true, medium: true, loraName: true, extraKeys: true, groupIdx: true, specKind: true},
+	EraGroupIdx:   {batchRank: true, medium: true, loraName: true, extraKeys: true, groupIdx: true},
+	EraExtraKeys:  {batchRank: true, medium: true, loraName: true, extraKeys: true},
+	EraLoraName:   {batchRank: true, medium: true, loraName: true},
+	EraMedium:     {batchRank: true, medium: true},
+	EraDPRank:     {batchRank: true},
+	EraV08:        {},
+}
+
+// The sim has one KV cache group of full attention on the GPU.
+const (
+	eventMedium   = "GPU"
+	eventSpecKind = "full_attention"
+	eventGroupIdx = 0
+)
+
+// storedEvent is one BlockStored: blocks hashes[i] with tokens[i*blockSize:(i+1)*blockSize].
+type storedEvent struct {
+	hashes    []blockHash
+	parent    *blockHash // nil for the first block of a sequence
+	tokens    []uint32
+	blockSize int
+}
+
+// appendBlockStored appends one BlockStored event to dst.
+//
+// The event does not keep ev. The function is safe for concurrent use.
+func appendBlockStored(dst []byte, f format, mode HashMode, ev *storedEvent) []byte {
+	if f.maps {
+		// Fields without defaults (type, block_hashes … lora_name) are always written; the
+		// defaulted ones are written because the sim's values are not nil.
+		n := 6 // type, block_hashes, parent_block_hash, token_ids, block_size, lora_id
+		if f.medium {
+			n++
+		}
+		if f.loraName {
+			n++
+		}
+		if f.extraKeys {
+			n++
+		}
+		if f.groupIdx {
+			n++
+		}
+		if f.specKind {
+			n++ // kv_cache_spec_sliding_window is nil and omitted
+		}
+		dst = appendMapHeader(dst, n, declaredStored(f))
+		dst = msgp.AppendString(dst, "type")
+		dst = msgp.AppendString(dst, "BlockStored")
+		dst = msgp.AppendString(dst, "block_hashes")
+		dst = appendHashes(dst, mode, ev.hashes)
+		dst = msgp.AppendString(dst, "parent_block_hash")
+		dst = appendParent(dst, mode, ev.parent)
+		dst = msgp.AppendString(dst, "token_ids")
+		dst = appendTokens(dst, ev.tokens)
+		dst = msgp.AppendString(dst, "block_size")
+		dst = appendInt(dst, int64(ev.blockSize))
+		dst = msgp.AppendString(dst, "lora_id")
+		dst = msgp.AppendNil(dst)
+		if f.medium {
+			dst = msgp.AppendString(dst, "medium")
+			dst = msgp.AppendString(dst, eventMedium)
+		}
+		if f.loraName {
+			dst = msgp.AppendString(dst, "lora_name")
+			dst = msgp.AppendNil(dst)
+		}
+		if f.extraKeys {
+			dst = msgp.AppendString(dst, "extra_keys")
+			dst = appendNilList(dst, len(ev.hashes))
+		}
+		if f.groupIdx {
+			dst = msgp.AppendString(dst, "group_idx")
+			dst = appendInt(dst, eventGroupIdx)
+		}
+		if f.specKind {
+			dst = msgp.AppendString(dst, "kv_cache_spec_kind")
+			dst = msgp.AppendString(dst, eventSpecKind)
+		}
+		return dst
+	}
+	dst = msgp.AppendArrayHeader(dst, uint32(declaredStored(f)))
+	dst = msgp.AppendString(dst, "BlockStored")
+	dst = appendHashes(dst, mode, ev.hashes)
+	dst = appendParent(dst, mode, ev.parent)
+	dst = appendTokens(dst, ev.tokens)
+	dst = appendInt(dst, int64(ev.blockSize))
+	dst = msgp.AppendNil(dst) // lora_id
+	if f.medium {
+		dst = msgp.AppendString(dst, eventMedium)
+	}
+	if f.loraName {
+		dst = msgp.AppendNil(dst)
+	}
+	if f.extraKeys {
+		dst = appendNilList(dst, len(ev.hashes))
+	}
+	if f.groupIdx {
+		dst = appendInt(dst, eventGroupIdx)
+	}
+	if f.specKind {
+		dst = msgp.AppendString(dst, eventSpecKind)
+		dst = msgp.AppendNil(dst) // kv_cache_spec_sliding_window
+	}
+	return dst
+}
+
+// declaredStored is the number of BlockStored fields plus the tag.
+func declaredStored(f format) int {
+	n := 6 // tag, block_hashes, parent_block_hash, token_ids, block_size, lora_id
+	if f.medium {
+		n++
+	}
+	if f.loraName {
+		n++
+	}
+	if f.extraKeys {
+		n++
+	}
+	if f.groupIdx {
+		n++
+	}
+	if f.specKind {
+		n += 2
+	}
+	return n
+}
+
+// appendBlockRemoved appends one BlockRemoved event for hashes to dst.
+func appendBlockRemoved(dst []byte, f format, mode HashMode, hashes []blockHash) []byte {
+	n := 2 // tag, block_hashes
+	if f.medium {
+		n++
+	}
+	if f.groupIdx {
+		n++
+	}
+	if f.maps {
+		dst = appendMapHeader(dst, n, n)
+		dst = msgp.AppendString(dst, "type")
+		dst = msgp.AppendString(dst, "BlockRemoved")
+		dst = msgp.AppendString(dst, "block_hashes")
+		dst = appendHashes(dst, mode, hashes)
+		if f.medium {
+			dst = msgp.AppendString(dst, "medium")
+			dst = msgp.AppendString(dst, eventMedium)
+		}
+		if f.groupIdx {
+			dst = msgp.AppendString(dst, "group_idx")
+			dst = appendInt(dst, eventGroupIdx)
+		}
+		return dst
+	}
+	dst = msgp.AppendArrayHeader(dst, uint32(n))
+	dst = msgp.AppendString(dst, "BlockRemoved")
+	dst = appendHashes(dst, mode, hashes)
+	if f.medium {
+		dst = msgp.AppendString(dst, eventMedium)
+	}
+	if f.groupIdx {
+		dst = appendInt(dst, eventGroupIdx)
+	}
+	return dst
+}
+
+// appendAllBlocksCleared appends one AllBlocksCleared event to dst.
+func appendAllBlocksCleared(dst []byte, f format) []byte {
+	if f.maps {
+		dst = msgp.AppendMapHeader(dst, 1)
+		dst = msgp.AppendString(dst, "type")
+		return msgp.AppendString(dst, "AllBlocksCleared")
+	}
+	dst = msgp.AppendArrayHeader(dst, 1)
+	return msgp.AppendString(dst, "AllBlocksCleared")
+}
+
+// appendBatch appends the EventBatch [ts, events, data_parallel_rank] ([ts, events] before
+// #18925) to dst; events holds n encoded events back to back.
+func appendBatch(dst []byte, f format, ts float64, events []byte, n int, rank int) []byte {
+	if f.batchRank {
+		dst = msgp.AppendArrayHeader(dst, 3)
+	} else {
+		dst = msgp.AppendArrayHeader(dst, 2)
+	}
+	dst = msgp.AppendFloat64(dst, ts)
+	dst = msgp.AppendArrayHeader(dst, uint32(n))
+	dst = append(dst, events...)
+	if f.batchRank {
+		dst = appendInt(dst, int64(rank))
+	}
+	return dst
+}
+
+// appendSeq appends the 8-byte big-endian sequence frame.
+func appendSeq(dst []byte, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+// appendMapHeader writes a map header the way msgspec does: it reserves the header for the
+// declared field count and patches in the written count, so a struct declaring 16 or more
+// fields gets a map16 header even when fewer are written (msgspec _core.c).
+func appendMapHeader(dst []byte, n, declared int) []byte {
+	if declared < 16 {
+		return msgp.AppendMapHeader(dst, uint32(n))
+	}
+	return append(dst, 0xde, byte(n>>8), byte(n))
+}
+
+// appendInt appends i in msgspec's smallest form: unsigned encodings for non-negative values.
+func appendInt(dst []byte, i int64) []byte {
+	if i >= 0 {
+		return msgp.AppendUint64(dst, uint64(i))
+	}
+	return msgp.AppendInt64(dst, i)
+}
+
+func appendHash(dst []byte, mode HashMode, h *blockHash) []byte {
+	if mode == HashBytes {
+		return msgp.AppendBytes(dst, h[:])
+	}
+	return msgp.AppendUint64(dst, h.wireInt())
+}
+
+func appendHashes(dst []byte, mode HashMode, hashes []blockHash) []byte {
+	dst = msgp.AppendArrayHeader(dst, uint32(len(hashes)))
+	for i := range hashes {
+		dst = appendHash(dst, mode, &hashes[i])
+	}
+	return dst
+}
+
+func appendParent(dst []byte, mode HashMode, parent *blockHash) []byte {
+	if parent == nil {
+		return msgp.AppendNil(dst)
+	}
+	return appendHash(dst, mode, parent)
+}
+
+func appendTokens(dst []byte, tokens []uint32) []byte {
+	dst = msgp.AppendArrayHeader(dst, uint32(len(tokens)))
+	for _, t := range tokens {
+		dst = msgp.AppendUint64(dst, uint64(t))
+	}
+	return dst
+}
+
+// appendNilList appends extra_keys: one nil per block (no LoRA, multimodal or salt keys).
+func appendNilList(dst []byte, n int) []byte {
+	dst = msgp.AppendArrayHeader(dst, uint32(n))
+	for range n {
+		dst = msgp.AppendNil(dst)
+	}
+	return dst
+}

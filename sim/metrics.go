@@ -1,0 +1,97 @@
+package sim
+
+import (
+	"strconv"
+	"strings"
+)
+
+// appendMetrics appends the /metrics body in the shape prometheus_client gives vLLM
+// (research/vllm-wire.md §5 and TV9): # HELP and # TYPE per family, counters named *_total in
+// all three lines plus a *_created family, labels sorted (engine, model_name), floats printed
+// the Python way.
+func (e *Engine) appendMetrics(dst []byte) []byte {
+	e.mu.Lock()
+	running, waiting := e.running, e.waiting
+	used := e.cache.usedBlocks()
+	queried, hits := e.queried, e.hits
+	e.mu.Unlock()
+
+	labels := `{engine="` + escapeLabel(e.cfg.EngineLabel) + `",model_name="` + escapeLabel(e.cfg.Model) + `"}`
+	gauge := func(name, help string, v float64) {
+		dst = append(dst, "# HELP "+name+" "+help+"\n# TYPE "+name+" gauge\n"+name+labels+" "...)
+		dst = appendPyFloat(dst, v)
+		dst = append(dst, '\n')
+	}
+	counter := func(name, help string, v uint64) {
+		dst = append(dst, "# HELP "+name+"_total "+help+"\n# TYPE "+name+"_total counter\n"+name+"_total"+labels+" "...)
+		dst = appendPyFloat(dst, float64(v))
+		dst = append(dst, "\n# HELP "+name+"_created "+help+"\n# TYPE "+name+"_created gauge\n"+name+"_created"+labels+" "...)
+		dst = appendPyFloat(dst, e.createdAt)
+		dst = append(dst, '\n')
+	}
+	gauge("vllm:num_requests_running", "Number of requests in model execution batches.", float64(running))
+	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", float64(waiting))
+	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", float64(used)/float64(e.cfg.NumBlocks))
+	counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", queried)
+	counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", hits)
+	dst = append(dst, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n"...)
+	dst = append(dst, `vllm:cache_config_info{block_size="`...)
+	dst = strconv.AppendInt(dst, int64(e.cfg.BlockSize), 10)
+	dst = append(dst, `",enable_prefix_caching="True",engine="`+escapeLabel(e.cfg.EngineLabel)+`",num_gpu_blocks="`...)
+	dst = strconv.AppendInt(dst, int64(e.cfg.NumBlocks), 10)
+	dst = append(dst, `",prefix_caching_hash_algo="sha256_cbor"} 1.0`+"\n"...)
+	return dst
+}
+
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+func escapeLabel(s string) string { return labelEscaper.Replace(s) }
+
+// appendPyFloat appends f as prometheus_client's floatToGoString does: Python's repr, switched
+// to Go's exponent form for values with more than 6 integer digits
+// (1234567.0 -> "1.234567e+06", 1795989349.134967 -> "1.795989349134967e+09").
+func appendPyFloat(dst []byte, f float64) []byte {
+	start := len(dst)
+	exp := 0
+	if f != 0 {
+		var buf [32]byte
+		s := strconv.AppendFloat(buf[:0], f, 'e', -1, 64)
+		i := len(s) - 1
+		for s[i] != 'e' {
+			i--
+		}
+		exp, _ = strconv.Atoi(string(s[i+1:]))
+	}
+	if exp < -4 || exp >= 16 {
+		// Python repr uses exponents outside [1e-4, 1e16); the forms agree ("1e-05", "1e+16").
+		return strconv.AppendFloat(dst, f, 'e', -1, 64)
+	}
+	dst = strconv.AppendFloat(dst, f, 'f', -1, 64)
+	s := dst[start:]
+	dot := -1
+	for i, c := range s {
+		if c == '.' {
+			dot = i
+			break
+		}
+	}
+	if dot < 0 {
+		dot = len(s)
+		dst = append(dst, ".0"...)
+		s = dst[start:]
+	}
+	if f > 0 && dot > 6 {
+		// mantissa = s[0] "." s[1:dot] s[dot+1:], then rstrip("0.") and "e+0<dot-1>".
+		var m [40]byte
+		mb := append(m[:0], s[0], '.')
+		mb = append(mb, s[1:dot]...)
+		mb = append(mb, s[dot+1:]...)
+		for len(mb) > 0 && (mb[len(mb)-1] == '0' || mb[len(mb)-1] == '.') {
+			mb = mb[:len(mb)-1]
+		}
+		dst = append(dst[:start], mb...)
+		dst = append(dst, "e+0"...)
+		dst = strconv.AppendInt(dst, int64(dot-1), 10)
+	}
+	return dst
+}

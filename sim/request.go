@@ -1,0 +1,290 @@
+package sim
+
+import (
+	"math"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fastjson"
+)
+
+// request is one completion request from parse to the last byte. It is pooled: the handler
+// owns it until it returns, except for streams, where the fasthttp server owns it as the body
+// stream until CloseWithError.
+type request struct {
+	e *Engine
+
+	chat         bool
+	stream       bool
+	includeUsage bool
+	maxTokens    int
+	explicitMax  bool // finish_reason "length" when max_tokens was given, else "stop" (EOS)
+	tokens       []uint32
+	hashes       []blockHash
+	cborBuf      []byte
+	partsBuf     []byte
+	id           []byte // "chatcmpl-…" or "cmpl-…"
+	created      int64
+
+	conn      net.Conn // polled for a closed client while waiting
+	lastAlive time.Time
+	timer     *time.Timer
+	ready     chan struct{} // capacity 1: admitted
+
+	// Scheduler state, under Engine.mu.
+	state   reqState
+	next    *request // waiting FIFO link
+	held    []*block
+	private int
+	hit     int // cached blocks found at admission
+	prefill time.Duration
+
+	// Stream state, touched only by the goroutine serving the response.
+	phase      streamPhase
+	out        []byte
+	outPos     int
+	tokenIdx   int
+	chunks     int
+	abortAfter int
+	gone       bool
+}
+
+type reqState uint8
+
+const (
+	stIdle reqState = iota
+	stWaiting
+	stRunning
+	stDone
+)
+
+func newRequest(e *Engine) *request {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &request{e: e, timer: t, ready: make(chan struct{}, 1)}
+}
+
+func (r *request) reset() {
+	r.chat, r.stream, r.includeUsage, r.explicitMax = false, false, false, false
+	r.maxTokens = 0
+	r.tokens = r.tokens[:0]
+	r.hashes = r.hashes[:0]
+	r.id = r.id[:0]
+	r.created = 0
+	r.conn = nil
+	r.lastAlive = time.Time{}
+	r.state = stIdle
+	r.next = nil
+	r.held = r.held[:0]
+	r.private, r.hit, r.prefill = 0, 0, 0
+	r.phase = 0
+	r.out = r.out[:0]
+	r.outPos, r.tokenIdx, r.chunks, r.abortAfter = 0, 0, 0, 0
+	r.gone = false
+	select {
+	case <-r.ready:
+	default:
+	}
+}
+
+// apiError is an error answered in vLLM's shape.
+type apiError struct {
+	status int
+	typ    string
+	msg    string
+}
+
+func badRequest(msg string) *apiError {
+	return &apiError{status: 400, typ: "BadRequestError", msg: msg}
+}
+
+var parserPool fastjson.ParserPool
+
+// parseCompletion reads a chat or completions body and tokenizes its prompt.
+func (r *request) parseCompletion(body []byte, chat bool, cfg *Config) *apiError {
+	p := parserPool.Get()
+	defer parserPool.Put(p)
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return badRequest("cannot parse request body as JSON: " + err.Error())
+	}
+	if v.Type() != fastjson.TypeObject {
+		return badRequest("request body must be a JSON object")
+	}
+	if e := checkModel(v, cfg); e != nil {
+		return e
+	}
+	r.chat = chat
+	r.stream = v.GetBool("stream")
+	r.includeUsage = v.GetBool("stream_options", "include_usage")
+	r.maxTokens = cfg.MaxTokens
+	for _, key := range [...]string{"max_completion_tokens", "max_tokens"} {
+		mv := v.Get(key)
+		if mv == nil || mv.Type() == fastjson.TypeNull {
+			continue
+		}
+		n, err := mv.Int()
+		if err != nil || n < 1 {
+			return badRequest(key + " must be at least 1, got " + string(mv.MarshalTo(nil)) + ".")
+		}
+		r.maxTokens = n
+		r.explicitMax = true
+		break
+	}
+	if chat {
+		if e := r.tokenizeMessages(v, true); e != nil {
+			return e
+		}
+	} else if e := r.tokenizePrompt(v); e != nil {
+		return e
+	}
+	if total := len(r.tokens) + r.maxTokens; total > cfg.MaxModelLen {
+		return badRequest("This model's maximum context length is " + strconv.Itoa(cfg.MaxModelLen) +
+			" tokens. However, you requested " + strconv.Itoa(total) + " tokens (" + strconv.Itoa(len(r.tokens)) +
+			" in the messages, " + strconv.Itoa(r.maxTokens) + " in the completion). Please reduce the length of the messages or completion.")
+	}
+	return nil
+}
+
+func checkModel(v *fastjson.Value, cfg *Config) *apiError {
+	mv := v.Get("model")
+	if mv == nil || mv.Type() == fastjson.TypeNull {
+		return nil // vLLM serves its only model when none is named
+	}
+	m, err := mv.StringBytes()
+	if err != nil {
+		return badRequest("model must be a string")
+	}
+	if string(m) != cfg.Model {
+		return &apiError{status: 404, typ: "NotFoundError", msg: "The model `" + string(m) + "` does not exist."}
+	}
+	return nil
+}
+
+// tokenizePrompt handles the completions prompt: a string, token ids, or a list holding one of
+// those (the sim serves one prompt per request).
+func (r *request) tokenizePrompt(v *fastjson.Value) *apiError {
+	pv := v.Get("prompt")
+	if pv == nil {
+		return badRequest("prompt is required")
+	}
+	if pv.Type() == fastjson.TypeArray {
+		a, _ := pv.Array()
+		if len(a) > 0 && (a[0].Type() == fastjson.TypeString || a[0].Type() == fastjson.TypeArray) {
+			if len(a) > 1 {
+				return badRequest("the sim serves one prompt per request")
+			}
+			pv = a[0]
+		}
+	}
+	switch pv.Type() {
+	case fastjson.TypeString:
+		s, _ := pv.StringBytes()
+		r.tokens = AppendTokens(r.tokens, s)
+	case fastjson.TypeArray:
+		a, _ := pv.Array()
+		for _, t := range a {
+			id, err := t.Uint()
+			if err != nil || id > math.MaxUint32 {
+				return badRequest("prompt token ids must be non-negative integers")
+			}
+			r.tokens = append(r.tokens, uint32(id))
+		}
+	default:
+		return badRequest("prompt must be a string, a list of token ids or a list with one of those")
+	}
+	return nil
+}
+
+// tokenizeMessages applies the chat template to messages; the generation prompt is added when
+// addGenerationPrompt is true, unless the body sets "add_generation_prompt".
+func (r *request) tokenizeMessages(v *fastjson.Value, addGenerationPrompt bool) *apiError {
+	mv := v.Get("messages")
+	if mv == nil || mv.Type() != fastjson.TypeArray {
+		return badRequest("messages must be a list")
+	}
+	msgs, _ := mv.Array()
+	if len(msgs) == 0 {
+		return badRequest("messages must not be empty")
+	}
+	if gv := v.Get("add_generation_prompt"); gv != nil && gv.Type() != fastjson.TypeNull {
+		b, err := gv.Bool()
+		if err != nil {
+			return badRequest("add_generation_prompt must be a boolean")
+		}
+		addGenerationPrompt = b
+	}
+	for _, m := range msgs {
+		role := m.GetStringBytes("role")
+		if len(role) == 0 {
+			return badRequest("every message needs a role")
+		}
+		content, e := r.messageContent(m.Get("content"))
+		if e != nil {
+			return e
+		}
+		r.tokens = appendMessageTokens(r.tokens, role, content)
+	}
+	if addGenerationPrompt {
+		r.tokens = appendGenerationPrompt(r.tokens)
+	}
+	return nil
+}
+
+// messageContent returns a message's text: the string, or the text parts joined by "\n" as
+// vLLM does for string chat templates. The result is valid until the next call.
+func (r *request) messageContent(cv *fastjson.Value) ([]byte, *apiError) {
+	if cv == nil {
+		return nil, nil
+	}
+	switch cv.Type() {
+	case fastjson.TypeNull:
+		return nil, nil
+	case fastjson.TypeString:
+		s, _ := cv.StringBytes()
+		return s, nil
+	case fastjson.TypeArray:
+		parts, _ := cv.Array()
+		r.partsBuf = r.partsBuf[:0]
+		n := 0
+		for _, p := range parts {
+			if string(p.GetStringBytes("type")) != "text" {
+				continue // images and audio take no tokens in the sim
+			}
+			if n > 0 {
+				r.partsBuf = append(r.partsBuf, '\n')
+			}
+			r.partsBuf = append(r.partsBuf, p.GetStringBytes("text")...)
+			n++
+		}
+		return r.partsBuf, nil
+	}
+	return nil, badRequest("message content must be a string or a list of parts")
+}
+
+// parseTokenize reads a /tokenize body: {"model", "prompt"} or {"model", "messages",
+// "add_generation_prompt" (default true)}.
+func (r *request) parseTokenize(body []byte, cfg *Config) *apiError {
+	p := parserPool.Get()
+	defer parserPool.Put(p)
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return badRequest("cannot parse request body as JSON: " + err.Error())
+	}
+	if v.Type() != fastjson.TypeObject {
+		return badRequest("request body must be a JSON object")
+	}
+	if e := checkModel(v, cfg); e != nil {
+		return e
+	}
+	if v.Exists("messages") {
+		return r.tokenizeMessages(v, true)
+	}
+	return r.tokenizePrompt(v)
+}
+
+// blocksFor returns the blocks that hold n tokens.
+func blocksFor(n, blockSize int) int {
+	return (n + blockSize - 1) / blockSize
+}

@@ -1,0 +1,460 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// startServer serves h on 127.0.0.1 until the test ends and returns its base URL.
+func startServer(t *testing.T, h fasthttp.RequestHandler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("cannot listen: %s", err)
+	}
+	srv := &fasthttp.Server{Handler: h, Logger: &fasthttpSilent{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.ShutdownWithContext(ctx)
+		<-done
+	})
+	return "http://" + ln.Addr().String()
+}
+
+type fasthttpSilent struct{}
+
+func (*fasthttpSilent) Printf(string, ...any) {}
+
+// waitFor polls cond until it holds or 10 s pass; it bounds tests without timing assertions.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestParseEngineLoad(t *testing.T) {
+	f := func(body, model string, want LoadSample) {
+		t.Helper()
+		got, err := ParseEngineLoad([]byte(body), model)
+		if err != nil {
+			t.Fatalf("ParseEngineLoad: %s\nbody:\n%s", err, body)
+		}
+		if got.Running != want.Running || got.Waiting != want.Waiting || got.Source != want.Source ||
+			!(sameFloat(got.KVUsage, want.KVUsage) || math.Abs(got.KVUsage-want.KVUsage) < 1e-12) {
+			t.Fatalf("ParseEngineLoad = %+v; want %+v\nbody:\n%s", got, want, body)
+		}
+	}
+	nan := math.NaN()
+
+	// Real-looking output: two vLLM engines (DP=2) are summed, KV usage is their mean.
+	f(string(readFixture(t, "vllm_metrics.txt")), "", LoadSample{12, 3, (0.4321 + 0.25) / 2, "vllm"})
+	f(string(readFixture(t, "vllm_metrics.txt")), "Qwen/Qwen3-0.6B", LoadSample{12, 3, (0.4321 + 0.25) / 2, "vllm"})
+	f(string(readFixture(t, "sglang_metrics.txt")), "", LoadSample{20, 6, 0.5, "sglang"})
+	f(string(readFixture(t, "sglang_metrics.txt")), "meta-llama/Llama-3.1-8B-Instruct", LoadSample{20, 6, 0.5, "sglang"})
+
+	// TV9 has KV usage but no queue gauges; adding them gives a full sample.
+	f(tv9+"vllm:num_requests_running{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 2.0\n", "", LoadSample{2, 0, 0.25, "vllm"})
+
+	// llm-d-inference-sim style: only model_name, any label order, CRLF.
+	f("vllm:num_requests_running{model_name=\"m\"} 4\r\nvllm:num_requests_waiting{model_name=\"m\"} 9\r\n", "m", LoadSample{4, 9, nan, "vllm"})
+	f("vllm:num_requests_waiting{model_name=\"m\",engine=\"0\"} 1\nvllm:num_requests_waiting{engine=\"1\",model_name=\"m\"} 2\n", "", LoadSample{0, 3, nan, "vllm"})
+
+	// vLLM wins when both families are present.
+	f("sglang:num_running_reqs 50\nsglang:num_queue_reqs 50\nvllm:num_requests_running 1\n", "", LoadSample{1, 0, nan, "vllm"})
+
+	// Filtering by model_name; series without the label still count.
+	two := "vllm:num_requests_running{model_name=\"a\"} 1\nvllm:num_requests_running{model_name=\"b\"} 10\n" +
+		"vllm:num_requests_waiting{model_name=\"a\"} 2\nvllm:num_requests_waiting{model_name=\"b\"} 20\n" +
+		"vllm:kv_cache_usage_perc{model_name=\"a\"} 0.1\nvllm:kv_cache_usage_perc{model_name=\"b\"} 0.9\n"
+	f(two, "a", LoadSample{1, 2, 0.1, "vllm"})
+	f(two, "b", LoadSample{10, 20, 0.9, "vllm"})
+	f(two, "", LoadSample{11, 22, 0.5, "vllm"})
+	f("vllm:num_requests_running 3\n", "a", LoadSample{3, 0, nan, "vllm"})
+	f("vllm:num_requests_running{model_name=\"a \\\"q\\\"\"} 3\n", `a "q"`, LoadSample{3, 0, nan, "vllm"})
+
+	// Older vLLM: gpu_cache_usage_perc only when kv_cache_usage_perc is absent.
+	f("vllm:num_requests_running 1\nvllm:gpu_cache_usage_perc 0.7\n", "", LoadSample{1, 0, 0.7, "vllm"})
+	f("vllm:num_requests_running 1\nvllm:gpu_cache_usage_perc 0.7\nvllm:kv_cache_usage_perc 0.2\n", "", LoadSample{1, 0, 0.2, "vllm"})
+
+	// NaN and Inf are skipped, negatives clamp to zero, fractions round.
+	f("vllm:num_requests_running NaN\nvllm:num_requests_running 2\nvllm:num_requests_waiting +Inf\nvllm:num_requests_waiting 1.6\n", "", LoadSample{2, 2, nan, "vllm"})
+	f("vllm:num_requests_running -3\nvllm:num_requests_waiting 0\n", "", LoadSample{0, 0, nan, "vllm"})
+
+	// Garbage lines, _created lines and other families around the load series are tolerated.
+	f("garbage here\nvllm:num_requests_running{engine=\"0\"} 5\nvllm:num_requests_running_created 1.7e9\n<html>\nvllm:num_requests_waiting_by_reason{reason=\"capacity\"} 40\nvllm:num_requests_waiting 4 1700000000000\n", "", LoadSample{5, 4, nan, "vllm"})
+}
+
+func TestParseEngineLoadError(t *testing.T) {
+	f := func(body, model, wantErr string) {
+		t.Helper()
+		_, err := ParseEngineLoad([]byte(body), model)
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("ParseEngineLoad(%q) error = %v; want one containing %q", body, err, wantErr)
+		}
+	}
+	f("", "", "cannot find engine load series")
+	f(tv9, "", "cannot find engine load series")
+	f("# TYPE a gauge\nprocess_open_fds 6\n", "", "cannot find engine load series")
+	f("<html>\n<body>404</body>\n</html>\n", "", "among 3 garbage lines")
+	f("vllm:num_requests_running{model_name=\"a\"} 1\n", "b", `for model_name "b"`)
+	f("vllm:num_requests_running NaN\n", "", "cannot find engine load series")
+}
+
+func TestEngineLoad(t *testing.T) {
+	var l EngineLoad
+	f := func(now, maxAge, wantRunning, wantWaiting int64, wantOK bool) {
+		t.Helper()
+		r, w, ok := l.Queue(now, maxAge)
+		if r != wantRunning || w != wantWaiting || ok != wantOK {
+			t.Fatalf("Queue(%d, %d) = %d, %d, %v; want %d, %d, %v", now, maxAge, r, w, ok, wantRunning, wantWaiting, wantOK)
+		}
+	}
+	f(0, 0, 0, 0, false) // never scraped
+	l.Store(7, 3, 0.5, 1000)
+	f(1000, 100, 7, 3, true)
+	f(1099, 100, 7, 3, true)
+	f(1100, 100, 0, 0, false) // stale
+	f(5000, 100, 0, 0, false)
+	f(900, 100, 7, 3, true) // a caller clock slightly behind is not "stale"
+	f(1<<62, 0, 7, 3, true) // maxAge <= 0: no age check
+	if u, ok := l.KVUsage(1000, 100); !ok || u != 0.5 {
+		t.Fatalf("KVUsage = %v, %v; want 0.5, true", u, ok)
+	}
+	if _, ok := l.KVUsage(1100, 100); ok {
+		t.Fatalf("KVUsage of a stale scrape is ok")
+	}
+	l.Invalidate()
+	f(1000, 100, 0, 0, false)
+	f(1000, 0, 0, 0, false)
+	l.Store(1, 2, math.NaN(), 2000)
+	f(2000, 100, 1, 2, true)
+	if _, ok := l.KVUsage(2000, 100); ok {
+		t.Fatalf("KVUsage without a gauge is ok")
+	}
+}
+
+func TestScrapeConfigURL(t *testing.T) {
+	f := func(base, path, want string) {
+		t.Helper()
+		c := ScrapeConfig{BaseURL: base, Path: path}
+		got, err := c.URL()
+		if err != nil || got != want {
+			t.Fatalf("URL(%q, %q) = %q, %v; want %q", base, path, got, err, want)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("Validate(%q, %q): %s", base, path, err)
+		}
+	}
+	f("http://127.0.0.1:8000", "", "http://127.0.0.1:8000/metrics")
+	f("http://127.0.0.1:8000/", "", "http://127.0.0.1:8000/metrics")
+	f("https://vllm.internal/engine-1/", "/metrics", "https://vllm.internal/engine-1/metrics")
+	f("http://[::1]:9000", "/stats/prom", "http://[::1]:9000/stats/prom")
+
+	bad := func(c ScrapeConfig, want ...string) {
+		t.Helper()
+		err := c.Validate()
+		if err == nil {
+			t.Fatalf("Validate(%+v) = nil; want an error", c)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Fatalf("Validate(%+v) = %q; want it to mention %q", c, err, w)
+			}
+		}
+	}
+	bad(ScrapeConfig{BaseURL: ""}, "scheme")
+	bad(ScrapeConfig{BaseURL: "tcp://h:1"}, "scheme")
+	bad(ScrapeConfig{BaseURL: "http://"}, "missing host")
+	bad(ScrapeConfig{BaseURL: "http://u:p@h:1"}, "credentials")
+	bad(ScrapeConfig{BaseURL: "http://h:1?x=1"}, "query")
+	bad(ScrapeConfig{BaseURL: "http://h:1", Path: "metrics"}, "start with '/'")
+	bad(ScrapeConfig{BaseURL: "http://h:1", Interval: -time.Second, Timeout: -1, MaxBodySize: -1},
+		"interval -1s", "timeout -1ns", "max body size -1") // all errors at once
+}
+
+// metricsServer serves the vLLM fixture, or fails or hangs on demand.
+type metricsServer struct {
+	body    atomic.Pointer[[]byte]
+	status  atomic.Int64
+	hang    atomic.Bool
+	hits    atomic.Int64
+	entered chan struct{} // gets a value each time a hanging request arrives
+	release chan struct{}
+
+	mu       sync.Mutex
+	lastPath string
+	lastAuth string
+}
+
+func newMetricsServer(t *testing.T, body []byte) (*metricsServer, string) {
+	ms := &metricsServer{entered: make(chan struct{}, 16), release: make(chan struct{})}
+	ms.body.Store(&body)
+	ms.status.Store(200)
+	base := startServer(t, ms.handle)
+	t.Cleanup(func() { close(ms.release) }) // runs before the server shuts down
+	return ms, base
+}
+
+func (ms *metricsServer) handle(ctx *fasthttp.RequestCtx) {
+	ms.hits.Add(1)
+	ms.mu.Lock()
+	ms.lastPath = string(ctx.Path())
+	ms.lastAuth = string(ctx.Request.Header.Peek("Authorization"))
+	ms.mu.Unlock()
+	if ms.hang.Load() {
+		ms.entered <- struct{}{}
+		<-ms.release
+		return
+	}
+	ctx.SetStatusCode(int(ms.status.Load()))
+	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+	ctx.SetBody(*ms.body.Load())
+}
+
+func TestScraperValuesAndFailures(t *testing.T) {
+	ms, base := newMetricsServer(t, readFixture(t, "vllm_metrics.txt"))
+	var load EngineLoad
+	s := NewScraper(ScrapeConfig{
+		BaseURL: base + "/engine-0/",
+		Timeout: 5 * time.Second,
+		Headers: map[string]string{"Authorization": "Bearer secret"},
+	}, &load, discardLogger)
+	defer s.Stop()
+	maxAge := int64(time.Minute)
+
+	s.p.pollOnce()
+	r, w, ok := load.Queue(time.Now().UnixNano(), maxAge)
+	if !ok || r != 12 || w != 3 {
+		t.Fatalf("Queue = %d, %d, %v; want 12, 3, true (stats %+v)", r, w, ok, s.Stats())
+	}
+	if u, ok := load.KVUsage(time.Now().UnixNano(), maxAge); !ok || math.Abs(u-0.34105) > 1e-9 {
+		t.Fatalf("KVUsage = %v, %v; want 0.34105", u, ok)
+	}
+	ms.mu.Lock()
+	path, auth := ms.lastPath, ms.lastAuth
+	ms.mu.Unlock()
+	if path != "/engine-0/metrics" || auth != "Bearer secret" {
+		t.Fatalf("server saw path %q auth %q; want /engine-0/metrics and the configured header", path, auth)
+	}
+	// Staleness: the same successful scrape is not ok once older than maxAge.
+	if _, _, ok := load.Queue(time.Now().UnixNano()+maxAge, maxAge); ok {
+		t.Fatalf("a scrape older than maxAge is still ok")
+	}
+
+	// The server starts failing: the load is dropped at once, not kept stale.
+	ms.status.Store(500)
+	s.p.pollOnce()
+	if _, _, ok := load.Queue(time.Now().UnixNano(), maxAge); ok {
+		t.Fatalf("Queue still ok after a failed scrape")
+	}
+	st := s.Stats()
+	if st.OK != 1 || st.Failed != 1 || st.LastError == nil || !strings.Contains(st.LastError.Error(), "status code 500") {
+		t.Fatalf("Stats = %+v; want 1 ok, 1 failed with status 500", st)
+	}
+
+	// A 200 body without load series is a failure too.
+	html := []byte("<html>\n<body>hello</body>\n</html>\n")
+	ms.body.Store(&html)
+	ms.status.Store(200)
+	s.p.pollOnce()
+	if _, _, ok := load.Queue(time.Now().UnixNano(), maxAge); ok || s.Stats().Failed != 2 {
+		t.Fatalf("Queue ok after a body without load series (stats %+v)", s.Stats())
+	}
+
+	// Recovery with SGLang output.
+	sg := readFixture(t, "sglang_metrics.txt")
+	ms.body.Store(&sg)
+	s.p.pollOnce()
+	if r, w, ok := load.Queue(time.Now().UnixNano(), maxAge); !ok || r != 20 || w != 6 {
+		t.Fatalf("Queue = %d, %d, %v after recovery; want 20, 6, true", r, w, ok)
+	}
+	if st := s.Stats(); st.OK != 2 || st.Failed != 2 || st.LastError == nil {
+		t.Fatalf("Stats = %+v; want 2 ok, 2 failed and the last error kept", st)
+	}
+}
+
+func TestScraperStartStop(t *testing.T) {
+	ms, base := newMetricsServer(t, readFixture(t, "vllm_metrics.txt"))
+	var load EngineLoad
+	s := NewScraper(ScrapeConfig{BaseURL: base, Interval: 10 * time.Millisecond, Timeout: 5 * time.Second}, &load, discardLogger)
+	s.Stop() // before Start: no effect
+	s = NewScraper(ScrapeConfig{BaseURL: base, Interval: 10 * time.Millisecond, Timeout: 5 * time.Second}, &load, discardLogger)
+	s.Start()
+	s.Start() // idempotent
+
+	// Readers run concurrently with the poll goroutine (for -race).
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	for range 2 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				load.Queue(time.Now().UnixNano(), int64(time.Minute))
+				_ = s.Stats()
+			}
+		})
+	}
+	waitFor(t, "three scrapes", func() bool { return s.Stats().OK >= 3 })
+	close(stop)
+	readers.Wait()
+	s.Stop()
+	s.Stop() // idempotent
+	hits := ms.hits.Load()
+	s.Start() // a stopped Scraper does not run again
+	time.Sleep(50 * time.Millisecond)
+	if ms.hits.Load() != hits {
+		t.Fatalf("scrapes continued after Stop: %d -> %d", hits, ms.hits.Load())
+	}
+	if _, _, ok := load.Queue(time.Now().UnixNano(), int64(time.Minute)); !ok {
+		t.Fatalf("Stop dropped the last good values; the owner decides via maxAge")
+	}
+}
+
+func TestScraperTimeout(t *testing.T) {
+	ms, base := newMetricsServer(t, readFixture(t, "vllm_metrics.txt"))
+	var load EngineLoad
+	s := NewScraper(ScrapeConfig{BaseURL: base, Timeout: 200 * time.Millisecond}, &load, discardLogger)
+	defer s.Stop()
+	s.p.pollOnce()
+	if _, _, ok := load.Queue(time.Now().UnixNano(), 0); !ok {
+		t.Fatalf("first scrape failed: %+v", s.Stats())
+	}
+	ms.hang.Store(true)
+	s.p.pollOnce() // returns after Timeout although the server never answers
+	st := s.Stats()
+	if st.Failed != 1 || st.LastError == nil || !errors.Is(st.LastError, fasthttp.ErrTimeout) {
+		t.Fatalf("Stats = %+v; want one failure with a timeout", st)
+	}
+	if st.LastDuration < 200*time.Millisecond {
+		t.Fatalf("LastDuration = %s; the scrape cannot have waited for its timeout", st.LastDuration)
+	}
+	if _, _, ok := load.Queue(time.Now().UnixNano(), 0); ok {
+		t.Fatalf("Queue still ok after a timed-out scrape")
+	}
+}
+
+func TestScraperStopDoesNotWaitForHangingServer(t *testing.T) {
+	ms, base := newMetricsServer(t, readFixture(t, "vllm_metrics.txt"))
+	ms.hang.Store(true)
+	var load EngineLoad
+	const timeout = 20 * time.Second
+	s := NewScraper(ScrapeConfig{BaseURL: base, Interval: time.Hour, Timeout: timeout}, &load, discardLogger)
+	s.Start()
+	select {
+	case <-ms.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the scrape never reached the server")
+	}
+	start := time.Now()
+	s.Stop()
+	// Without aborting the request Stop would take the whole timeout; a margin of half of it keeps
+	// this check meaningful on a slow machine.
+	if d := time.Since(start); d > timeout/2 {
+		t.Fatalf("Stop took %s with a scrape hanging; want it to abort the scrape", d)
+	}
+	if st := s.Stats(); st.OK != 0 || st.Failed != 0 {
+		t.Fatalf("Stats = %+v; a scrape aborted by Stop says nothing about the engine", st)
+	}
+}
+
+func TestScraperEgressCheck(t *testing.T) {
+	ms, base := newMetricsServer(t, readFixture(t, "vllm_metrics.txt"))
+	var load EngineLoad
+	errDenied := errors.New("denied by policy")
+	var deny atomic.Bool
+	var checked atomic.Pointer[string]
+	s := NewScraper(ScrapeConfig{BaseURL: base, Timeout: 5 * time.Second, Check: func(u string) error {
+		checked.Store(&u)
+		if deny.Load() {
+			return errDenied
+		}
+		return nil
+	}}, &load, discardLogger)
+	defer s.Stop()
+
+	s.p.pollOnce()
+	if _, _, ok := load.Queue(time.Now().UnixNano(), 0); !ok || *checked.Load() != base+"/metrics" {
+		t.Fatalf("allowed scrape: ok=%v checked %q", ok, *checked.Load())
+	}
+	deny.Store(true)
+	hits := ms.hits.Load()
+	s.p.pollOnce()
+	if _, _, ok := load.Queue(time.Now().UnixNano(), 0); ok {
+		t.Fatalf("Queue ok after a denied scrape")
+	}
+	if st := s.Stats(); st.Failed != 1 || !errors.Is(st.LastError, errDenied) {
+		t.Fatalf("Stats = %+v; want the policy error", st)
+	}
+	if ms.hits.Load() != hits {
+		t.Fatalf("a denied scrape reached the server")
+	}
+}
+
+func TestScraperBodyTooLarge(t *testing.T) {
+	_, base := newMetricsServer(t, readFixture(t, "vllm_metrics.txt"))
+	var load EngineLoad
+	s := NewScraper(ScrapeConfig{BaseURL: base, Timeout: 5 * time.Second, MaxBodySize: 4096}, &load, discardLogger)
+	defer s.Stop()
+	s.p.pollOnce()
+	if st := s.Stats(); st.Failed != 1 || !errors.Is(st.LastError, fasthttp.ErrBodyTooLarge) {
+		t.Fatalf("Stats = %+v; want a body-too-large failure", st)
+	}
+}
+
+func TestScraperUnreachableAndInvalid(t *testing.T) {
+	// A port nothing listens on: take one and close it.
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("cannot listen: %s", err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+
+	var load EngineLoad
+	load.Store(1, 1, 0.1, time.Now().UnixNano())
+	s := NewScraper(ScrapeConfig{BaseURL: "http://" + addr, Timeout: 5 * time.Second}, &load, discardLogger)
+	s.p.pollOnce()
+	s.Stop()
+	if _, _, ok := load.Queue(time.Now().UnixNano(), 0); ok || s.Stats().Failed != 1 {
+		t.Fatalf("connection refused left the load valid (stats %+v)", s.Stats())
+	}
+
+	load.Store(1, 1, 0.1, time.Now().UnixNano())
+	s = NewScraper(ScrapeConfig{BaseURL: "ftp://nowhere"}, &load, nil)
+	s.p.pollOnce()
+	s.Stop()
+	if st := s.Stats(); st.Failed != 1 || st.LastError == nil || !strings.Contains(st.LastError.Error(), "scheme") {
+		t.Fatalf("invalid config: Stats = %+v; want the validation error", st)
+	}
+	if _, _, ok := load.Queue(time.Now().UnixNano(), 0); ok {
+		t.Fatalf("invalid config left the load valid")
+	}
+}

@@ -1,0 +1,24 @@
+//go:build !race
+
+package trie
+
+import "testing"
+
+func TestMatchAllocs(t *testing.T) {
+	c := newCorpus(1)
+	tr := c.warmTrie(0)
+	key := c.request(8 << 10)
+	if got := testing.AllocsPerRun(100, func() { sinkInt += tr.Match(key) }); got != 0 {
+		t.Fatalf("Match allocates %v times per call; want 0", got)
+	}
+}
+
+func TestInsertPresentAllocs(t *testing.T) {
+	c := newCorpus(2)
+	tr := c.warmTrie(0)
+	key := c.conversation(0, 8<<10)
+	tr.Insert(key)
+	if got := testing.AllocsPerRun(100, func() { tr.Insert(key) }); got != 0 {
+		t.Fatalf("Insert of a stored prompt allocates %v times per call; want 0", got)
+	}
+}

@@ -1,0 +1,259 @@
+package trie
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+)
+
+const (
+	// DefaultMaxNodes is the node ceiling used when New gets maxNodes <= 0.
+	DefaultMaxNodes = 1_000_000
+
+	// maxNodesLimit keeps node indexes (uint32) far from overflow even with
+	// retired slots waiting for their grace period.
+	maxNodesLimit = 1 << 30
+
+	// maxKeyLen is the longest prompt stored; longer keys are cut to it.
+	// Edge lengths are uint32; 2 GiB keeps the cut portable to 32-bit ints.
+	maxKeyLen = math.MaxInt32
+)
+
+// Trie is a compressed (radix) byte trie holding the prompts one upstream
+// target has served, capped at a node ceiling with LRU-by-insertion eviction.
+// See the package documentation for the design.
+//
+// Match is lock-free and safe for concurrent use with everything else.
+// Insert and Reset are safe for concurrent use; they are serialised by an
+// internal mutex that Match never takes. A Trie must not be copied.
+type Trie struct {
+	// mu serialises writers (Insert, Reset). Readers never take it.
+	mu sync.Mutex
+	st atomic.Pointer[state]
+
+	readers epochs
+
+	maxNodes int
+	maxBytes int // 0: no byte ceiling
+
+	// Counters published after every write, for Nodes and Stats.
+	nodes      atomic.Int64
+	edgeBytes  atomic.Int64
+	prompts    atomic.Int64
+	arenaBytes atomic.Int64
+	evictions  atomic.Uint64
+}
+
+// Stats are the counters a Trie exports for /metrics.
+type Stats struct {
+	// Nodes is the current number of nodes (the root is not counted).
+	Nodes int
+	// EdgeBytes is the number of stored edge bytes, i.e. the number of
+	// distinct non-empty prefixes of the stored prompts.
+	EdgeBytes int
+	// Prompts is the number of stored prompts.
+	Prompts int
+	// Evictions is the cumulative number of prompts pruned by the ceiling
+	// (it survives Reset, so it can back a Prometheus counter).
+	Evictions uint64
+	// ArenaBytes approximates the heap held by the node and byte arenas,
+	// including space waiting for reuse.
+	ArenaBytes int
+}
+
+// New returns an empty trie holding at most maxNodes nodes (maxNodes <= 0
+// means DefaultMaxNodes).
+func New(maxNodes int) *Trie {
+	return NewLimited(maxNodes, 0)
+}
+
+// NewLimited is like New and also caps the stored edge bytes at maxEdgeBytes
+// (<= 0: no byte ceiling). Prompts longer than maxEdgeBytes are stored cut to
+// their first maxEdgeBytes bytes.
+func NewLimited(maxNodes, maxEdgeBytes int) *Trie {
+	if maxNodes <= 0 {
+		maxNodes = DefaultMaxNodes
+	}
+	maxNodes = min(maxNodes, maxNodesLimit)
+	t := &Trie{
+		maxNodes: maxNodes,
+		maxBytes: max(maxEdgeBytes, 0),
+	}
+	t.st.Store(newState())
+	t.publish(t.st.Load())
+	return t
+}
+
+// Match returns how many leading bytes of key are present in the trie: the
+// longest common prefix of key with any stored prompt (a path from the root,
+// which may end inside an edge).
+//
+// Match does not allocate, takes no lock and is safe for concurrent use with
+// Insert and Reset. key is only read during the call. When it races a write,
+// the result is the length of a prefix of key that was stored at some moment
+// during the call; it is never more than len(key).
+func (t *Trie) Match(key []byte) int {
+	if len(key) == 0 {
+		return 0
+	}
+	c := t.readers.enter()
+	n := t.st.Load().match(key)
+	t.readers.exit(c)
+	return n
+}
+
+// Insert records key as the most recently inserted prompt. If key is already
+// stored it only becomes the most recent one. When the new prompt would take
+// the trie above its ceiling, the least recently inserted prompts are pruned
+// first; nodes still on the path of a kept prompt survive.
+//
+// An empty key is ignored. key is copied; the caller may reuse it after the
+// call. Insert is safe for concurrent use; it never blocks Match.
+func (t *Trie) Insert(key []byte) {
+	if len(key) == 0 {
+		return
+	}
+	if t.maxBytes > 0 && len(key) > t.maxBytes {
+		key = key[:t.maxBytes]
+	}
+	if len(key) > maxKeyLen {
+		key = key[:maxKeyLen]
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.st.Load()
+	s.reclaim(&t.readers)
+
+	p := s.walk(key)
+	e := s.nodes.at(p.node)
+	atEnd := p.edgeOff == e.n
+	if atEnd && p.depth == len(key) && e.prompt != 0 {
+		s.touch(e.prompt)
+		return
+	}
+	for s.promptCount > 0 && !t.fits(s, p, key) {
+		// Eviction removes leaves and merges nodes. While p.node survives,
+		// its edge, its depth and its lack of a child for the next key byte
+		// are unchanged (merges above it keep the path bytes), so p and the
+		// needs computed from it still hold; only when p.node itself went
+		// must the key be walked again.
+		if s.evictOldest(p.node) {
+			p = s.walk(key)
+		}
+		t.evictions.Add(1)
+	}
+	s.insertAt(p, key)
+	t.publish(s)
+}
+
+// fits reports whether inserting key at p keeps the trie within its ceilings.
+func (t *Trie) fits(s *state, p position, key []byte) bool {
+	if s.nodeCount+p.newNodes(s, key) > t.maxNodes {
+		return false
+	}
+	return t.maxBytes == 0 || s.edgeBytes+len(key)-p.depth <= t.maxBytes
+}
+
+// Nodes returns the current node count with one atomic load. Safe for concurrent use.
+func (t *Trie) Nodes() int {
+	return int(t.nodes.Load())
+}
+
+// Stats returns the counters for /metrics. Safe for concurrent use; the
+// fields are read one by one, not as one snapshot.
+func (t *Trie) Stats() Stats {
+	return Stats{
+		Nodes:      int(t.nodes.Load()),
+		EdgeBytes:  int(t.edgeBytes.Load()),
+		Prompts:    int(t.prompts.Load()),
+		Evictions:  t.evictions.Load(),
+		ArenaBytes: int(t.arenaBytes.Load()),
+	}
+}
+
+// Reset drops every prompt (e.g. when the target is removed) and releases the
+// arenas. Readers still inside Match finish on the old contents, which are
+// never reused. Safe for concurrent use.
+func (t *Trie) Reset() {
+	t.mu.Lock()
+	s := newState()
+	t.st.Store(s)
+	t.publish(s)
+	t.mu.Unlock()
+}
+
+func (t *Trie) publish(s *state) {
+	t.nodes.Store(int64(s.nodeCount))
+	t.edgeBytes.Store(int64(s.edgeBytes))
+	t.prompts.Store(int64(s.promptCount))
+	t.arenaBytes.Store(int64(s.heapBytes()))
+}
+
+// match is the lock-free read path. Every index and offset is bounds-checked,
+// although the grace period guarantees they are valid (see doc.go), so that a
+// broken invariant shows up as a short match, never as a panic.
+func (s *state) match(key []byte) int {
+	pages := *s.nodes.view.Load()
+	cur := &pages[0][rootNode]
+	d := 0
+	for d < len(key) {
+		ko := cur.kids.Load()
+		if ko == 0 {
+			break
+		}
+		// Load the arena and the page table after the child block offset: the
+		// block, the child and its edge bytes were all written before the
+		// block was published, so these views are recent enough to hold them.
+		buf := s.bytes.view.Load().b
+		child := findKid(buf, ko, key[d])
+		if child == nilNode {
+			break
+		}
+		pages = *s.nodes.view.Load()
+		if int(child>>pageShift) >= len(pages) {
+			break
+		}
+		cn := &pages[child>>pageShift][child&pageMask]
+		end := cn.off + uint64(cn.n)
+		if cn.n == 0 || end < cn.off || end > uint64(len(buf)) {
+			break
+		}
+		edge := buf[cn.off:end]
+		m := commonPrefix(edge, key[d:])
+		d += m
+		if m < len(edge) {
+			break
+		}
+		cur = cn
+	}
+	return d
+}
+
+// commonPrefix returns the length of the longest common prefix of a and b.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	a, b = a[:n], b[:n]
+	// Most edges on a match path match whole; memequal (SIMD) settles those.
+	if bytes.Equal(a, b) {
+		return n
+	}
+	i := 0
+	const chunk = 256
+	for i+chunk <= n && bytes.Equal(a[i:i+chunk], b[i:i+chunk]) {
+		i += chunk
+	}
+	for i+8 <= n {
+		if x := binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:]); x != 0 {
+			return i + bits.TrailingZeros64(x)/8
+		}
+		i += 8
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
