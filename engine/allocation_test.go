@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/rolter-ai/rolter/kvindex"
 )
 
 // TestAllocsRoutingPath pins ../shared/STYLE.md habit 1 for the request path up to the pick: body parse,
@@ -78,5 +80,29 @@ func TestAllocsPipelineAndHash(t *testing.T) {
 		if a := testing.AllocsPerRun(200, func() { r.Strategy.Rank(&p, out[:]) }); a != 0 {
 			t.Fatalf("%s without session: %v allocs per pick", strategy, a)
 		}
+	}
+}
+
+func TestAllocsPrecisePick(t *testing.T) {
+	tokens := make([]uint32, 4096)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	r := preciseRoute(t, 4, tokens)
+	var buf, out [maxTargets]int
+	var kvOut [kvindex.MaxTargets]int
+	var scratch kvindex.Scratch
+	var p Pick
+	allEligible(r, &p, buf[:])
+	p.TokenIDs, p.TokenIDsState, p.kvScratch, p.kvOut = tokens, tokenIDsOK, &scratch, kvOut[:]
+	if a := testing.AllocsPerRun(100, func() { r.Strategy.Rank(&p, out[:]) }); a != 0 {
+		t.Fatalf("%v allocs per pick", a)
+	}
+	if _, d := r.Strategy.Rank(&p, out[:]); out[0] != 3 || d.Reason != ReasonPrefixHit {
+		t.Fatalf("picked %d (%s), want 3", out[0], d.Reason)
+	}
+	var c call
+	if a := testing.AllocsPerRun(100, func() { c.tokens, _ = parseTokenIDs(c.tokens[:0], []byte("1,22,333,4444,55555")) }); a != 0 {
+		t.Fatalf("%v allocs per header parse", a)
 	}
 }

@@ -202,3 +202,46 @@ provider = "b"
 		t.Fatalf("nthLine = %d, want 19", got)
 	}
 }
+
+// TestKVEventsNeedCgo: without cgo (no libzmq) a config that uses kv_events is refused with a clear message;
+// with cgo it loads.
+func TestKVEventsNeedCgo(t *testing.T) {
+	src := `[[providers]]
+name = "a"
+api_base = "http://127.0.0.1:1"
+[providers.kv_events]
+endpoint = "tcp://127.0.0.1:5557"
+[[routes]]
+model = "m"
+strategy = "precise_cache_aware"
+[[routes.targets]]
+provider = "a"
+`
+	_, err := ParseConfig([]byte(src), "kv.toml")
+	if kvEventsSupported {
+		if err != nil {
+			t.Fatalf("cgo build refused kv_events: %s", err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), "kv.toml:4: providers[0].kv_events: kv_events needs a build with cgo") {
+		t.Fatalf("no-cgo build: got %v", err)
+	}
+}
+
+// TestPreciseNeedsKVEvents: every target of a precise_cache_aware route needs a KV-event source.
+func TestPreciseNeedsKVEvents(t *testing.T) {
+	src := `[[providers]]
+name = "a"
+api_base = "http://127.0.0.1:1"
+[[routes]]
+model = "m"
+strategy = "precise_cache_aware"
+[[routes.targets]]
+provider = "a"
+`
+	_, err := ParseConfig([]byte(src), "kv.toml")
+	if err == nil || !strings.Contains(err.Error(), `kv.toml:8: routes[0].targets[0].provider: strategy "precise_cache_aware" needs [providers.kv_events] on provider "a"`) {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -85,6 +85,16 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	p.Key = c.key
 	p.SessionID = ctx.Request.Header.Peek("X-Session-Id")
 	p.Now = c.start.UnixNano()
+	p.kvScratch = &c.kvScratch
+	p.kvOut = c.kvOut[:]
+	if h := ctx.Request.Header.Peek("X-Rolter-Vllm-Token-Ids"); len(h) > 0 {
+		var ok bool
+		if c.tokens, ok = parseTokenIDs(c.tokens[:0], h); ok {
+			p.TokenIDs, p.TokenIDsState = c.tokens, tokenIDsOK
+		} else {
+			p.TokenIDsState = tokenIDsMalformed
+		}
+	}
 	if c.eligibleTargets() {
 		c.nOrder, c.decision = r.Strategy.Rank(p, c.order[:])
 	} else if e := c.failOpen(); e != nil {

@@ -234,3 +234,5 @@ func fire(url, body string) {
 		resp.Body.Close()
 	}
 }
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
+
+	"github.com/rolter-ai/rolter/kvindex"
 )
 
 // call is the state of one proxied request. It is pooled: acquired when a request arrives and released
@@ -64,6 +66,10 @@ type call struct {
 
 	watch  clientWatch
 	errBuf []byte
+
+	tokens    []uint32 // x-rolter-vllm-token-ids
+	kvScratch kvindex.Scratch
+	kvOut     [kvindex.MaxTargets]int
 }
 
 var callPool sync.Pool
@@ -95,6 +101,9 @@ func (c *call) release() {
 	}
 	if cap(c.body) > 1<<20 {
 		c.body = nil
+	}
+	if cap(c.tokens) > 1<<18 {
+		c.tokens = nil
 	}
 	if len(c.errBuf) > 64<<10 {
 		c.errBuf = nil

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 
+	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
@@ -54,6 +55,10 @@ type Pick struct {
 	TokenIDsState tokenIDsState
 	// Now is the request's start in unix nanoseconds.
 	Now int64
+
+	// Scratch for precise_cache_aware's index lookup, owned by the request.
+	kvScratch *kvindex.Scratch
+	kvOut     []int
 }
 
 type tokenIDsState uint8
@@ -123,6 +128,7 @@ type buildEnv struct {
 	set *telemetry.Set
 	log *slog.Logger
 	cfg *Config
+	kv  *kvState
 }
 
 // strategies is the name -> constructor table (no registry magic: ../shared/research/aesthetics-anchors.md 6.3).
@@ -147,6 +153,13 @@ var strategies = map[string]strategySpec{
 			registerTrieMetrics(env.set, r, s.tries)
 			env.set.Gauge(telemetry.Sessions, "route="+telemetry.Label(r.Model), func() float64 { return float64(s.sessions.size()) })
 			return s, nil
+		},
+	},
+	"precise_cache_aware": {
+		params:        []string{"threshold"},
+		needsKVEvents: true,
+		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
+			return newPrecise(r, p, env.kv)
 		},
 	},
 	"consistent_hash": {

@@ -93,6 +93,7 @@ type Snapshot struct {
 	Routes    []*Route // sorted by model, for /v1/models
 	models    []byte   // the /v1/models body
 	set       *telemetry.Set
+	kv        *kvState // nil unless a route uses precise_cache_aware
 }
 
 // Route returns the route for a public model name, or nil. Looking up with string(b) does not allocate.
@@ -141,6 +142,11 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 		s.set.Gauge(telemetry.UpstreamConns, l, func() float64 { return float64(up.open.Load()) })
 		s.set.Gauge(telemetry.QueueWaiting, l, func() float64 { return float64(p.adm.waiting.Load()) })
 	}
+	kv, err := newKVState(s, log)
+	if err != nil {
+		return nil, err
+	}
+	s.kv = kv
 	for _, rc := range cfg.Routes {
 		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy)}
 		r.m = s.set.NewRouteMetrics(rc.Model, rc.Strategy, reasonLabels)
@@ -157,7 +163,7 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 			r.Targets = append(r.Targets, t)
 		}
 		spec := strategies[rc.Strategy]
-		st, err := spec.build(r, rc.Params, &buildEnv{set: s.set, log: log, cfg: cfg})
+		st, err := spec.build(r, rc.Params, &buildEnv{set: s.set, log: log, cfg: cfg, kv: kv})
 		if err != nil {
 			return nil, fmt.Errorf("cannot build strategy %q for route %q: %w", rc.Strategy, rc.Model, err)
 		}
@@ -196,6 +202,9 @@ func (s *Snapshot) start() error {
 			p.scraper.Start()
 		}
 	}
+	if s.kv != nil {
+		s.kv.start()
+	}
 	for _, r := range s.Routes {
 		if lc, ok := r.Strategy.(lifecycle); ok {
 			if err := lc.Start(); err != nil {
@@ -209,6 +218,9 @@ func (s *Snapshot) start() error {
 
 // stop stops background work and closes idle upstream connections.
 func (s *Snapshot) stop() {
+	if s.kv != nil {
+		s.kv.stop()
+	}
 	for _, r := range s.Routes {
 		if lc, ok := r.Strategy.(lifecycle); ok {
 			lc.Stop()

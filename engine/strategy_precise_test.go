@@ -1,0 +1,299 @@
+//go:build cgo
+
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rolter-ai/rolter/kvindex"
+	"github.com/rolter-ai/rolter/sim"
+)
+
+// preciseFleet starts n sims publishing KV events (with replay) and a precise_cache_aware gateway over them.
+func preciseFleet(t *testing.T, n int, replay bool, tweak func(*sim.Config)) ([]*sim.Engine, *testGateway) {
+	t.Helper()
+	engines, _ := simFleet(t, n, func(c *sim.Config) {
+		c.KVEvents = "tcp://127.0.0.1:*"
+		if replay {
+			c.Replay = "tcp://127.0.0.1:*"
+		}
+		if tweak != nil {
+			tweak(c)
+		}
+	})
+	var b strings.Builder
+	b.WriteString("[server]\nlisten = \"127.0.0.1:0\"\n")
+	for i, e := range engines {
+		fmt.Fprintf(&b, "[[providers]]\nname = \"sim-%d\"\napi_base = %q\n[providers.kv_events]\nendpoint = %q\nstale_secs = 60\n", i, e.URL(), e.KVEventsEndpoint())
+		if replay {
+			fmt.Fprintf(&b, "replay_endpoint = %q\n", e.ReplayEndpoint())
+		}
+	}
+	b.WriteString("[[routes]]\nmodel = \"m\"\nstrategy = \"precise_cache_aware\"\n")
+	for i := range engines {
+		fmt.Fprintf(&b, "[[routes.targets]]\nprovider = \"sim-%d\"\nmodel = \"sim-model\"\n", i)
+	}
+	gw := startGateway(t, b.String())
+	// Late joiners see nothing until a first batch; give the SUB sockets a moment to connect (slow joiner).
+	time.Sleep(200 * time.Millisecond)
+	return engines, gw
+}
+
+// tokenize asks a sim for the chat-templated token ids of msgs, as a vLLM client would.
+func tokenize(t *testing.T, e *sim.Engine, msgs []chatMsg) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": "sim-model", "messages": msgs, "add_generation_prompt": true})
+	resp, got := post(t, e.URL()+"/tokenize", string(body))
+	if resp.StatusCode != 200 {
+		t.Fatalf("tokenize: %d %s", resp.StatusCode, got)
+	}
+	var r struct{ Tokens []uint32 }
+	if err := json.Unmarshal([]byte(got), &r); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(r.Tokens))
+	for i, v := range r.Tokens {
+		ids[i] = fmt.Sprint(v)
+	}
+	return strings.Join(ids, ",")
+}
+
+// preciseTurn sends msgs with their token ids and returns target and decision.
+func preciseTurn(t *testing.T, gw *testGateway, msgs []chatMsg, ids string) (string, string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": "m", "messages": msgs, "max_tokens": 2})
+	hdr := []string{}
+	if ids != "" {
+		hdr = []string{"X-Rolter-Vllm-Token-Ids", ids}
+	}
+	resp, got := post(t, gw.URL+"/v1/chat/completions", string(body), hdr...)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	return resp.Header.Get("X-Rolter-Target"), resp.Header.Get("X-Rolter-Decision")
+}
+
+func longConversation(tag string) []chatMsg {
+	return []chatMsg{{"system", strings.Repeat("precise routing test "+tag+" ", 40)}, {"user", "question about " + tag}}
+}
+
+// waitPinned sends msgs once, waits until the serving engine's BlockStored events reached the index, and
+// checks that the same ids now pin there. It returns that target.
+func waitPinned(t *testing.T, gw *testGateway, msgs []chatMsg, ids string) string {
+	t.Helper()
+	kv := gw.g.Snapshot().kv
+	before := map[string]uint64{}
+	for name, id := range kv.ids {
+		before[name] = kv.streams[id].Stats().StoredEvents
+	}
+	target, decision := preciseTurn(t, gw, msgs, ids)
+	if decision == "prefix_hit" {
+		return target
+	}
+	st := kv.streams[kv.ids[target]]
+	waitFor(t, 5*time.Second, "the BlockStored events of "+target, func() bool { return st.Stats().StoredEvents > before[target] && st.Trusted() })
+	again, decision := preciseTurn(t, gw, msgs, ids)
+	if again != target || decision != "prefix_hit" {
+		t.Fatalf("blocks are on %s; the same ids went to %s (%s)", target, again, decision)
+	}
+	return target
+}
+
+// waitResident waits until the index holds the blocks of ids on provider (without sending traffic).
+func waitResident(t *testing.T, gw *testGateway, provider, ids string) {
+	t.Helper()
+	toks, ok := parseTokenIDs(nil, []byte(ids))
+	if !ok {
+		t.Fatalf("bad ids %q", ids)
+	}
+	kv := gw.g.Snapshot().kv
+	out := make([]int, kv.ix.MaxTargets())
+	var s kvindex.Scratch
+	waitFor(t, 5*time.Second, "the blocks to be resident on "+provider, func() bool {
+		full := kv.ix.Match(toks, &s, out)
+		return full > 0 && out[kv.ids[provider]] == full
+	})
+}
+
+// waitStored waits until the index has applied n BlockStored events of provider in total.
+func waitStored(t *testing.T, gw *testGateway, provider string, n uint64) {
+	t.Helper()
+	kv := gw.g.Snapshot().kv
+	st := kv.streams[kv.ids[provider]]
+	waitFor(t, 5*time.Second, "BlockStored events of "+provider, func() bool { return st.Stats().StoredEvents >= n })
+}
+
+func streamOf(gw *testGateway, provider string) *kvStreamView {
+	kv := gw.g.Snapshot().kv
+	return &kvStreamView{kv: kv, id: kv.ids[provider]}
+}
+
+type kvStreamView struct {
+	kv *kvState
+	id int
+}
+
+func (v *kvStreamView) trusted() bool { return v.kv.streams[v.id].Trusted() }
+
+func TestPrecisePinsWhereBlocksAre(t *testing.T) {
+	engines, gw := preciseFleet(t, 3, true, nil)
+	msgs := longConversation("a")
+	ids := tokenize(t, engines[0], msgs)
+	first, decision := preciseTurn(t, gw, msgs, ids)
+	if decision != "no_match" && decision != "untrusted" { // untrusted: no batch heard yet from any engine
+		t.Fatalf("cold request decided %s", decision)
+	}
+	waitStored(t, gw, first, 1)
+	for i := 0; i < 5; i++ {
+		if got, d := preciseTurn(t, gw, msgs, ids); got != first || d != "prefix_hit" {
+			t.Fatalf("the same token ids went to %s (%s), blocks are on %s", got, d, first)
+		}
+	}
+	// A different conversation is not pinned to the first one's engine by accident.
+	other := longConversation("b")
+	if _, d := preciseTurn(t, gw, other, tokenize(t, engines[0], other)); d != "no_match" {
+		t.Fatalf("unrelated prompt decided %s", d)
+	}
+	// Ids missing or malformed: least load, and the decision says why.
+	if _, d := preciseTurn(t, gw, msgs, ""); d != "no_token_ids" {
+		t.Fatalf("no ids decided %s", d)
+	}
+	for _, bad := range []string{"1,2,x", "1,,2", "1, 2", ",1", "99999999999", "-1"} {
+		if _, d := preciseTurn(t, gw, msgs, bad); d != "bad_token_ids" {
+			t.Fatalf("ids %q decided %s", bad, d)
+		}
+	}
+	// The gateway exports the stream state.
+	_, metrics := getBody(t, gw.URL+"/metrics")
+	for _, want := range []string{`rolter_kv_stream_trusted{target="sim-0"} 1`, `rolter_kv_events_total{target=`, `rolter_kv_index_blocks{target=`} {
+		if !strings.Contains(metrics, want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func getBody(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := testClient.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, _ = fmt.Fprint(&b, "")
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return resp.StatusCode, b.String()
+}
+
+// TestPreciseEviction: once the engine evicts a prompt's blocks (BlockRemoved), the prompt no longer pins.
+func TestPreciseEviction(t *testing.T) {
+	engines, gw := preciseFleet(t, 2, true, func(c *sim.Config) { c.NumBlocks = 96 })
+	msgs := longConversation("evict")
+	ids := tokenize(t, engines[0], msgs)
+	home := waitPinned(t, gw, msgs, ids)
+	var e *sim.Engine
+	for i, en := range engines {
+		if home == fmt.Sprintf("sim-%d", i) {
+			e = en
+		}
+	}
+	// Fill the home engine's cache with other prompts, sent to it directly.
+	for i := 0; i < 12; i++ {
+		body, _ := json.Marshal(map[string]any{"model": "sim-model", "max_tokens": 1, "messages": longConversation(fmt.Sprint("filler-", i))})
+		post(t, e.URL()+"/v1/chat/completions", string(body))
+	}
+	if e.Stats().Evictions == 0 {
+		t.Fatalf("the filler did not evict anything: %+v", e.Stats())
+	}
+	waitFor(t, 5*time.Second, "the evicted prompt to stop pinning", func() bool {
+		_, d := preciseTurn(t, gw, msgs, ids)
+		return d == "no_match"
+	})
+}
+
+// TestPreciseGapReplay: a dropped batch makes the stream untrusted; replay restores trust.
+func TestPreciseGapReplay(t *testing.T) {
+	engines, gw := preciseFleet(t, 1, true, nil)
+	msgs := longConversation("gap")
+	ids := tokenize(t, engines[0], msgs)
+	waitPinned(t, gw, msgs, ids)
+	st := gw.g.Snapshot().kv.streams[0]
+	if err := engines[0].SetFaults(sim.Faults{DropEveryNthBatch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// One more batch is produced (and dropped): the next one reveals the gap.
+	body, _ := json.Marshal(map[string]any{"model": "sim-model", "max_tokens": 1, "messages": longConversation("gap-2")})
+	post(t, engines[0].URL()+"/v1/chat/completions", string(body))
+	waitFor(t, 2*time.Second, "the sim to drop a batch", func() bool { return engines[0].Stats().BatchesDropped >= 1 })
+	engines[0].SetFaults(sim.Faults{})
+	body, _ = json.Marshal(map[string]any{"model": "sim-model", "max_tokens": 1, "messages": longConversation("gap-3")})
+	post(t, engines[0].URL()+"/v1/chat/completions", string(body))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s := st.Stats()
+		if s.Gaps >= 1 && s.ReplaysOK >= 1 && st.Trusted() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gap not replayed: %+v, sim %+v", s, engines[0].Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The replayed batch was applied: gap-2's blocks are known.
+	gap2 := longConversation("gap-2")
+	gap2IDs := tokenize(t, engines[0], gap2)
+	waitResident(t, gw, "sim-0", gap2IDs)
+	if got, d := preciseTurn(t, gw, gap2, gap2IDs); got != "sim-0" || d != "prefix_hit" {
+		t.Fatalf("replayed prompt: %s %s", got, d)
+	}
+}
+
+// TestPreciseRestartAndGarbage: an engine restart (sequence back to 0, AllBlocksCleared) drops its blocks and
+// the stream is trusted again afterwards; garbage frames are counted and survived.
+func TestPreciseRestartAndGarbage(t *testing.T) {
+	engines, gw := preciseFleet(t, 2, false, nil)
+	msgs := longConversation("restart")
+	ids := tokenize(t, engines[0], msgs)
+	home := waitPinned(t, gw, msgs, ids)
+	idx := 0
+	if home == "sim-1" {
+		idx = 1
+	}
+	st := gw.g.Snapshot().kv.streams[gw.g.Snapshot().kv.ids[home]]
+	engines[idx].Restart()
+	waitFor(t, 5*time.Second, "the restart to clear the engine's blocks", func() bool {
+		return st.Stats().ClearedEvents+st.Stats().Restarts >= 1 && st.Stats().Blocks == 0
+	})
+	if _, d := preciseTurn(t, gw, msgs, ids); d == "prefix_hit" {
+		t.Fatalf("a restarted engine's old blocks still pin")
+	}
+	waitFor(t, 5*time.Second, "trust after the restart", st.Trusted)
+
+	if err := engines[idx].SetFaults(sim.Faults{GarbageEveryNBatches: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		body, _ := json.Marshal(map[string]any{"model": "sim-model", "max_tokens": 1, "messages": longConversation(fmt.Sprint("garbage-", i))})
+		post(t, engines[idx].URL()+"/v1/chat/completions", string(body))
+	}
+	waitFor(t, 5*time.Second, "garbage frames to be counted", func() bool { return st.Stats().GarbageFrames >= 1 })
+	g := longConversation("garbage-after")
+	body, _ := json.Marshal(map[string]any{"model": "sim-model", "max_tokens": 1, "messages": g})
+	post(t, engines[idx].URL()+"/v1/chat/completions", string(body))
+	gids := tokenize(t, engines[idx], g)
+	waitResident(t, gw, home, gids)
+	if got, d := preciseTurn(t, gw, g, gids); got != home || d != "prefix_hit" {
+		t.Fatalf("after garbage frames the prompt went to %s (%s), its blocks are on %s;", got, d, home)
+	}
+}

@@ -1,0 +1,332 @@
+package kvindex
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+	"time"
+)
+
+// Reason says why a target's KV evidence is not trusted (ReasonNone when it is).
+type Reason uint32
+
+const (
+	// ReasonNone: the stream is consistent and the index is trusted.
+	ReasonNone Reason = iota
+	// ReasonWaiting: no message has arrived yet.
+	ReasonWaiting
+	// ReasonGap: a sequence number was skipped and replay has not (yet) filled it.
+	ReasonGap
+	// ReasonRestart: the sequence went back (publisher restarted); the target was cleared.
+	ReasonRestart
+	// ReasonMalformed: a payload could not be decoded; its events are lost and the target was cleared.
+	ReasonMalformed
+	// ReasonStale: no message for StaleAfter.
+	ReasonStale
+	// ReasonUnknownParent: a stored block named a parent the index never saw nor dropped, so events were
+	// missed without a sequence gap; the target was cleared.
+	ReasonUnknownParent
+)
+
+var reasonNames = [...]string{"none", "waiting", "gap", "restart", "malformed", "stale", "unknown_parent"}
+
+// String returns the reason as one lower-case word, suitable for a metric label or a decision header.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Replayer fetches buffered batches from the publisher's replay (ROUTER) socket.
+type Replayer interface {
+	// Replay requests every buffered batch with sequence >= start and calls fn for each, in the order
+	// received, until the publisher's end marker. payload is valid only during fn. It returns an error when
+	// the request fails or times out; batches already passed to fn stay passed.
+	Replay(start uint64, fn func(seq uint64, payload []byte)) error
+}
+
+// StreamConfig configures a Stream.
+type StreamConfig struct {
+	// StaleAfter marks the target untrusted when no message arrived for this long; 0 disables it.
+	StaleAfter time.Duration
+	// Replayer, when set, is asked to fill sequence gaps (and, on a late join or a restart, the batches
+	// before the first one seen).
+	Replayer Replayer
+}
+
+// StreamStats is a snapshot of a Stream's counters plus its target's index counters.
+type StreamStats struct {
+	TargetStats
+
+	// Batches counts payloads handed to the decoder (live and replayed).
+	Batches uint64
+	// Gaps counts forward sequence jumps; LostBatches sums the skipped sequence numbers.
+	Gaps, LostBatches uint64
+	// Restarts counts sequences going back (publisher restart).
+	Restarts uint64
+	// ReplaysOK and ReplaysFailed count replay attempts by outcome.
+	ReplaysOK, ReplaysFailed uint64
+	// DecodeErrors counts payloads that failed to decode (malformed).
+	DecodeErrors uint64
+	// GarbageFrames counts messages without the [topic, 8-byte seq, payload] shape, ignored.
+	GarbageFrames uint64
+	// StaleTransitions counts transitions into the stale state.
+	StaleTransitions uint64
+	// SkippedEvents counts events of unknown type.
+	SkippedEvents uint64
+	// MissedEvents counts unknown-parent incidents that proved missed events.
+	MissedEvents uint64
+
+	// LastSeq is the last sequence number accepted, when HasSeq.
+	LastSeq uint64
+	HasSeq  bool
+	Trusted bool
+	Reason  Reason
+}
+
+type streamCounters struct {
+	batches, gaps, lostBatches, restarts     atomic.Uint64
+	replaysOK, replaysFailed, decodeErrors   atomic.Uint64
+	garbageFrames, staleTransitions, skipped atomic.Uint64
+	missedEvents                             atomic.Uint64
+}
+
+// Stream is the per-target state machine between the ZMQ frames and the TargetIndex: it checks sequence
+// numbers, decodes payloads, applies them and decides whether the target's evidence is trusted.
+//
+// Trust rules (see doc.go): the first sequence seen is wherever the publisher is (a late joiner is not a
+// gap). A forward jump is a gap: replay it when a Replayer is configured (trusted again once the gap is
+// filled), else clear the target. A sequence going back is a restart: clear. A payload that does not
+// decode is malformed: clear. No message for StaleAfter is stale. Each of these makes the target
+// untrusted; after a clear the target is trusted again at the next contiguous batch, because from then on
+// the index is a consistent (if incomplete: it under-reports blocks stored before the clear) view.
+//
+// Handle, HandleFrames and Tick must be called from one goroutine (the subscriber's); Trusted, Reason and
+// Stats are safe for concurrent use and cheap enough for the request path.
+type Stream struct {
+	ti       *TargetIndex
+	dec      Decoder
+	replayer Replayer
+	stale    time.Duration
+
+	started bool
+	lastSeq uint64
+	lastMsg time.Time
+	isStale bool
+
+	trusted atomic.Bool
+	reason  atomic.Uint32
+	seq     atomic.Uint64
+	hasSeq  atomic.Bool
+	c       streamCounters
+}
+
+// NewStream returns a Stream applying events to ti. It starts untrusted (ReasonWaiting) until the first
+// message.
+func NewStream(ti *TargetIndex, cfg StreamConfig) *Stream {
+	st := &Stream{ti: ti, replayer: cfg.Replayer, stale: cfg.StaleAfter}
+	st.reason.Store(uint32(ReasonWaiting))
+	return st
+}
+
+// Target returns the index writer the stream owns.
+func (st *Stream) Target() *TargetIndex {
+	return st.ti
+}
+
+// Trusted reports whether the target's index reflects every event of its publisher since the last reset.
+func (st *Stream) Trusted() bool {
+	return st.trusted.Load()
+}
+
+// Reason returns why the target is not trusted, or ReasonNone.
+func (st *Stream) Reason() Reason {
+	return Reason(st.reason.Load())
+}
+
+// Stats returns a snapshot of the stream's counters. It is safe for concurrent use.
+func (st *Stream) Stats() StreamStats {
+	c := &st.c
+	return StreamStats{
+		TargetStats:      st.ti.Stats(),
+		Batches:          c.batches.Load(),
+		Gaps:             c.gaps.Load(),
+		LostBatches:      c.lostBatches.Load(),
+		Restarts:         c.restarts.Load(),
+		ReplaysOK:        c.replaysOK.Load(),
+		ReplaysFailed:    c.replaysFailed.Load(),
+		DecodeErrors:     c.decodeErrors.Load(),
+		GarbageFrames:    c.garbageFrames.Load(),
+		StaleTransitions: c.staleTransitions.Load(),
+		SkippedEvents:    c.skipped.Load(),
+		MissedEvents:     c.missedEvents.Load(),
+		LastSeq:          st.seq.Load(),
+		HasSeq:           st.hasSeq.Load(),
+		Trusted:          st.Trusted(),
+		Reason:           st.Reason(),
+	}
+}
+
+// HandleFrames handles one ZMQ message. Anything but [topic, 8-byte big-endian seq, payload] is counted as
+// a garbage frame and ignored: without a trustworthy sequence it cannot be placed in the stream.
+func (st *Stream) HandleFrames(frames [][]byte, now time.Time) {
+	if len(frames) != 3 || len(frames[1]) != 8 {
+		st.c.garbageFrames.Add(1)
+		return
+	}
+	st.Handle(frames[0], binary.BigEndian.Uint64(frames[1]), frames[2], now)
+}
+
+// Handle handles one published batch. topic is not interpreted (the SUB socket filters by prefix).
+func (st *Stream) Handle(topic []byte, seq uint64, payload []byte, now time.Time) {
+	_ = topic
+	st.lastMsg = now
+	st.isStale = false
+	switch {
+	case !st.started:
+		st.started = true
+		if seq <= 1 {
+			// The publisher's first batch (vLLM numbers from 0, llm-d-inference-sim from 1): the index will
+			// see the engine's whole cache.
+			st.ti.MarkSynced()
+		} else if st.replayer != nil {
+			// A late joiner is not a gap, but what the publisher still buffers makes the index fuller.
+			if ok, dirty := st.catchUp(0, seq); !ok && dirty {
+				st.ti.Clear()
+			}
+		}
+		st.accept(seq, payload, true)
+	case seq == st.lastSeq+1:
+		st.accept(seq, payload, true)
+	case seq > st.lastSeq+1:
+		st.c.gaps.Add(1)
+		st.c.lostBatches.Add(seq - st.lastSeq - 1)
+		st.untrust(ReasonGap)
+		if st.replayer != nil {
+			if ok, _ := st.catchUp(st.lastSeq+1, seq); ok {
+				st.accept(seq, payload, true)
+				return
+			}
+		}
+		st.ti.Clear()
+		st.accept(seq, payload, false)
+	default:
+		st.c.restarts.Add(1)
+		st.untrust(ReasonRestart)
+		st.ti.Clear()
+		trust := false
+		if seq <= 1 {
+			st.ti.MarkSynced()
+			trust = true
+		} else if st.replayer != nil {
+			ok, dirty := st.catchUp(0, seq)
+			if !ok && dirty {
+				st.ti.Clear()
+			}
+			trust = ok
+		}
+		st.accept(seq, payload, trust)
+	}
+}
+
+// Tick marks the target stale when no message arrived for StaleAfter. Call it periodically.
+func (st *Stream) Tick(now time.Time) {
+	if st.stale <= 0 || !st.started || st.isStale || now.Sub(st.lastMsg) < st.stale {
+		return
+	}
+	st.isStale = true
+	st.c.staleTransitions.Add(1)
+	st.untrust(ReasonStale)
+}
+
+// fail resets the stream after a bug surfaced as a panic in its goroutine: the index state is unknown, so
+// clear it (guarded: the clear may hit the same bug) and start over as a fresh subscriber.
+func (st *Stream) fail() {
+	st.untrust(ReasonMalformed)
+	st.started = false
+	defer func() { _ = recover() }()
+	st.ti.Clear()
+}
+
+func (st *Stream) setSeq(seq uint64) {
+	st.lastSeq = seq
+	st.seq.Store(seq)
+	st.hasSeq.Store(true)
+}
+
+func (st *Stream) untrust(r Reason) {
+	st.trusted.Store(false)
+	st.reason.Store(uint32(r))
+}
+
+// accept applies batch seq. trust says whether the index is consistent once it is applied; when not, the
+// target stays untrusted until the next contiguous batch.
+func (st *Stream) accept(seq uint64, payload []byte, trust bool) {
+	st.setSeq(seq)
+	if r := st.apply(payload); r != ReasonNone {
+		st.ti.Clear()
+		st.untrust(r)
+		return
+	}
+	if !trust {
+		return
+	}
+	st.reason.Store(uint32(ReasonNone))
+	st.trusted.Store(true)
+}
+
+// apply decodes and applies one payload and returns ReasonNone, ReasonMalformed or ReasonUnknownParent.
+// A malformed payload applies nothing (Decode validates the whole batch first).
+func (st *Stream) apply(payload []byte) Reason {
+	st.c.batches.Add(1)
+	bt, err := st.dec.Decode(payload, st.ti)
+	if err != nil {
+		st.c.decodeErrors.Add(1)
+		return ReasonMalformed
+	}
+	if bt.Skipped > 0 {
+		st.c.skipped.Add(uint64(bt.Skipped))
+	}
+	if st.ti.takeMissed() {
+		st.c.missedEvents.Add(1)
+		return ReasonUnknownParent
+	}
+	return ReasonNone
+}
+
+// catchUp replays batches from..until-1 and applies them in order; batches at or after until are left to
+// the live stream. ok reports whether every batch of the range was applied; dirty reports that some were,
+// so a caller recovering from a failure must clear the target (the batches it could not apply may hold
+// removals).
+func (st *Stream) catchUp(from, until uint64) (ok, dirty bool) {
+	next := from
+	failed := false
+	err := st.replayer.Replay(from, func(seq uint64, payload []byte) {
+		if failed || seq >= until || seq < next {
+			return
+		}
+		if seq != next {
+			// llm-d-inference-sim numbers from 1, so a replay from 0 may legitimately start there.
+			if !(from == 0 && !dirty && seq == 1) {
+				failed = true
+				return
+			}
+		}
+		if from == 0 && !dirty && seq <= 1 {
+			st.ti.MarkSynced()
+		}
+		dirty = true
+		if st.apply(payload) != ReasonNone {
+			failed = true
+			return
+		}
+		next = seq + 1
+		st.setSeq(seq)
+	})
+	if err == nil && !failed && next == until {
+		st.c.replaysOK.Add(1)
+		return true, dirty
+	}
+	st.c.replaysFailed.Add(1)
+	return false, dirty
+}

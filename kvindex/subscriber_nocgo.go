@@ -1,0 +1,32 @@
+//go:build !cgo
+
+package kvindex
+
+import (
+	"context"
+	"log/slog"
+)
+
+// Subscriber is unavailable without cgo: NewSubscriber returns ErrNoCgo. The type exists so that callers
+// compile in both builds.
+type Subscriber struct{}
+
+// NewSubscriber returns ErrNoCgo: the subscriber needs libzmq through cgo.
+func NewSubscriber(ix *Index, logger *slog.Logger) (*Subscriber, error) {
+	return nil, ErrNoCgo
+}
+
+// Add returns ErrNoCgo.
+func (s *Subscriber) Add(t int, cfg SubscriberConfig) (*Stream, error) { return nil, ErrNoCgo }
+
+// Stream returns nil.
+func (s *Subscriber) Stream(t int) *Stream { return nil }
+
+// Start does nothing.
+func (s *Subscriber) Start(ctx context.Context) {}
+
+// Remove does nothing.
+func (s *Subscriber) Remove(t int) {}
+
+// Stop does nothing.
+func (s *Subscriber) Stop() {}
