@@ -87,6 +87,7 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	p.Now = c.start.UnixNano()
 	p.kvScratch = &c.kvScratch
 	p.kvOut = c.kvOut[:]
+	p.tmp = c.tmp[:0]
 	if h := ctx.Request.Header.Peek("X-Rolter-Vllm-Token-Ids"); len(h) > 0 {
 		var ok bool
 		if c.tokens, ok = parseTokenIDs(c.tokens[:0], h); ok {

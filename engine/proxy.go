@@ -70,6 +70,7 @@ type call struct {
 	tokens    []uint32 // x-rolter-vllm-token-ids
 	kvScratch kvindex.Scratch
 	kvOut     [kvindex.MaxTargets]int
+	tmp       [maxTargets]int
 }
 
 var callPool sync.Pool

@@ -59,6 +59,8 @@ type Pick struct {
 	// Scratch for precise_cache_aware's index lookup, owned by the request.
 	kvScratch *kvindex.Scratch
 	kvOut     []int
+	// tmp is scratch for strategies (capacity maxTargets), owned by the request.
+	tmp []int
 }
 
 type tokenIDsState uint8
@@ -161,6 +163,9 @@ var strategies = map[string]strategySpec{
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
 			return newPrecise(r, p, env.kv)
 		},
+	},
+	"lmcache_aware": {
+		build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return lmcacheAware{}, nil },
 	},
 	"consistent_hash": {
 		params: []string{"epsilon", "virtual_nodes", "key_bytes"},

@@ -38,6 +38,7 @@ type Provider struct {
 	health  *providerHealth
 	adm     *admission
 	checker *healthChecker
+	lmcache *lmcacheSource // nil unless [providers.lmcache] is set
 }
 
 // Load is the number of requests in flight from this gateway to the provider; with [metrics_scrape] on and
@@ -128,6 +129,9 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 		if cfg.MetricsScrape.Enabled {
 			p.startScrape(cfg, log, s.set)
 		}
+		if pc.LMCache != nil {
+			p.lmcache = newLMCacheSource(p, log, s.set)
+		}
 		if pc.APIKeyEnv != "" {
 			p.auth = []byte("Bearer " + os.Getenv(pc.APIKeyEnv))
 		}
@@ -201,6 +205,9 @@ func (s *Snapshot) start() error {
 		if p.scraper != nil {
 			p.scraper.Start()
 		}
+		if p.lmcache != nil {
+			p.lmcache.poller.Start()
+		}
 	}
 	if s.kv != nil {
 		s.kv.start()
@@ -232,6 +239,9 @@ func (s *Snapshot) stop() {
 		}
 		if p.scraper != nil {
 			p.scraper.Stop()
+		}
+		if p.lmcache != nil {
+			p.lmcache.poller.Stop()
 		}
 		p.up.closeIdle(true)
 	}

@@ -302,7 +302,6 @@ const (
 	KVStream          = mKVStream
 	LMCachePolls      = mLMCachePolls
 	Admission         = mAdmission
-	QueueWait         = mQueueWait
 )
 
 // Histogram creates an le histogram name{labels} with the gateway's latency buckets.
