@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestCheckAndVersion(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.toml")
+	os.WriteFile(good, []byte("[[providers]]\nname = \"a\"\napi_base = \"http://127.0.0.1:1\"\n[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"a\"\n"), 0o600)
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("[server]\nlisten = \"nope\"\nfoo = 1\n"), 0o600)
+	f := func(args []string, wantCode int, wantOut string) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != wantCode || !strings.Contains(out.String()+errb.String(), wantOut) {
+			t.Fatalf("%v: code %d, output %q %q", args, code, out.String(), errb.String())
+		}
+	}
+	f([]string{"check", "-config", good}, 0, "ok (1 providers, 1 routes)")
+	f([]string{"check", "-config", bad}, 1, "bad.toml:3: server.foo: unknown key")
+	f([]string{"check", "-config", bad}, 1, "bad.toml:2: server.listen")
+	f([]string{"check", "-config", bad}, 1, "2 problem(s)")
+	f([]string{"serve", "-config", bad}, 1, "not starting")
+	f([]string{"version"}, 0, "rolter ")
+	f([]string{"frobnicate"}, 2, "unknown command")
+	f([]string{"check", "-config", filepath.Join(dir, "none.toml")}, 1, "cannot read config")
+}
+
+// TestUp runs `rolter up`, sends a request to the gateway it prints, and stops it with SIGINT.
+func TestUp(t *testing.T) {
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	cfgPath := filepath.Join(t.TempDir(), "up.toml")
+	go func() {
+		done <- up([]string{"-n", "2", "-listen", "127.0.0.1:0", "-config-out", cfgPath}, pw, io.Discard)
+		pw.Close()
+	}()
+	br := bufio.NewReader(pr)
+	var banner strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		banner.WriteString(line)
+		if err != nil {
+			t.Fatalf("up exited early: %s", banner.String())
+		}
+		if strings.Contains(line, "Ctrl-C stops everything") {
+			break
+		}
+	}
+	go io.Copy(io.Discard, br)
+	url := regexp.MustCompile(`gateway\s+(http://\S+)/v1`).FindStringSubmatch(banner.String())
+	if url == nil {
+		t.Fatalf("no gateway URL in:\n%s", banner.String())
+	}
+	if _, err := os.Stat(cfgPath); err != nil || !strings.Contains(banner.String(), cfgPath) {
+		t.Fatalf("config not written or not shown: %v\n%s", err, banner.String())
+	}
+	body := `{"model":"sim-model","messages":[{"role":"user","content":"hello"}]}`
+	for i := 0; i < 2; i++ {
+		resp, err := http.Post(url[1]+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "chat.completion") {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+		if i == 1 && resp.Header.Get("X-Rolter-Decision") != "prefix_hit" {
+			t.Fatalf("second identical request decided %s", resp.Header.Get("X-Rolter-Decision"))
+		}
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGINT)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("up exited %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("up did not stop on SIGINT")
+	}
+}
