@@ -151,7 +151,7 @@ func registerTrieMetrics(set *telemetry.Set, r *Route, tries []*trie.Trie) {
 		set.Gauge(telemetry.TrieEdgeBytes, l, func() float64 { return float64(tr.Stats().EdgeBytes) })
 		set.Gauge(telemetry.TrieArenaBytes, l, func() float64 { return float64(tr.Stats().ArenaBytes) })
 		set.Gauge(telemetry.TriePrompts, l, func() float64 { return float64(tr.Stats().Prompts) })
-		set.Gauge(telemetry.TrieEvictions, l, func() float64 { return float64(tr.Stats().Evictions) })
+		set.CounterFunc(telemetry.TrieEvictions, l, func() uint64 { return tr.Stats().Evictions })
 	}
 }
 

@@ -23,8 +23,8 @@ func newLMCacheSource(p *Provider, log *slog.Logger, set *telemetry.Set) *lmcach
 	src.poller = telemetry.NewLMCachePoller(lc, &src.status, log.With("target", p.Name, "component", "lmcache"))
 	l := "target=" + telemetry.Label(p.Name)
 	pl := src.poller
-	set.Gauge(telemetry.LMCachePolls, l+`,result="ok"`, func() float64 { return float64(pl.Stats().OK) })
-	set.Gauge(telemetry.LMCachePolls, l+`,result="failed"`, func() float64 { return float64(pl.Stats().Failed) })
+	set.CounterFunc(telemetry.LMCachePolls, l+`,result="ok"`, func() uint64 { return pl.Stats().OK })
+	set.CounterFunc(telemetry.LMCachePolls, l+`,result="failed"`, func() uint64 { return pl.Stats().Failed })
 	return src
 }
 

@@ -105,7 +105,7 @@ func registerKVMetrics(set *telemetry.Set, target string, st *kvindex.Stream) {
 		{"unknown_type", func(s *kvindex.StreamStats) uint64 { return s.SkippedEvents }},
 	} {
 		f := e.f
-		set.Gauge(telemetry.KVEvents, l+",kind="+telemetry.Label(e.kind), stat(func(s *kvindex.StreamStats) float64 { return float64(f(s)) }))
+		set.CounterFunc(telemetry.KVEvents, l+",kind="+telemetry.Label(e.kind), func() uint64 { s := st.Stats(); return f(&s) })
 	}
 	for _, e := range []struct {
 		event string
@@ -125,7 +125,7 @@ func registerKVMetrics(set *telemetry.Set, target string, st *kvindex.Stream) {
 		{"evictions", func(s *kvindex.StreamStats) uint64 { return s.Evictions }},
 	} {
 		f := e.f
-		set.Gauge(telemetry.KVStream, l+",event="+telemetry.Label(e.event), stat(func(s *kvindex.StreamStats) float64 { return float64(f(s)) }))
+		set.CounterFunc(telemetry.KVStream, l+",event="+telemetry.Label(e.event), func() uint64 { s := st.Stats(); return f(&s) })
 	}
 }
 

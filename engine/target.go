@@ -304,6 +304,6 @@ func (p *Provider) startScrape(cfg *Config, log *slog.Logger, set *telemetry.Set
 		return u
 	})
 	sp := p.scraper
-	set.Gauge(telemetry.Scrapes, l+`,result="ok"`, func() float64 { return float64(sp.Stats().OK) })
-	set.Gauge(telemetry.Scrapes, l+`,result="failed"`, func() float64 { return float64(sp.Stats().Failed) })
+	set.CounterFunc(telemetry.Scrapes, l+`,result="ok"`, func() uint64 { return sp.Stats().OK })
+	set.CounterFunc(telemetry.Scrapes, l+`,result="failed"`, func() uint64 { return sp.Stats().Failed })
 }

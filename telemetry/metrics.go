@@ -1,8 +1,12 @@
 package telemetry
 
 import (
+	"fmt"
+	"io"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -80,6 +84,17 @@ var latencyBuckets = []float64{
 // snapshot is live and unregistered when it is replaced.
 type Set struct {
 	s *metrics.Set
+
+	mu       sync.Mutex
+	counters []counterFunc // sorted by name when written
+}
+
+// counterFunc is a cumulative count kept by another package (a trie, a KV stream, a poller), exposed as a
+// Prometheus counter: VictoriaMetrics' callback gauges would be typed "gauge", which Prometheus tooling
+// rejects for *_total names.
+type counterFunc struct {
+	name string // name{labels}
+	f    func() uint64
 }
 
 // NewSet returns an empty, unregistered set.
@@ -97,6 +112,38 @@ func (s *Set) Inner() *metrics.Set { return s.s }
 // Gauge registers a callback gauge name{labels}.
 func (s *Set) Gauge(name, labels string, f func() float64) {
 	s.s.NewGauge(name+"{"+labels+"}", f)
+}
+
+// CounterFunc exposes f as the counter name{labels}.
+func (s *Set) CounterFunc(name, labels string, f func() uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.counters == nil {
+		s.s.RegisterMetricsWriter(s.writeCounters)
+	}
+	s.counters = append(s.counters, counterFunc{name + "{" + labels + "}", f})
+	sort.SliceStable(s.counters, func(a, b int) bool { return family(s.counters[a].name) < family(s.counters[b].name) })
+}
+
+func (s *Set) writeCounters(w io.Writer) {
+	s.mu.Lock()
+	cs := s.counters
+	s.mu.Unlock()
+	last := ""
+	for _, c := range cs {
+		if f := family(c.name); f != last {
+			fmt.Fprintf(w, "# HELP %s\n# TYPE %s counter\n", f, f)
+			last = f
+		}
+		fmt.Fprintf(w, "%s %d\n", c.name, c.f())
+	}
+}
+
+func family(name string) string {
+	if i := strings.IndexByte(name, '{'); i >= 0 {
+		return name[:i]
+	}
+	return name
 }
 
 // Counter creates a counter name{labels}.
@@ -248,6 +295,8 @@ func (g *Global) Admission(scope string) {
 
 // NewGlobal creates the process-wide metrics in the default set (once per process).
 func NewGlobal(version string, start time.Time, draining func() bool) *Global {
+	// # TYPE lines let stock Prometheus tooling (promtool, Grafana) tell counters from gauges.
+	metrics.ExposeMetadata(true)
 	metrics.GetOrCreateGauge(mBuildInfo+"{version="+Label(version)+"}", func() float64 { return 1 })
 	metrics.GetOrCreateGauge(mProcessStart, func() float64 { return float64(start.UnixNano()) / 1e9 })
 	metrics.GetOrCreateGauge(mUptime, func() float64 { return time.Since(start).Seconds() })
