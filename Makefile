@@ -51,6 +51,20 @@ test-nocgo:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
+# Routing quality of every strategy on simulated fleets (bench/results/routing.md, ~4 min).
+bench-routing:
+	$(GO) run ./bench/cmd/routing -out bench/results
+
+# Gateway overhead against direct and HAProxy (bench/results/overhead.md, ~2.5 min).
+bench-overhead:
+	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then \
+		echo "bench-overhead: installing haproxy with apt"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq haproxy >/dev/null; \
+	fi
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
+	$(GO) build -o bin/fakeupstream ./bench/cmd/fakeupstream
+	$(GO) run ./bench/cmd/overhead -rolter bin/rolter -upstream bin/fakeupstream -out bench/results
+
 fuzz-short:
 	@for pkg in $$($(GO) list ./...); do \
 		for f in $$($(GO) test -list 'Fuzz.*' $$pkg 2>/dev/null | grep '^Fuzz'); do \

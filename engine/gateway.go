@@ -39,6 +39,8 @@ type Gateway struct {
 	snap     atomic.Pointer[Snapshot]
 	server   *fasthttp.Server
 	draining atomic.Bool
+	lnMu     sync.Mutex
+	lns      []net.Listener
 	global   *telemetry.Global
 
 	stop chan struct{}
@@ -106,6 +108,14 @@ func (g *Gateway) Snapshot() *Snapshot { return g.snap.Load() }
 
 // Serve serves requests on ln until Shutdown. It returns nil after a clean shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
+	g.lnMu.Lock()
+	if g.draining.Load() {
+		g.lnMu.Unlock()
+		_ = ln.Close()
+		return nil
+	}
+	g.lns = append(g.lns, ln)
+	g.lnMu.Unlock()
 	g.log.Info("gateway serving", "addr", ln.Addr().String(), "routes", g.snap.Load().describe())
 	err := g.server.Serve(ln)
 	if err != nil && !errors.Is(err, net.ErrClosed) {
@@ -117,20 +127,29 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // Shutdown stops accepting requests, waits for in-flight ones (streams included) until ctx is done, then
 // closes what is left and stops background work.
 func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.lnMu.Lock()
 	if g.draining.Swap(true) {
+		g.lnMu.Unlock()
 		return nil
 	}
+	lns := g.lns
+	g.lnMu.Unlock()
 	drainingGateways.Add(1)
 	defer drainingGateways.Add(-1)
 	start := time.Now()
+	// fasthttp closes only the listeners its Serve loop registered; a Serve that has not got that far yet
+	// would otherwise keep serving after Shutdown returned.
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
 	err := g.server.ShutdownWithContext(ctx)
 	close(g.stop)
 	g.wg.Wait()
 	snap := g.snap.Load()
 	snap.stop()
 	snap.set.Unregister()
-	g.log.Info("gateway stopped", "drain", time.Since(start).Round(time.Millisecond).String(), "clean", err == nil)
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+	g.log.Info("gateway stopped", "drain", time.Since(start).Round(time.Millisecond).String(), "clean", err == nil || errors.Is(err, net.ErrClosed))
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("cannot shut down the server: %w", err)
 	}
 	return nil

@@ -527,3 +527,25 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("still accepting connections after shutdown")
 	}
 }
+
+// TestShutdownRightAfterServe: Shutdown called before the Serve goroutine got going still stops it.
+func TestShutdownRightAfterServe(t *testing.T) {
+	for i := 0; i < 50; i++ {
+		cfg, _ := ParseConfig([]byte(gatewayConfig("round_robin", "", "http://127.0.0.1:1")), "t.toml")
+		g, err := New(cfg, Options{Logger: quietLog()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		done := make(chan error, 1)
+		go func() { done <- g.Serve(ln) }()
+		ctx, cancel := contextWithTimeout(5 * time.Second)
+		g.Shutdown(ctx)
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Serve kept running after Shutdown")
+		}
+	}
+}

@@ -36,9 +36,11 @@ func newTries(n int, p RouteParams) []*trie.Trie {
 // sent; a request scores each eligible target by the fraction of its leading prompt-key bytes present there.
 //
 //   - best score >= threshold and the best target not overloaded: pin to it (prefix_hit);
-//   - otherwise the least-loaded eligible target (no_match, or overloaded when the best match was skipped
-//     for load); when every eligible target has the same load, the least-warmed one, i.e. the smallest trie
-//     (least_warmed);
+//   - best target overloaded: the best-scoring target that still clears the threshold and is not overloaded,
+//     if there is one (prefix_hit) - another replica holding the prefix beats a cold one;
+//   - otherwise the least-loaded eligible target (no_match, or overloaded when every target clearing the
+//     threshold was overloaded); when every eligible target has the same load, the least-warmed one, i.e. the
+//     smallest trie (least_warmed);
 //   - after forwarding, the prompt is recorded in the winner's trie.
 //
 // Overloaded(t) = load(t) > min_load + 2 AND load(t) > 1.5 x min_load, min over eligible targets: a short
@@ -61,39 +63,56 @@ func newCacheAware(r *Route, p RouteParams) *cacheAware {
 }
 
 func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
-	best, score := -1, 0.0
-	if n := len(p.Key); n > 0 {
-		bestLen, ties := 0, uint64(0)
-		for _, i := range p.Eligible {
-			m := s.tries[i].Match(p.Key)
+	targets := p.Route.Targets
+	n := len(p.Key)
+	var mbuf [maxTargets]int
+	var lbuf [maxTargets]int64
+	bestLen := 0
+	minLoad := int64(-1)
+	for k, i := range p.Eligible {
+		if n > 0 {
+			mbuf[k] = s.tries[i].Match(p.Key)
+		}
+		lbuf[k] = targets[i].Load()
+		bestLen = max(bestLen, mbuf[k])
+		if minLoad < 0 || lbuf[k] < minLoad {
+			minLoad = lbuf[k]
+		}
+	}
+	score := 0.0
+	if n > 0 {
+		score = float64(bestLen) / float64(n)
+	}
+	reason := ReasonNoMatch
+	if bestLen > 0 && score >= s.threshold {
+		// The longest match among the targets that clear the threshold and are not overloaded; equal
+		// matches go to the less loaded, then by chance. When the best match is not overloaded this is the
+		// seed rule's pin; when it is, a second replica that already holds the prefix takes the request
+		// before a cold one (affinity-preserving rebalancing: routing-anchors.md "Implications", features 2
+		// and 3; sglang #32195), so a hot group does not scatter over the fleet.
+		best, bestM, bestLoad, ties := -1, 0, int64(0), uint64(0)
+		for k, i := range p.Eligible {
+			m, l := mbuf[k], lbuf[k]
+			if m == 0 || float64(m)/float64(n) < s.threshold || overloaded(l, minLoad) {
+				continue
+			}
 			switch {
-			case m > bestLen:
-				best, bestLen, ties = i, m, 1
-			case m == bestLen && m > 0:
+			case best < 0 || m > bestM || (m == bestM && l < bestLoad):
+				best, bestM, bestLoad, ties = i, m, l, 1
+			case m == bestM && l == bestLoad:
 				ties++
 				if rand.Uint64N(ties) == 0 {
 					best = i
 				}
 			}
 		}
-		score = float64(bestLen) / float64(n)
-	}
-	targets := p.Route.Targets
-	minLoad := int64(-1)
-	for _, i := range p.Eligible {
-		if l := targets[i].Load(); minLoad < 0 || l < minLoad {
-			minLoad = l
-		}
-	}
-	reason := ReasonNoMatch
-	if best >= 0 && score >= s.threshold {
-		if !overloaded(targets[best].Load(), minLoad) {
+		if best >= 0 {
 			out[0] = best
-			return 1, Decision{Reason: ReasonPrefixHit, Score: score}
+			return 1, Decision{Reason: ReasonPrefixHit, Score: float64(bestM) / float64(n)}
 		}
 		reason = ReasonOverloaded
 	}
-	out[0], reason = s.leastLoaded(p, minLoad, reason)
+	out[0], reason = s.leastLoaded(p, mbuf[:len(p.Eligible)], lbuf[:len(p.Eligible)], minLoad, reason)
 	return 1, Decision{Reason: reason, Score: score}
 }
 
@@ -103,20 +122,34 @@ func overloaded(load, minLoad int64) bool {
 	return load > minLoad+2 && float64(load) > 1.5*float64(minLoad)
 }
 
-// leastLoaded returns the eligible target with the smallest load, or, when all loads are equal (no load is
-// known), the least-warmed one; ties at random.
-func (s *cacheAware) leastLoaded(p *Pick, minLoad int64, reason Reason) (int, Reason) {
-	targets := p.Route.Targets
+// leastLoaded returns the eligible target with the smallest load - among several, the one with the longest
+// match, so a rebalanced request still lands where some of its prefix is - or, when all loads are equal (no
+// load is known), the least-warmed one; remaining ties at random. matches and loads are per p.Eligible.
+func (s *cacheAware) leastLoaded(p *Pick, matches []int, loads []int64, minLoad int64, reason Reason) (int, Reason) {
 	allEqual := true
-	for _, i := range p.Eligible {
-		if targets[i].Load() != minLoad {
+	for _, l := range loads {
+		if l != minLoad {
 			allEqual = false
 			break
 		}
 	}
 	if !allEqual {
-		t, _ := leastLoaded(p)
-		return t, reason
+		best, bestM, ties := -1, 0, uint64(0)
+		for k, i := range p.Eligible {
+			if loads[k] != minLoad {
+				continue
+			}
+			switch m := matches[k]; {
+			case best < 0 || m > bestM:
+				best, bestM, ties = i, m, 1
+			case m == bestM:
+				ties++
+				if rand.Uint64N(ties) == 0 {
+					best = i
+				}
+			}
+		}
+		return best, reason
 	}
 	best, bestNodes, ties := -1, 0, uint64(0)
 	for _, i := range p.Eligible {

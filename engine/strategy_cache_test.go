@@ -71,6 +71,17 @@ func TestCacheAwareRules(t *testing.T) {
 	load(10, 16, 12)
 	f(0, ReasonOverloaded, 1) // 16 > 12 and 16 > 15
 
+	// The best holder overloaded but a second holder that clears the threshold is not: the second holder.
+	s.tries[2].Insert([]byte("012345678"))
+	key("0123456789")
+	load(0, 9, 2)
+	f(2, ReasonPrefixHit, 0.9)
+	// Every holder overloaded: least load.
+	load(0, 9, 9)
+	f(0, ReasonOverloaded, 1)
+	s.tries[2].Reset()
+	s.tries[2].Insert([]byte("zz"))
+
 	// No load known: the least-warmed target (smallest trie).
 	load(0, 0, 0)
 	key("nothing like it")

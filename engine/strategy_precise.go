@@ -167,9 +167,11 @@ func (s *preciseCacheAware) Rank(p *Pick, out []int) (int, Decision) {
 	s.kv.ix.Match(p.TokenIDs, p.kvScratch, resident)
 	targets := p.Route.Targets
 	best, bestScore, ties, trusted := -1, -1.0, uint64(0), false
+	var bestLoad int64
 	minLoad := int64(-1)
 	for _, i := range p.Eligible {
-		if l := targets[i].Load(); minLoad < 0 || l < minLoad {
+		l := targets[i].Load()
+		if minLoad < 0 || l < minLoad {
 			minLoad = l
 		}
 		id := s.ids[i]
@@ -181,10 +183,11 @@ func (s *preciseCacheAware) Rank(p *Pick, out []int) (int, Decision) {
 		if full := len(p.TokenIDs) / s.kv.ix.BlockSize(id); full > 0 {
 			score = float64(resident[id]) / float64(full)
 		}
+		// Targets holding the same number of blocks are ties: the less loaded wins, then chance.
 		switch {
-		case score > bestScore:
-			best, bestScore, ties = i, score, 1
-		case score == bestScore:
+		case score > bestScore || (score == bestScore && l < bestLoad):
+			best, bestScore, bestLoad, ties = i, score, l, 1
+		case score == bestScore && l == bestLoad:
 			ties++
 			if rand.Uint64N(ties) == 0 {
 				best = i
@@ -197,7 +200,7 @@ func (s *preciseCacheAware) Rank(p *Pick, out []int) (int, Decision) {
 	}
 	reason := ReasonNoMatch
 	if bestScore > 0 && bestScore >= s.threshold {
-		if !overloaded(targets[best].Load(), minLoad) {
+		if !overloaded(bestLoad, minLoad) {
 			out[0] = best
 			return 1, Decision{Reason: ReasonPrefixHit, Score: bestScore}
 		}

@@ -169,7 +169,7 @@ func TestPrecisePinsWhereBlocksAre(t *testing.T) {
 	}
 	// The gateway exports the stream state.
 	_, metrics := getBody(t, gw.URL+"/metrics")
-	for _, want := range []string{`rolter_kv_stream_trusted{target="sim-0"} 1`, `rolter_kv_events_total{target=`, `rolter_kv_index_blocks{target=`} {
+	for _, want := range []string{`rolter_kv_stream_trusted{target="` + first + `"} 1`, `rolter_kv_events_total{target=`, `rolter_kv_index_blocks{target=`} {
 		if !strings.Contains(metrics, want) {
 			t.Fatalf("/metrics lacks %q", want)
 		}

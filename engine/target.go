@@ -30,8 +30,8 @@ type Provider struct {
 	inflight atomic.Int64
 	_        [56]byte
 
-	// engineLoad, when set, returns the engine's own count of requests (running + waiting) from its
-	// /metrics, or -1 when that number is unknown or stale.
+	// engineLoad, when set, returns the engine's requests (running + waiting, from its /metrics) that are not
+	// this gateway's own, or 0 when that number is unknown or stale.
 	engineLoad func() int64
 	scraper    *telemetry.Scraper
 
@@ -41,17 +41,16 @@ type Provider struct {
 	lmcache *lmcacheSource // nil unless [providers.lmcache] is set
 }
 
-// Load is the number of requests in flight from this gateway to the provider; with [metrics_scrape] on and
-// fresh, it is the larger of that and the engine's own count (running + waiting). The engine's count
-// includes this gateway's requests and everyone else's, so adding the two would count ours twice; the
-// gateway's count is the fresher one (updated at dispatch, not every scrape interval), so it wins when a
-// burst outruns the last scrape (routing-anchors.md section 8.2).
+// Load is the number of requests in flight from this gateway to the provider, plus - with [metrics_scrape]
+// on and fresh - the engine's queue beyond them: its running + waiting requests minus this gateway's
+// in-flight count when that scrape was read, i.e. other clients' load (../shared/DESIGN.md section 3). Our
+// own requests are counted once, by the fresh in-flight counter (updated at dispatch, not every scrape
+// interval: routing-anchors.md section 8.2), so a stale scrape never makes a replica look busier than our
+// own traffic made it.
 func (p *Provider) Load() int64 {
 	l := p.inflight.Load()
 	if p.engineLoad != nil {
-		if e := p.engineLoad(); e > l {
-			l = e
-		}
+		l += p.engineLoad()
 	}
 	return l
 }
@@ -265,6 +264,7 @@ func (p *Provider) startScrape(cfg *Config, log *slog.Logger, set *telemetry.Set
 		Path:     mc.Path,
 		Interval: secs(mc.IntervalSecs),
 		Timeout:  secs(mc.TimeoutSecs),
+		Baseline: p.inflight.Load,
 	}
 	if p.auth != nil {
 		sc.Headers = map[string]string{"Authorization": string(p.auth)}
@@ -274,11 +274,8 @@ func (p *Provider) startScrape(cfg *Config, log *slog.Logger, set *telemetry.Set
 	// A scrape older than three intervals is stale: it contributes nothing rather than an old number.
 	maxAge := int64(3 * sc.Interval)
 	p.engineLoad = func() int64 {
-		r, w, ok := load.Queue(time.Now().UnixNano(), maxAge)
-		if !ok {
-			return -1
-		}
-		return r + w
+		e, _ := load.External(time.Now().UnixNano(), maxAge)
+		return e
 	}
 	l := "target=" + telemetry.Label(p.Name)
 	now := func() int64 { return time.Now().UnixNano() }

@@ -161,6 +161,9 @@ func (e *Engine) Stop() {
 		if e.srv != nil {
 			_ = e.srv.Shutdown()
 		}
+		// Shutdown only closes listeners Serve has registered: one called right after Start can run before
+		// the Serve goroutine did, which would then serve forever. Closing the listener ends it either way.
+		_ = e.ln.Close()
 		e.wg.Wait()
 		if e.pub != nil {
 			e.pub.close()

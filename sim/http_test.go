@@ -561,3 +561,23 @@ func engineGoroutines() string {
 	}
 	return strings.Join(out, "\n\n")
 }
+
+// TestStopRightAfterStart: Stop called before the Serve goroutine got going returns.
+func TestStopRightAfterStart(t *testing.T) {
+	for i := 0; i < 30; i++ {
+		e, err := New(DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { e.Stop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Stop hung right after Start")
+		}
+	}
+}

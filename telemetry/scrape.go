@@ -43,6 +43,7 @@ type EngineLoad struct {
 	waiting   atomic.Int64
 	kvUsage   atomic.Uint64 // math.Float64bits; NaN when the engine does not expose it
 	updatedAt atomic.Int64  // unix nanoseconds of the last successful scrape
+	baseline  atomic.Int64  // the caller's own in-flight count when the scrape was read (ScrapeConfig.Baseline)
 	valid     atomic.Bool
 	_         [padBytes]byte
 }
@@ -55,6 +56,18 @@ func (l *EngineLoad) Store(running, waiting int64, kvUsage float64, now int64) {
 	l.kvUsage.Store(math.Float64bits(kvUsage))
 	l.updatedAt.Store(now)
 	l.valid.Store(true)
+}
+
+// External returns how many of the engine's requests (running + waiting) are not the caller's own: the
+// engine's count minus ScrapeConfig.Baseline sampled when the scrape was read, at least 0. ok follows the
+// rule of Queue. It lets a gateway add other clients' load to its own fresh in-flight count without
+// counting its own requests twice.
+func (l *EngineLoad) External(now, maxAge int64) (int64, bool) {
+	r, w, ok := l.Queue(now, maxAge)
+	if !ok {
+		return 0, false
+	}
+	return max(0, r+w-l.baseline.Load()), true
 }
 
 // Invalidate drops the current values: until the next Store, Queue and KVUsage report not ok.
@@ -215,6 +228,9 @@ type ScrapeConfig struct {
 	// Check, when set, is called with the full URL before every request (the egress policy); an error
 	// makes that scrape fail without touching the network.
 	Check func(url string) error
+	// Baseline, when set, is sampled as each scrape is read: the caller's own in-flight requests to the
+	// engine, used by EngineLoad.External.
+	Baseline func() int64
 }
 
 // URL returns the full scrape URL.
@@ -254,17 +270,18 @@ func (c *ScrapeConfig) Validate() error {
 // Start and Stop are safe for concurrent use; a Scraper runs at most once (Start after Stop does
 // nothing).
 type Scraper struct {
-	p     *poller
-	load  *EngineLoad
-	model string
-	sc    Scanner // used only by the poll goroutine
+	p        *poller
+	load     *EngineLoad
+	model    string
+	baseline func() int64
+	sc       Scanner // used only by the poll goroutine
 }
 
 // NewScraper returns a Scraper for cfg writing to load. A nil logger means slog.Default(). An invalid
 // cfg is not fatal here (config validation reports it through ScrapeConfig.Validate): every scrape of
 // such a Scraper fails with the validation error.
 func NewScraper(cfg ScrapeConfig, load *EngineLoad, logger *slog.Logger) *Scraper {
-	s := &Scraper{load: load, model: cfg.ModelName}
+	s := &Scraper{load: load, model: cfg.ModelName, baseline: cfg.Baseline}
 	u, _ := cfg.URL()
 	if u == "" {
 		u = cfg.BaseURL + cfg.Path // for log lines only: every scrape fails with the Validate error
@@ -291,6 +308,9 @@ func (s *Scraper) handle(body []byte) error {
 	ls, err := parseEngineLoad(&s.sc, body, s.model)
 	if err != nil {
 		return fmt.Errorf("cannot read engine load from %q: %w", s.p.url, err)
+	}
+	if s.baseline != nil {
+		s.load.baseline.Store(s.baseline())
 	}
 	s.load.Store(ls.Running, ls.Waiting, ls.KVUsage, time.Now().UnixNano())
 	return nil

@@ -458,3 +458,24 @@ func TestScraperUnreachableAndInvalid(t *testing.T) {
 		t.Fatalf("invalid config left the load valid")
 	}
 }
+
+// TestEngineLoadExternal: the engine's count beyond the caller's own in-flight requests at scrape time.
+func TestEngineLoadExternal(t *testing.T) {
+	var l EngineLoad
+	now := time.Now().UnixNano()
+	f := func(running, waiting, baseline, want int64) {
+		t.Helper()
+		l.baseline.Store(baseline)
+		l.Store(running, waiting, 0.5, now)
+		if got, ok := l.External(now, int64(time.Second)); !ok || got != want {
+			t.Fatalf("External(%d+%d, baseline %d) = %d, %v; want %d", running, waiting, baseline, got, ok, want)
+		}
+	}
+	f(8, 2, 0, 10)
+	f(8, 2, 6, 4)
+	f(3, 0, 5, 0) // the engine has not seen all of ours yet: never negative
+	l.Invalidate()
+	if _, ok := l.External(now, int64(time.Second)); ok {
+		t.Fatal("invalid load reported")
+	}
+}

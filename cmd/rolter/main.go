@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/loadtest"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -32,6 +33,7 @@ Usage:
   rolter sim [flags]                   run one simulated vLLM engine (rolter sim -h)
   rolter up [-n 4] [-strategy cache_aware]
                                        start simulated engines and a gateway in front of them
+  rolter loadtest [flags]              drive an OpenAI-compatible endpoint with a workload (rolter loadtest -h)
   rolter version                       print the version
 `
 
@@ -49,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return simMain(args[1:], stdout, stderr)
 	case "up":
 		return up(args[1:], stdout, stderr)
+	case "loadtest":
+		return loadtest.Main(args[1:], stdout)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "rolter", version)
 		return 0

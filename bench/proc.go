@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is a child process of a report (the fake upstream, `rolter serve`, HAProxy). It is
+// stopped by its PID: SIGTERM, then SIGKILL after a grace period. On Linux it also gets SIGKILL
+// when the report process dies (Pdeathsig), so no child outlives a crashed report.
+type proc struct {
+	name  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	done  chan struct{}
+	err   error // the Wait error, valid after done
+
+	mu     sync.Mutex
+	output bytes.Buffer // stdout and stderr, capped
+}
+
+const maxProcOutput = 64 << 10
+
+// startProc starts path with args. When readyPrefix is non-empty it waits (up to timeout) for a
+// stdout line starting with it and returns the rest of that line.
+func startProc(name, path string, args []string, readyPrefix string, timeout time.Duration) (*proc, string, error) {
+	p := &proc{name: name, cmd: exec.Command(path, args...), done: make(chan struct{})}
+	p.cmd.SysProcAttr = sysProcAttr()
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", fmt.Errorf("cannot start %s: %w", name, err)
+	}
+	p.cmd.Stderr = writerFunc(p.capture)
+	// A pipe the child may watch: it reaches EOF when this process exits, however it exits.
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+		return nil, "", fmt.Errorf("cannot start %s: %w", name, err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("cannot start %s (%s): %w", name, path, err)
+	}
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			p.capture([]byte(line + "\n"))
+			select {
+			case lines <- line:
+			default:
+			}
+		}
+		close(lines)
+	}()
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	if readyPrefix == "" {
+		return p, "", nil
+	}
+	deadline := time.After(timeout)
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				p.stop()
+				return nil, "", fmt.Errorf("%s exited before it was ready: %s", name, p.tail())
+			}
+			if rest, ok := strings.CutPrefix(line, readyPrefix); ok {
+				return p, strings.TrimSpace(rest), nil
+			}
+		case <-deadline:
+			p.stop()
+			return nil, "", fmt.Errorf("%s was not ready after %s: %s", name, timeout, p.tail())
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+func (p *proc) capture(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.output.Len() < maxProcOutput {
+		p.output.Write(b[:min(len(b), maxProcOutput-p.output.Len())])
+	}
+	return len(b), nil
+}
+
+// tail returns the last lines the process wrote.
+func (p *proc) tail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := strings.TrimSpace(p.output.String())
+	if len(s) > 2000 {
+		s = "..." + s[len(s)-2000:]
+	}
+	if s == "" {
+		return "(no output)"
+	}
+	return s
+}
+
+// PID returns the process id.
+func (p *proc) PID() int { return p.cmd.Process.Pid }
+
+// alive reports whether the process has not exited.
+func (p *proc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop ends the process by its PID: SIGTERM, SIGKILL after 5s. It is idempotent.
+func (p *proc) stop() {
+	if p == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.stdin.Close()
+	if !p.alive() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return
+	case <-time.After(5 * time.Second):
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// readRSS returns the resident set size of pid in bytes (VmRSS in /proc/PID/status).
+func readRSS(pid int) (int64, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, fmt.Errorf("cannot read the RSS of pid %d: %w", pid, err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("cannot parse VmRSS %q of pid %d: %w", rest, pid, err)
+				}
+				return kb << 10, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("cannot find a free port: %w", err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	return port, nil
+}
+
+// waitHTTP polls url until it answers 200 or timeout passes.
+func waitHTTP(ctx context.Context, url string, timeout time.Duration, p *proc) error {
+	deadline := time.Now().Add(timeout)
+	c := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		if p != nil && !p.alive() {
+			return fmt.Errorf("%s exited: %s", p.name, p.tail())
+		}
+		resp, err := c.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return errors.New("no 200 from " + url + " after " + timeout.String())
+}
