@@ -549,3 +549,42 @@ func TestShutdownRightAfterServe(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamConnectionClose: an upstream that answers "Connection: close" does not get that connection
+// reused (the next request would otherwise meet a closed socket).
+func TestUpstreamConnectionClose(t *testing.T) {
+	var conns sync.Map
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		conns.Store(r.RemoteAddr, true)
+		w.Header().Set("Connection", "close")
+		okJSON(w, r)
+	})
+	gw := startGateway(t, gatewayConfig("round_robin", "", up.URL))
+	for i := 0; i < 5; i++ {
+		if resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody("m", "x", false)); resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, got)
+		}
+	}
+	n := 0
+	conns.Range(func(any, any) bool { n++; return true })
+	if n != 5 {
+		t.Fatalf("5 requests used %d upstream connections", n)
+	}
+	if st := gw.g.Snapshot().Providers[0]; st.up.open.Load() != 0 {
+		t.Fatalf("%d connections left open", st.up.open.Load())
+	}
+	if _, m := getMetrics(t, gw); strings.Contains(m, `kind="stale"`) {
+		t.Fatalf("a closed connection was pooled and reused (stale resend counted)")
+	}
+}
+
+func getMetrics(t *testing.T, gw *testGateway) (int, string) {
+	t.Helper()
+	resp, err := testClient.Get(gw.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}

@@ -255,7 +255,10 @@ func (c *call) run(ctx *fasthttp.RequestCtx) {
 // whether a request may go through. On success the provider's in-flight count includes this request.
 func (c *call) admit(t *Target) bool {
 	p := t.Provider
-	ok, probe := p.health.admit(c.pick.Now)
+	ok, probe := true, false
+	if !c.failingOpen { // failing open means trying the least-bad target, open breaker or not
+		ok, probe = p.health.admit(c.pick.Now)
+	}
 	if !ok {
 		return false
 	}
@@ -416,7 +419,11 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 	c.bodyStream = resp.BodyStream()
 	if c.bodyStream == nil {
 		// 204/304: no body to stream.
-		conn.up.release(conn)
+		if resp.ConnectionClose() {
+			conn.close()
+		} else {
+			conn.up.release(conn)
+		}
 		p.adm.release(&p.inflight)
 		c.conn = nil
 		ctx.Response.SetStatusCode(c.status)
@@ -605,8 +612,9 @@ func (c *call) readUpstreamError(conn *uconn, t *Target) *apiError {
 		}
 	}
 	e := normaliseUpstreamError(c.status, c.errBuf, t.Provider.Name)
+	closing := resp.ConnectionClose()
 	_ = resp.CloseBodyStream()
-	if complete {
+	if complete && !closing {
 		conn.up.release(conn)
 	} else {
 		conn.close()
@@ -794,7 +802,7 @@ func (c *call) CloseWithError(err error) error {
 	conn := c.conn
 	resp := &conn.resp
 	_ = resp.CloseBodyStream()
-	reusable := c.upstreamDone && c.streamFail == failNone && err == nil && !gone
+	reusable := c.upstreamDone && c.streamFail == failNone && err == nil && !gone && !resp.ConnectionClose()
 	if reusable {
 		conn.up.release(conn)
 	} else {

@@ -352,6 +352,15 @@ func TestFailOpenAndReject(t *testing.T) {
 		t.Fatalf("status %d decision %q: %s", resp.StatusCode, resp.Header.Get("X-Rolter-Decision"), got)
 	}
 
+	// Also through an open breaker.
+	h.coolUntil.Store(0)
+	h.brState.Store(breakerOpen)
+	h.brUntil.Store(time.Now().Add(time.Hour).UnixNano())
+	resp, got = post(t, gw.URL+"/v1/chat/completions", chatBody("m", "x", false))
+	if resp.StatusCode != 200 || resp.Header.Get("X-Rolter-Decision") != "fallback" {
+		t.Fatalf("open breaker: status %d decision %q: %s", resp.StatusCode, resp.Header.Get("X-Rolter-Decision"), got)
+	}
+
 	gw2 := startGateway(t, gatewayConfig("round_robin", "[health]\nfail_open = false\n", up.URL))
 	gw2.g.Snapshot().Providers[0].health.down.Store(true)
 	resp, got = post(t, gw2.URL+"/v1/chat/completions", chatBody("m", "x", false))

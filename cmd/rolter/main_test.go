@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -89,5 +90,54 @@ func TestUp(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("up did not stop on SIGINT")
+	}
+}
+
+// TestServeDrainsOnSIGTERM: `rolter serve` finishes an in-flight stream after SIGTERM, then exits 0.
+func TestServeDrainsOnSIGTERM(t *testing.T) {
+	up := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; i < 10; i++ {
+			io.WriteString(w, "data: {\"n\":1}\n\n")
+			w.(http.Flusher).Flush()
+			time.Sleep(30 * time.Millisecond)
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	})}
+	upLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	go up.Serve(upLn)
+	defer up.Close()
+	gwLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := gwLn.Addr().String()
+	gwLn.Close()
+	cfg := filepath.Join(t.TempDir(), "serve.toml")
+	os.WriteFile(cfg, []byte("[server]\nlisten = \""+addr+"\"\ndrain_secs = 5\n[[providers]]\nname = \"a\"\napi_base = \"http://"+upLn.Addr().String()+"\"\n[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"a\"\n"), 0o600)
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"serve", "-config", cfg, "-log-level", "error"}, io.Discard, io.Discard) }()
+	var resp *http.Response
+	var err error
+	for i := 0; i < 100; i++ {
+		resp, err = http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+		if err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+		t.Fatalf("in-flight stream cut by SIGTERM: %q", b)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exited %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not exit after SIGTERM")
 	}
 }
