@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rolter-ai/rolter/engine"
@@ -130,26 +127,9 @@ func up(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "    -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":\"Hello, Rolter!\"}]}'\n\n", model)
 	fmt.Fprintf(stdout, "Ctrl-C stops everything.\n")
 
-	errc := make(chan error, 1)
-	go func() { errc <- g.Serve(ln) }()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	select {
-	case err := <-errc:
-		if err != nil {
-			fmt.Fprintf(stderr, "rolter up: gateway stopped: %s\n", err)
-			return 1
-		}
-		return 0
-	case <-sig:
-	}
-	fmt.Fprintln(stdout, "\nstopping...")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = g.Shutdown(ctx)
-	<-errc
-	return 0
+	code := serveUntilSignal(g, ln, 5*time.Second, log)
+	fmt.Fprintln(stdout, "stopped.")
+	return code
 }
 
 // upConfig renders the config of `rolter up`: one route over every engine, health checks and engine-metrics
