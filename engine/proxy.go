@@ -641,27 +641,46 @@ func retryAfterMs(h *fasthttp.ResponseHeader) int {
 	return 0
 }
 
+// Header names, already in canonical form so fasthttp does not normalise them per request.
+var (
+	hdrRequestID   = []byte("X-Request-Id")
+	hdrRoute       = []byte("X-Rolter-Route")
+	hdrStrategy    = []byte("X-Rolter-Strategy")
+	hdrDecision    = []byte("X-Rolter-Decision")
+	hdrPrefixMatch = []byte("X-Rolter-Prefix-Match")
+	hdrProvider    = []byte("X-Rolter-Provider")
+	hdrTarget      = []byte("X-Rolter-Target")
+	hdrRetries     = []byte("X-Rolter-Retries")
+)
+
+var reasonBytes = func() (b [numReasons][]byte) {
+	for i := range b {
+		b[i] = []byte(Reason(i).String())
+	}
+	return b
+}()
+
 // setDecisionHeaders adds the x-rolter-* headers (../shared/DESIGN.md section 2).
 func (c *call) setDecisionHeaders(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Response.Header
-	h.SetBytesV("X-Request-Id", c.reqID)
+	h.SetCanonical(hdrRequestID, c.reqID)
 	if !c.snap.cfg.Server.ExposeDecisionHeaders || c.route == nil {
 		return
 	}
-	h.Set("X-Rolter-Route", c.route.Model)
-	h.SetBytesV("X-Rolter-Strategy", c.route.strategyHeader)
-	h.Set("X-Rolter-Decision", c.decision.Reason.String())
+	h.SetCanonical(hdrRoute, c.route.modelBytes)
+	h.SetCanonical(hdrStrategy, c.route.strategyHeader)
+	h.SetCanonical(hdrDecision, reasonBytes[c.decision.Reason])
 	if c.decision.Score >= 0 {
 		var num [24]byte
-		h.SetBytesV("X-Rolter-Prefix-Match", strconv.AppendFloat(num[:0], c.decision.Score, 'f', 4, 64))
+		h.SetCanonical(hdrPrefixMatch, strconv.AppendFloat(num[:0], c.decision.Score, 'f', 4, 64))
 	}
 	if c.target != nil {
-		h.Set("X-Rolter-Provider", c.target.Provider.Name)
-		h.Set("X-Rolter-Target", c.target.Provider.Name)
+		h.SetCanonical(hdrProvider, c.target.Provider.nameBytes)
+		h.SetCanonical(hdrTarget, c.target.Provider.nameBytes)
 	}
 	if c.retries > 0 {
 		var num [8]byte
-		h.SetBytesV("X-Rolter-Retries", strconv.AppendInt(num[:0], int64(c.retries), 10))
+		h.SetCanonical(hdrRetries, strconv.AppendInt(num[:0], int64(c.retries), 10))
 	}
 }
 

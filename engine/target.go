@@ -18,10 +18,11 @@ import (
 // its in-flight counter (the load every strategy reads), and later its health. Config is in cfg; the
 // mutable state is flat, padded atomics (../shared/STYLE.md habit 6).
 type Provider struct {
-	Name  string
-	Index int
-	cfg   ProviderConfig
-	up    *upstream
+	Name      string
+	nameBytes []byte
+	Index     int
+	cfg       ProviderConfig
+	up        *upstream
 	// auth is the Authorization header value sent upstream ("Bearer <key>"), or nil to pass the client's.
 	auth    []byte
 	headers [][2]string
@@ -80,8 +81,9 @@ type Route struct {
 	Targets      []*Target
 	recorder     Recorder
 	m            *telemetry.RouteMetrics
-	// strategyHeader is the x-rolter-strategy value.
+	// strategyHeader and modelBytes are the x-rolter-strategy and x-rolter-route values.
 	strategyHeader []byte
+	modelBytes     []byte
 }
 
 // Snapshot is an immutable view of the config with its runtime objects; it is swapped whole.
@@ -120,7 +122,7 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 			return nil, err
 		}
 		up.dial = dial
-		p := &Provider{Name: pc.Name, Index: i, cfg: pc, up: up, adm: newAdmission(cfg.Queue)}
+		p := &Provider{Name: pc.Name, nameBytes: []byte(pc.Name), Index: i, cfg: pc, up: up, adm: newAdmission(cfg.Queue)}
 		p.health = newProviderHealth(pc.Name, cfg, log, s.set)
 		if cfg.Health.Enabled {
 			p.checker = newHealthChecker(p, cfg.Health, s.set)
@@ -151,7 +153,7 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 	}
 	s.kv = kv
 	for _, rc := range cfg.Routes {
-		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy)}
+		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy), modelBytes: []byte(rc.Model)}
 		r.m = s.set.NewRouteMetrics(rc.Model, rc.Strategy, reasonLabels)
 		for j, tc := range rc.Targets {
 			p := s.providers[tc.Provider]
