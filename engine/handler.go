@@ -67,17 +67,22 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 		return badRequest("invalid_model", "model", "the model parameter must be a string")
 	}
 	model := mv.GetStringBytes()
-	start, end, count := topLevelValue(body, "model")
-	if count != 1 {
+	// Parsers disagree on duplicate keys (fastjson takes the first, Python's json - vLLM - the last), so a
+	// body routed by one "model" must not reach the engine with another.
+	models := 0
+	v.GetObject().Visit(func(k []byte, _ *fastjson.Value) {
+		if string(k) == "model" {
+			models++
+		}
+	})
+	if models != 1 {
 		return badRequest("duplicate_model", "model", "the request body has more than one \"model\" key")
 	}
-	c.modelAt = [2]int{start, end}
 	r := c.snap.route(model)
 	if r == nil {
 		return modelNotFound(model)
 	}
 	c.route = r
-	c.stream = v.GetBool("stream")
 	c.key = appendPromptKey(c.key[:0], v, c.ep)
 
 	p := &c.pick

@@ -26,13 +26,11 @@ type call struct {
 	target *Target
 	ep     endpoint
 	parser fastjson.Parser
-	stream bool // the client asked for "stream": true
 
 	key      []byte // prompt key
 	body     []byte // body with the target's model spliced in
 	path     []byte // upstream request path
 	reqID    []byte
-	modelAt  [2]int // span of the "model" value in the client body
 	pick     Pick
 	eligible [maxTargets]int
 	order    [maxTargets]int
@@ -95,7 +93,7 @@ func (c *call) release() {
 	c.status, c.sse, c.gotFirst, c.upstreamDone = 0, false, false, false
 	c.streamFail, c.pendingErr, c.pending = failNone, nil, nil
 	c.tail = c.tail[:0]
-	c.bytesOut, c.closed, c.stream = 0, false, false
+	c.bytesOut, c.closed = 0, false
 	// Drop buffers a huge request grew, so the pool does not pin them (fastjson issue #45 has the parser side).
 	if cap(c.key) > 1<<20 {
 		c.key = nil
@@ -514,16 +512,17 @@ func (c *call) clientLeft(ctx *fasthttp.RequestCtx, t *Target) (outcome, attempt
 // statusClientClosed is recorded when the client went away first (nginx and Caddy's convention).
 const statusClientClosed = 499
 
-// bodyFor returns the body to send to t: the client's, with "model" replaced by t.Model when they differ.
+// bodyFor returns the body to send to t: the client's, with the value of "model" replaced by t.Model (as a
+// JSON string) unless it already is that; the rest is forwarded byte for byte.
 func (c *call) bodyFor(ctx *fasthttp.RequestCtx, t *Target) []byte {
 	body := ctx.PostBody()
-	old := body[c.modelAt[0]:c.modelAt[1]]
-	if bytes.Equal(old, t.modelJSON) {
+	start, end := topLevelValue(body, "model")
+	if bytes.Equal(body[start:end], t.modelJSON) {
 		return body
 	}
-	c.body = append(c.body[:0], body[:c.modelAt[0]]...)
+	c.body = append(c.body[:0], body[:start]...)
 	c.body = append(c.body, t.modelJSON...)
-	c.body = append(c.body, body[c.modelAt[1]:]...)
+	c.body = append(c.body, body[end:]...)
 	return c.body
 }
 

@@ -94,43 +94,40 @@ func appendTexts(dst []byte, p *fastjson.Value) []byte {
 	return dst
 }
 
-// topLevelValue finds the raw value of key in the top-level JSON object body and returns its byte span
-// [start, end) and how many times the key occurs. body must be valid JSON (it was parsed before).
-// It allows the model value to be replaced without re-serialising the body. Keys written with escapes are
-// compared unescaped.
-func topLevelValue(body []byte, key string) (start, end, count int) {
+// topLevelValue returns the byte span [start, end) of the first value of key in the top-level JSON object
+// body (an empty span when there is none). body must be valid JSON (it was parsed before). It lets the model
+// value be replaced without re-serialising the body; it stops at the key, usually the first one, so the rest
+// of a long body is not scanned again. Keys written with escapes are compared unescaped.
+func topLevelValue(body []byte, key string) (start, end int) {
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
-		return 0, 0, 0
+		return 0, 0
 	}
 	i++
 	for {
 		i = skipSpace(body, i)
 		if i >= len(body) || body[i] == '}' {
-			return start, end, count
+			return 0, 0
 		}
 		if body[i] == ',' {
 			i++
 			continue
 		}
 		if body[i] != '"' {
-			return start, end, count
+			return 0, 0
 		}
 		ks := i
 		i = skipString(body, i)
 		match := rawKeyEquals(body[ks:i], key)
 		i = skipSpace(body, i)
 		if i >= len(body) || body[i] != ':' {
-			return start, end, count
+			return 0, 0
 		}
 		i = skipSpace(body, i+1)
 		vs := i
 		i = skipValue(body, i)
 		if match {
-			if count == 0 {
-				start, end = vs, i
-			}
-			count++
+			return vs, i
 		}
 	}
 }
