@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/rolter-ai/rolter/kvindex"
 )
 
 // Config is the decoded rolter.toml. Field names are the TOML keys (../shared/DESIGN.md section 2);
@@ -454,11 +456,11 @@ func (v *validator) validate(cfg *Config) {
 }
 
 func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
-	if err := checkZMQEndpoint(kv.Endpoint); err != nil {
+	if err := kvindex.CheckEndpoint(kv.Endpoint); err != nil {
 		v.addf(key+".endpoint", "%s", err)
 	}
 	if kv.ReplayEndpoint != "" {
-		if err := checkZMQEndpoint(kv.ReplayEndpoint); err != nil {
+		if err := kvindex.CheckEndpoint(kv.ReplayEndpoint); err != nil {
 			v.addf(key+".replay_endpoint", "%s", err)
 		}
 	}
@@ -472,7 +474,9 @@ func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
 	if kv.MaxBlocks == 0 {
 		kv.MaxBlocks = 1_000_000
 	}
-	v.positiveInt(key+".max_blocks", kv.MaxBlocks)
+	if kv.MaxBlocks <= 0 || kv.MaxBlocks > kvindex.MaxBlocksPerTarget {
+		v.addf(key+".max_blocks", "must be between 1 and %d, got %d", kvindex.MaxBlocksPerTarget, kv.MaxBlocks)
+	}
 	if kv.StaleSecs == 0 {
 		kv.StaleSecs = 30
 	}
@@ -578,26 +582,6 @@ func checkHTTPURL(s string) error {
 		return fmt.Errorf("URL %q must not carry a query, fragment or user info", s)
 	}
 	return nil
-}
-
-func checkZMQEndpoint(s string) error {
-	if s == "" {
-		return errors.New("missing endpoint")
-	}
-	for _, p := range []string{"tcp://", "ipc://", "inproc://"} {
-		if rest, ok := strings.CutPrefix(s, p); ok {
-			if rest == "" {
-				return fmt.Errorf("endpoint %q has no address", s)
-			}
-			if p == "tcp://" {
-				if _, _, err := net.SplitHostPort(rest); err != nil {
-					return fmt.Errorf("endpoint %q: want tcp://host:port", s)
-				}
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("endpoint %q must start with tcp://, ipc:// or inproc://", s)
 }
 
 func validHeaderName(s string) bool {

@@ -245,3 +245,23 @@ provider = "a"
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestKVEventsValidation: kv_events values the subscriber would refuse are refused by the config already.
+func TestKVEventsValidation(t *testing.T) {
+	if !kvEventsSupported {
+		t.Skip("kv_events needs cgo")
+	}
+	f := func(kv, want string) {
+		t.Helper()
+		src := "[[providers]]\nname = \"a\"\napi_base = \"http://127.0.0.1:1\"\n[providers.kv_events]\n" + kv
+		_, err := ParseConfig([]byte(src), "kv.toml")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%q: got %v, want %q", kv, err, want)
+		}
+	}
+	f("endpoint = \"tcp://127.0.0.1\"", "kv.toml:5: providers[0].kv_events.endpoint")
+	f("endpoint = \"udp://x:1\"", "want tcp://, ipc:// or inproc://")
+	f("endpoint = \"tcp://x:1\"\nreplay_endpoint = \"tcp://\"", "kv.toml:6: providers[0].kv_events.replay_endpoint")
+	f("endpoint = \"tcp://x:1\"\nmax_blocks = 99999999", "kv.toml:6: providers[0].kv_events.max_blocks: must be between 1 and")
+	f("endpoint = \"tcp://x:1\"\nmode = \"pull\"", "kv.toml:6: providers[0].kv_events.mode")
+}

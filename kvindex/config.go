@@ -3,6 +3,7 @@ package kvindex
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 )
@@ -33,11 +34,11 @@ type SubscriberConfig struct {
 // Validate returns every problem of c at once.
 func (c *SubscriberConfig) Validate() error {
 	var errs []error
-	if err := checkEndpoint(c.Endpoint); err != nil {
+	if err := CheckEndpoint(c.Endpoint); err != nil {
 		errs = append(errs, fmt.Errorf("cannot use endpoint: %w", err))
 	}
 	if c.ReplayEndpoint != "" {
-		if err := checkEndpoint(c.ReplayEndpoint); err != nil {
+		if err := CheckEndpoint(c.ReplayEndpoint); err != nil {
 			errs = append(errs, fmt.Errorf("cannot use replay_endpoint: %w", err))
 		}
 	}
@@ -55,7 +56,10 @@ func (c *SubscriberConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-func checkEndpoint(ep string) error {
+// CheckEndpoint reports whether ep is a ZMQ endpoint the subscriber can use: tcp://host:port (host may be
+// "*" in bind mode), ipc://path or inproc://name. Config validation calls it so a config that passes
+// `rolter check` never fails at subscribe time.
+func CheckEndpoint(ep string) error {
 	if ep == "" {
 		return errors.New("empty address")
 	}
@@ -63,6 +67,11 @@ func checkEndpoint(ep string) error {
 		if rest, ok := strings.CutPrefix(ep, scheme); ok {
 			if rest == "" {
 				return fmt.Errorf("%q has no address after the scheme", ep)
+			}
+			if scheme == "tcp://" {
+				if _, _, err := net.SplitHostPort(rest); err != nil {
+					return fmt.Errorf("%q: want tcp://host:port", ep)
+				}
 			}
 			return nil
 		}
