@@ -525,17 +525,6 @@ func routingGoals(rep *RoutingReport) []Goal {
 	return goals
 }
 
-func fmtInflight(s InflightSummary) string {
-	if s.Samples == 0 {
-		return "no samples"
-	}
-	mn, mx := s.Mean[0], s.Mean[0]
-	for _, v := range s.Mean {
-		mn, mx = min(mn, v), max(mx, v)
-	}
-	return fmt.Sprintf("%s (mean in flight %.2f..%.2f)", loadtest.FormatMaxMin(s.MaxMin), mn, mx)
-}
-
 // sortedKeys returns m's keys in order.
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))

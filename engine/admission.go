@@ -83,8 +83,3 @@ func (a *admission) release(inflight *atomic.Int64) {
 		}
 	}
 }
-
-// full reports whether the provider has no free slot.
-func (a *admission) full(inflight *atomic.Int64) bool {
-	return a.max > 0 && inflight.Load() >= a.max
-}

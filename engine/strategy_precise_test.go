@@ -127,18 +127,6 @@ func waitStored(t *testing.T, gw *testGateway, provider string, n uint64) {
 	waitFor(t, 5*time.Second, "BlockStored events of "+provider, func() bool { return st.Stats().StoredEvents >= n })
 }
 
-func streamOf(gw *testGateway, provider string) *kvStreamView {
-	kv := gw.g.Snapshot().kv
-	return &kvStreamView{kv: kv, id: kv.ids[provider]}
-}
-
-type kvStreamView struct {
-	kv *kvState
-	id int
-}
-
-func (v *kvStreamView) trusted() bool { return v.kv.streams[v.id].Trusted() }
-
 func TestPrecisePinsWhereBlocksAre(t *testing.T) {
 	engines, gw := preciseFleet(t, 3, true, nil)
 	msgs := longConversation("a")
@@ -168,32 +156,12 @@ func TestPrecisePinsWhereBlocksAre(t *testing.T) {
 		}
 	}
 	// The gateway exports the stream state.
-	_, metrics := getBody(t, gw.URL+"/metrics")
+	_, metrics := getMetrics(t, gw)
 	for _, want := range []string{`rolter_kv_stream_trusted{target="` + first + `"} 1`, `rolter_kv_events_total{target=`, `rolter_kv_index_blocks{target=`} {
 		if !strings.Contains(metrics, want) {
 			t.Fatalf("/metrics lacks %q", want)
 		}
 	}
-}
-
-func getBody(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := testClient.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	_, _ = fmt.Fprint(&b, "")
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	return resp.StatusCode, b.String()
 }
 
 // TestPreciseEviction: once the engine evicts a prompt's blocks (BlockRemoved), the prompt no longer pins.

@@ -61,9 +61,6 @@ func (w *clientWatch) arm(conn net.Conn, delay time.Duration, victim *uconn) {
 	w.timer.Reset(delay)
 }
 
-// setVictim changes the upstream connection to close, e.g. after a retry.
-func (w *clientWatch) setVictim(v *uconn) { w.victim.Store(v) }
-
 func (w *clientWatch) run() {
 	if !w.state.CompareAndSwap(watchArmed, watchRunning) {
 		return

@@ -352,8 +352,3 @@ const (
 	LMCachePolls      = mLMCachePolls
 	Admission         = mAdmission
 )
-
-// Histogram creates an le histogram name{labels} with the gateway's latency buckets.
-func (s *Set) Histogram(name, labels string) *metrics.PrometheusHistogram {
-	return s.s.NewPrometheusHistogramExt(name+"{"+labels+"}", latencyBuckets)
-}
