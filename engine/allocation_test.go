@@ -3,6 +3,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -104,5 +105,25 @@ func TestAllocsPrecisePick(t *testing.T) {
 	var c call
 	if a := testing.AllocsPerRun(100, func() { c.tokens, _ = parseTokenIDs(c.tokens[:0], []byte("1,22,333,4444,55555")) }); a != 0 {
 		t.Fatalf("%v allocs per header parse", a)
+	}
+}
+
+// TestHugeRequestNotPooled: a call that parsed a huge body is not returned to the pool with its buffers.
+func TestHugeRequestNotPooled(t *testing.T) {
+	g, ctx := benchCall(t, "round_robin")
+	big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 2<<20) + `"}]}`
+	ctx.Request.SetBodyString(big)
+	for i := 0; i < 20; i++ {
+		g.inflight.Add(1)
+		c := g.acquireCall(g.snap.Load())
+		if e := c.prepare(ctx); e != nil {
+			t.Fatal(e.message)
+		}
+		c.release()
+		if p, _ := callPool.Get().(*call); p == c {
+			t.Fatal("a call that parsed a 2 MiB body went back to the pool")
+		} else if p != nil {
+			callPool.Put(p)
+		}
 	}
 }

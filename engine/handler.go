@@ -52,6 +52,7 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 		return e
 	}
 	body := ctx.PostBody()
+	c.bodyLen = len(body)
 	v, err := c.parser.ParseBytes(body)
 	if err != nil {
 		return badRequest("invalid_json", "", "cannot parse the request body as JSON: "+err.Error())

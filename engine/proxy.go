@@ -27,6 +27,7 @@ type call struct {
 	ep     endpoint
 	parser fastjson.Parser
 
+	bodyLen  int    // size of the client body, to keep huge-request state out of the pool
 	key      []byte // prompt key
 	body     []byte // body with the target's model spliced in
 	path     []byte // upstream request path
@@ -94,18 +95,10 @@ func (c *call) release() {
 	c.streamFail, c.pendingErr, c.pending = failNone, nil, nil
 	c.tail = c.tail[:0]
 	c.bytesOut, c.closed = 0, false
-	// Drop buffers a huge request grew, so the pool does not pin them (fastjson issue #45 has the parser side).
-	if cap(c.key) > 1<<20 {
-		c.key = nil
-	}
-	if cap(c.body) > 1<<20 {
-		c.body = nil
-	}
-	if cap(c.tokens) > 1<<18 {
-		c.tokens = nil
-	}
-	if len(c.errBuf) > 64<<10 {
-		c.errBuf = nil
+	// A call that handled a huge request keeps its parser's buffer and value cache and its own buffers at
+	// that size; pooling it would pin them (libraries.md section 2, fastjson PR #45), so it goes to the GC.
+	if c.bodyLen > 1<<20 || cap(c.tokens) > 1<<18 || cap(c.errBuf) > 64<<10 {
+		return
 	}
 	callPool.Put(c)
 }
