@@ -56,22 +56,11 @@ type storedEvent struct {
 func appendBlockStored(dst []byte, f format, mode HashMode, ev *storedEvent) []byte {
 	if f.maps {
 		// Fields without defaults (type, block_hashes … lora_name) are always written; the
-		// defaulted ones are written because the sim's values are not nil.
-		n := 6 // type, block_hashes, parent_block_hash, token_ids, block_size, lora_id
-		if f.medium {
-			n++
-		}
-		if f.loraName {
-			n++
-		}
-		if f.extraKeys {
-			n++
-		}
-		if f.groupIdx {
-			n++
-		}
+		// defaulted ones are written because the sim's values are not nil, except
+		// kv_cache_spec_sliding_window, which is nil and so omitted from a map.
+		n := declaredStored(f)
 		if f.specKind {
-			n++ // kv_cache_spec_sliding_window is nil and omitted
+			n--
 		}
 		dst = appendMapHeader(dst, n, declaredStored(f))
 		dst = msgp.AppendString(dst, "type")
