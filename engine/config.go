@@ -36,14 +36,26 @@ type Config struct {
 
 // ServerConfig is the data-plane listener.
 type ServerConfig struct {
-	Listen                string  `toml:"listen"`
-	MaxBodyBytes          int     `toml:"max_body_bytes"`
-	MaxHeaderBytes        int     `toml:"max_header_bytes"`
+	Listen         string `toml:"listen"`
+	MaxBodyBytes   int    `toml:"max_body_bytes"`
+	MaxHeaderBytes int    `toml:"max_header_bytes"`
+	// MaxBodyMemoryBytes bounds the request bytes held by every request at once (bodies as they arrive and
+	// the prompt keys read from them); a request that would go over it is answered 503.
+	MaxBodyMemoryBytes int `toml:"max_body_memory_bytes"`
+	// MaxConns caps open client connections (0: derived from the open-file limit); MaxConnsPerIP caps them
+	// per client address (0: no per-address cap).
+	MaxConns      int `toml:"max_conns"`
+	MaxConnsPerIP int `toml:"max_conns_per_ip"`
+	// RoutingMemoryBytes is the budget of the prefix tries of every cache-aware target together; a route
+	// that does not set max_trie_nodes / max_trie_bytes gets an equal share per target.
+	RoutingMemoryBytes    int     `toml:"routing_memory_bytes"`
 	ReadTimeoutSecs       float64 `toml:"read_timeout_secs"`
 	WriteTimeoutSecs      float64 `toml:"write_timeout_secs"`
 	IdleTimeoutSecs       float64 `toml:"idle_timeout_secs"`
 	DrainSecs             float64 `toml:"drain_secs"`
 	ExposeDecisionHeaders bool    `toml:"expose_decision_headers"`
+	// ExposeMetrics serves GET /metrics on the data-plane listener.
+	ExposeMetrics bool `toml:"expose_metrics"`
 }
 
 // ProviderConfig is one upstream engine (a vLLM or SGLang server, or any OpenAI-compatible API).
@@ -125,6 +137,10 @@ type HealthConfig struct {
 	// FailOpen: when no target of a route is eligible, send the request to the least-bad one (true) rather
 	// than answering 503 (false).
 	FailOpen bool `toml:"fail_open"`
+	// MaxEjectionPercent caps the share of providers that passive failure tracking (cooldown and breaker)
+	// may take out of service at once; at least one may always be ejected. Active health checks are not
+	// capped: a provider that fails its probes is down whatever the others do.
+	MaxEjectionPercent float64 `toml:"max_ejection_percent"`
 }
 
 // CooldownConfig is [cooldown]: passive failure tracking.
@@ -135,6 +151,9 @@ type CooldownConfig struct {
 	BaseSecs          float64 `toml:"base_secs"`
 	MaxSecs           float64 `toml:"max_secs"`
 	MaxRetryAfterSecs float64 `toml:"max_retry_after_secs"`
+	// Consecutive5xx is how many HTTP 500-class answers in a row (with no success between them) count as
+	// one failure. An engine that answers is alive; one request it cannot serve must not eject it.
+	Consecutive5xx int `toml:"consecutive_5xx"`
 }
 
 // BreakerConfig is [breaker]: a per-provider circuit breaker.
@@ -175,19 +194,23 @@ func DefaultConfig() *Config {
 	return &Config{
 		Server: ServerConfig{
 			Listen:                ":8080",
-			MaxBodyBytes:          32 << 20,
+			MaxBodyBytes:          16 << 20,
 			MaxHeaderBytes:        64 << 10,
+			MaxBodyMemoryBytes:    1 << 30,
+			RoutingMemoryBytes:    512 << 20,
 			ReadTimeoutSecs:       60,
 			IdleTimeoutSecs:       60,
 			DrainSecs:             30,
 			ExposeDecisionHeaders: true,
+			ExposeMetrics:         true,
 		},
 		MetricsScrape: ScrapeConfig{IntervalSecs: 0.5, TimeoutSecs: 0.5, Path: "/metrics"},
 		Health: HealthConfig{
 			Path: "/health", IntervalSecs: 2, TimeoutSecs: 1, UnhealthyThreshold: 2, HealthyThreshold: 2, FailOpen: true,
+			MaxEjectionPercent: 50,
 		},
 		Cooldown: CooldownConfig{
-			Enabled: true, Failures: 3, WindowSecs: 10, BaseSecs: 5, MaxSecs: 60, MaxRetryAfterSecs: 60,
+			Enabled: true, Failures: 3, WindowSecs: 10, BaseSecs: 5, MaxSecs: 60, MaxRetryAfterSecs: 60, Consecutive5xx: 5,
 		},
 		Breaker:  BreakerConfig{Enabled: true, Failures: 5, OpenSecs: 10, HalfOpenProbes: 1},
 		Retry:    RetryConfig{MaxRetries: 2, BackoffMs: 25, MaxBackoffMs: 500},
@@ -299,6 +322,15 @@ func (v *validator) validate(cfg *Config) {
 	}
 	v.positiveInt("server.max_body_bytes", s.MaxBodyBytes)
 	v.positiveInt("server.max_header_bytes", s.MaxHeaderBytes)
+	v.positiveInt("server.max_body_memory_bytes", s.MaxBodyMemoryBytes)
+	if s.MaxBodyMemoryBytes > 0 && s.MaxBodyMemoryBytes < s.MaxBodyBytes {
+		v.addf("server.max_body_memory_bytes", "must be >= server.max_body_bytes (%d), got %d", s.MaxBodyBytes, s.MaxBodyMemoryBytes)
+	}
+	v.nonNegativeInt("server.max_conns", s.MaxConns)
+	v.nonNegativeInt("server.max_conns_per_ip", s.MaxConnsPerIP)
+	if s.RoutingMemoryBytes < 1<<20 {
+		v.addf("server.routing_memory_bytes", "must be >= 1048576 (1 MiB), got %d", s.RoutingMemoryBytes)
+	}
 	v.nonNegative("server.read_timeout_secs", s.ReadTimeoutSecs)
 	v.nonNegative("server.write_timeout_secs", s.WriteTimeoutSecs)
 	v.nonNegative("server.idle_timeout_secs", s.IdleTimeoutSecs)
@@ -424,6 +456,9 @@ func (v *validator) validate(cfg *Config) {
 	v.positive("health.timeout_secs", h.TimeoutSecs)
 	v.positiveInt("health.unhealthy_threshold", h.UnhealthyThreshold)
 	v.positiveInt("health.healthy_threshold", h.HealthyThreshold)
+	if !(h.MaxEjectionPercent >= 0 && h.MaxEjectionPercent <= 100) {
+		v.addf("health.max_ejection_percent", "must be between 0 and 100, got %v", h.MaxEjectionPercent)
+	}
 	c := &cfg.Cooldown
 	v.positiveInt("cooldown.failures", c.Failures)
 	v.positive("cooldown.window_secs", c.WindowSecs)
@@ -433,6 +468,7 @@ func (v *validator) validate(cfg *Config) {
 		v.addf("cooldown.max_secs", "max_secs (%v) must be >= base_secs (%v)", c.MaxSecs, c.BaseSecs)
 	}
 	v.nonNegative("cooldown.max_retry_after_secs", c.MaxRetryAfterSecs)
+	v.positiveInt("cooldown.consecutive_5xx", c.Consecutive5xx)
 	b := &cfg.Breaker
 	v.positiveInt("breaker.failures", b.Failures)
 	v.positive("breaker.open_secs", b.OpenSecs)

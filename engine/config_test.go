@@ -46,7 +46,7 @@ func TestParseConfigDefaults(t *testing.T) {
 			t.Fatalf("%s: got %v, want %v", name, got, want)
 		}
 	}
-	f("max_body_bytes", cfg.Server.MaxBodyBytes, 32<<20)
+	f("max_body_bytes", cfg.Server.MaxBodyBytes, 16<<20)
 	f("expose_decision_headers", cfg.Server.ExposeDecisionHeaders, true)
 	f("kind default", cfg.Providers[0].Kind, "openai_compatible")
 	f("target model default", cfg.Routes[0].Targets[1].Model, "llama")
