@@ -47,8 +47,8 @@ func (a *admission) tryAcquire(inflight *atomic.Int64) bool {
 }
 
 // acquire takes a slot, waiting in the bounded queue when the provider is full. It returns false when the
-// queue is full or the wait timed out.
-func (a *admission) acquire(inflight *atomic.Int64) bool {
+// queue is full, the wait timed out, or cancel received (the client left: it must not be sent upstream).
+func (a *admission) acquire(inflight *atomic.Int64, cancel <-chan struct{}) bool {
 	if a.tryAcquire(inflight) {
 		return true
 	}
@@ -67,6 +67,8 @@ func (a *admission) acquire(inflight *atomic.Int64) bool {
 		}
 		select {
 		case <-a.wake:
+		case <-cancel:
+			return false
 		case <-timer.C:
 			return a.tryAcquire(inflight)
 		}

@@ -70,9 +70,19 @@ func writeError(ctx *fasthttp.RequestCtx, e *apiError) {
 
 // normaliseUpstreamError turns an upstream error body into an apiError with the upstream's status.
 // Accepted shapes: OpenAI/new vLLM {"error":{"message","type","param","code":int|string}}, old vLLM
-// {"object":"error","message","type","param","code":int}, FastAPI {"detail": "..." | [...]}, and plain text.
-func normaliseUpstreamError(status int, body []byte, target string) *apiError {
+// {"object":"error","message","type","param","code":int}, FastAPI {"detail": "..." | [...]}.
+//
+// The message of a 4xx (and 429) answer in one of those shapes is the engine telling the client what was
+// wrong with its request ("maximum context length is 8192 tokens"), so it is passed on. Nothing else of the
+// upstream's body reaches the client - not a 5xx message (stack traces, internal addresses) and not a body
+// that is not an error object (an HTML page from a proxy in front of the engine): the client gets a message
+// naming the status, and the body is for the logs.
+func normaliseUpstreamError(status int, body []byte) *apiError {
 	e := &apiError{status: status, typ: typeForStatus(status), code: codeForStatus(status)}
+	if status >= 500 {
+		e.message = "the upstream failed with HTTP " + strconv.Itoa(status)
+		return e
+	}
 	var p fastjson.Parser
 	v, err := p.ParseBytes(body)
 	if err == nil && v.Type() == fastjson.TypeObject {
@@ -101,14 +111,10 @@ func normaliseUpstreamError(status int, body []byte, target string) *apiError {
 		if c := obj.Get("code"); c != nil && c.Type() == fastjson.TypeString && len(c.GetStringBytes()) > 0 {
 			e.code = string(c.GetStringBytes())
 		}
-	} else {
-		e.message = strings.TrimSpace(sanitiseText(body))
 	}
+	e.message = strings.TrimSpace(sanitiseText([]byte(e.message)))
 	if e.message == "" {
-		e.message = "upstream " + target + " answered HTTP " + strconv.Itoa(status)
-	}
-	if len(e.message) > 4096 {
-		e.message = e.message[:4096]
+		e.message = "the upstream answered HTTP " + strconv.Itoa(status)
 	}
 	return e
 }

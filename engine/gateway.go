@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +41,10 @@ type Gateway struct {
 	lnMu     sync.Mutex
 	lns      []net.Listener
 	global   *telemetry.Global
+	// conns is the socket budget client and upstream connections share (conns.go, derived from the
+	// open-file limit); clients admits client connections under it and [server] max_conns (listener.go).
+	conns   *connBudget
+	clients *connLimiter
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -49,6 +52,10 @@ type Gateway struct {
 	_        [64]byte
 	inflight atomic.Int64 // requests being proxied, for [queue] max_inflight
 	_        [56]byte
+	// bodyMem is the memory held by requests in flight: their bodies and prompt keys, and the non-streaming
+	// answers read ahead for them ([server] max_body_memory_bytes).
+	bodyMem atomic.Int64
+	_       [56]byte
 }
 
 var globalMetricsOnce sync.Once
@@ -85,6 +92,11 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	g.snap.Store(snap)
 
 	s := &cfg.Server
+	g.clients = newConnLimiter(s, g.log, g.global)
+	g.conns = g.clients.budget
+	for _, p := range snap.Providers {
+		p.up.budget = g.conns // upstream sockets come out of the same budget as client connections
+	}
 	g.server = &fasthttp.Server{
 		Handler:               g.serve,
 		ErrorHandler:          g.serverError,
@@ -97,6 +109,19 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		ReadBufferSize:        s.MaxHeaderBytes,
 		CloseOnShutdown:       true,
 		Logger:                fasthttpLogger{g.log},
+		// Bodies are read by the handler as they arrive (readBody), never reserved at their announced size.
+		StreamRequestBody: true,
+		// Connections waiting between requests hold no buffers, so idle connections cost a socket, not
+		// max_header_bytes each. It also flushes every response before the next request is read, which the
+		// client watch relies on (it may write an interim response).
+		ReduceMemoryUsage: true,
+		// Only JSON bodies are served: never spool a multipart body to temporary files.
+		DisablePreParseMultipartForm: true,
+		// Parse errors must not carry request bytes (an Authorization header) into logs.
+		SecureErrorLogMessage: true,
+		ExpectHandler:         g.expect,
+		// Tracks fresh, active and idle client connections: idle ones are reclaimed at max_conns.
+		ConnState: g.clients.connState,
 	}
 	g.wg.Add(1)
 	go g.janitor()
@@ -108,6 +133,9 @@ func (g *Gateway) Snapshot() *Snapshot { return g.snap.Load() }
 
 // Serve serves requests on ln until Shutdown. It returns nil after a clean shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
+	// Accept errors (EMFILE...) are retried rather than ending Serve, and client connections are admitted
+	// under [server] max_conns and the socket budget (listener.go).
+	ln = g.clients.listener(ln)
 	g.lnMu.Lock()
 	if g.draining.Load() {
 		g.lnMu.Unlock()
@@ -179,8 +207,26 @@ func logPanic(log *slog.Logger, what string) {
 	}
 }
 
+// expect answers "Expect: 100-continue" before the body is sent: a body that could not be served is refused
+// without being read.
+func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
+	e := checkRequest(ctx)
+	if max := g.snap.Load().cfg.Server.MaxBodyBytes; e == nil && ctx.Request.Header.ContentLength() > max {
+		e = tooLarge(max)
+	}
+	if e == nil {
+		return fasthttp.StatusContinue
+	}
+	g.reject(ctx, e)
+	return e.status
+}
+
 // serve dispatches by path.
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
+	if e := checkRequest(ctx); e != nil {
+		g.reject(ctx, e)
+		return
+	}
 	path := ctx.Path()
 	switch string(path) {
 	case "/v1/chat/completions":
@@ -204,6 +250,10 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 			g.ready(ctx)
 		}
 	case "/metrics":
+		if !g.snap.Load().cfg.Server.ExposeMetrics {
+			g.reject(ctx, notFound())
+			return
+		}
 		if g.onlyGet(ctx) {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 			metrics.WritePrometheus(ctx, true)
@@ -215,11 +265,17 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 			}
 			return
 		}
-		g.reject(ctx, &apiError{status: fasthttp.StatusNotFound, typ: typeInvalidRequest, code: "not_found",
-			message: "unknown path " + strconv.Quote(string(path)), noRetry: true})
+		g.reject(ctx, notFound())
 	}
 }
 
+func notFound() *apiError {
+	return &apiError{status: fasthttp.StatusNotFound, typ: typeInvalidRequest, code: "not_found",
+		message: "unknown path", noRetry: true}
+}
+
+// ready answers /readyz: ready unless draining or no target of any route can take a request (all down,
+// cooling or circuit-open): a load balancer should then prefer another gateway.
 func (g *Gateway) ready(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/plain; charset=utf-8")
 	if g.draining.Load() {
@@ -227,7 +283,18 @@ func (g *Gateway) ready(ctx *fasthttp.RequestCtx) {
 		ctx.SetBodyString("draining\n")
 		return
 	}
-	ctx.SetBodyString("ready\n")
+	snap := g.snap.Load()
+	now := time.Now().UnixNano()
+	for _, r := range snap.Routes {
+		for _, t := range r.Targets {
+			if t.Provider.health.eligible(now) {
+				ctx.SetBodyString("ready\n")
+				return
+			}
+		}
+	}
+	ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+	ctx.SetBodyString("no target can take requests\n")
 }
 
 func (g *Gateway) model(ctx *fasthttp.RequestCtx, id []byte) {
@@ -253,7 +320,7 @@ func (g *Gateway) onlyGet(ctx *fasthttp.RequestCtx) bool {
 	}
 	ctx.Response.Header.Set("Allow", "GET, HEAD")
 	g.reject(ctx, &apiError{status: fasthttp.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
-		message: "method " + string(ctx.Method()) + " is not allowed here; use GET", noRetry: true})
+		message: "this method is not allowed here; use GET", noRetry: true})
 	return false
 }
 
@@ -284,10 +351,12 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 			e = &apiError{status: fasthttp.StatusRequestTimeout, typ: typeInvalidRequest, code: "request_timeout",
 				message: "timed out reading the request", noRetry: false}
 		} else {
+			// The parser's error text is not echoed: it may quote request bytes.
 			e = &apiError{status: fasthttp.StatusBadRequest, typ: typeInvalidRequest, code: "bad_request",
-				message: "cannot parse the HTTP request: " + err.Error(), noRetry: true}
+				message: "cannot parse the HTTP request", noRetry: true}
 		}
 	}
+	g.log.Debug("request refused by the HTTP parser", "client", ctx.RemoteAddr().String(), "error", err.Error())
 	g.reject(ctx, e)
 }
 

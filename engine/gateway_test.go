@@ -342,7 +342,8 @@ func TestUpstreamErrorNormalised(t *testing.T) {
 	}
 	f(400, `{"error":{"message":"max_tokens too large","type":"BadRequestError","param":"max_tokens","code":400}}`, "bad_request", "max_tokens too large")
 	f(400, `{"object":"error","message":"old vllm","type":"BadRequestError","param":null,"code":400}`, "bad_request", "old vllm")
-	f(404, `Not Found`, "not_found", "Not Found")
+	// A body that is not an error object is not relayed (it may be a proxy's page with internal details).
+	f(404, `Not Found at 10.0.0.7:8000`, "not_found", "the upstream answered HTTP 404")
 	f(422, `{"detail":"bad field"}`, "unprocessable_entity", "bad field")
 	f(401, `{"error":{"message":"no key","type":"invalid_request_error","code":"invalid_api_key"}}`, "invalid_api_key", "no key")
 }

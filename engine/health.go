@@ -19,13 +19,20 @@ import (
 // down AND circuit not open. All three are per provider (one engine), flat atomics read on every request;
 // transitions happen on the failure path or in the health checker and are logged and counted.
 //
-// Cooldown (passive): connect errors, resets, timeouts, 5xx and 429s count as failures; cooldown.failures of
-// them within cooldown.window_secs cool the provider for base_secs, doubling (up to max_secs) each time it
-// fails again before a success; a 429 with retry-after cools it for that long (capped at
-// max_retry_after_secs). A success ends the escalation.
+// Cooldown (passive): connect errors, resets, timeouts, 502/503/504 and 429s count as failures;
+// cooldown.failures of them within cooldown.window_secs cool the provider for base_secs, doubling (up to
+// max_secs) each time it fails again before a success; a 429 with retry-after cools it for that long (capped
+// at max_retry_after_secs). A success ends the escalation. Other 5xx answers (a 500 above all) come from an
+// engine that is up and answered, often about one request it cannot serve - which a client can send to
+// every replica in turn - so they count only as a run: cooldown.consecutive_5xx of them with no success
+// between make one failure.
 //
 // Breaker: closed -> open after breaker.failures consecutive failures -> half-open after open_secs, letting
 // half_open_probes requests through -> closed on a success, open again on a failure.
+//
+// Cooldowns and breakers never take more than health.max_ejection_percent of the providers out at once
+// (at least one may always go; Envoy's max_ejection_percent): a failure that would eject one more is
+// counted but ejects nothing. Active health checks are not capped.
 //
 // Health (active, off by default): one prober goroutine per provider, at most one probe in flight.
 
@@ -54,12 +61,50 @@ type providerHealth struct {
 	_         [40]byte
 
 	consecFail atomic.Int32 // consecutive failures, for the breaker
+	consec5xx  atomic.Int32 // consecutive failAnswered answers not yet counted as a failure
 	coolLevel  atomic.Int32 // cooldowns since the last success
 
 	mu        sync.Mutex // failure path only
 	failTimes []int64    // recent failure times, for the cooldown window
 
+	fleet  *fleetHealth // the providers that share the ejection cap
 	states *telemetryStates
+}
+
+// fleetHealth is every provider of a snapshot, for the ejection cap.
+type fleetHealth struct {
+	maxPercent float64
+	mu         sync.Mutex // held while one provider decides to eject itself
+	members    []*providerHealth
+}
+
+// ejected reports whether h is out of service by its own passive state at now.
+func (h *providerHealth) ejected(now int64) bool {
+	if now < h.coolUntil.Load() {
+		return true
+	}
+	switch h.brState.Load() {
+	case breakerOpen:
+		return now < h.brUntil.Load()
+	case breakerHalfOpen:
+		return true
+	}
+	return false
+}
+
+// mayEject reports whether one more provider may be ejected at now; it must be called with f.mu held.
+func (f *fleetHealth) mayEject(now int64) bool {
+	if f == nil {
+		return true
+	}
+	limit := max(1, int(f.maxPercent*float64(len(f.members))/100))
+	n := 0
+	for _, m := range f.members {
+		if m.ejected(now) {
+			n++
+		}
+	}
+	return n < limit
 }
 
 // telemetryStates counts state changes by name.
@@ -160,6 +205,9 @@ func (h *providerHealth) success(probe bool) {
 	if h.coolLevel.Load() != 0 {
 		h.coolLevel.Store(0)
 	}
+	if h.consec5xx.Load() != 0 {
+		h.consec5xx.Store(0)
+	}
 	if h.brState.Load() != breakerClosed && h.brState.Swap(breakerClosed) != breakerClosed {
 		h.transition("closed", "a request succeeded")
 	}
@@ -170,6 +218,19 @@ func (h *providerHealth) failure(now int64, probe bool, kind failKind, retryAfte
 	if probe {
 		h.brProbes.Add(-1)
 	}
+	if kind == failAnswered {
+		if n := h.consec5xx.Add(1); n < int32(h.cd.Consecutive5xx) {
+			return
+		}
+		h.consec5xx.Store(0)
+	}
+	if h.fleet != nil {
+		// One provider at a time decides, so two failing at once cannot both slip under the cap.
+		h.fleet.mu.Lock()
+		defer h.fleet.mu.Unlock()
+	}
+	// A provider already out (cooling, or its breaker half-open) may stay out; a new ejection is capped.
+	mayEject := h.ejected(now) || h.fleet.mayEject(now)
 	consec := h.consecFail.Add(1)
 	var cool time.Duration
 	reason := ""
@@ -202,6 +263,12 @@ func (h *providerHealth) failure(now int64, probe bool, kind failKind, retryAfte
 		}
 		h.mu.Unlock()
 	}
+	if cool > 0 && !mayEject {
+		h.states.inc("ejection_capped")
+		h.log.Warn("target not cooled down: health.max_ejection_percent of the providers are out already",
+			"target", h.name, "reason", reason)
+		cool = 0
+	}
 	if cool > 0 {
 		until := now + int64(cool)
 		if until > h.coolUntil.Load() {
@@ -212,7 +279,7 @@ func (h *providerHealth) failure(now int64, probe bool, kind failKind, retryAfte
 	}
 	if h.br.Enabled {
 		st := h.brState.Load()
-		if st == breakerHalfOpen || (st == breakerClosed && int(consec) >= h.br.Failures) {
+		if st == breakerHalfOpen || (st == breakerClosed && int(consec) >= h.br.Failures && mayEject) {
 			if h.brState.CompareAndSwap(st, breakerOpen) {
 				h.brUntil.Store(now + int64(secs(h.br.OpenSecs)))
 				why := strconv.Itoa(int(consec)) + " consecutive failures, last: " + kind.String()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"sync"
 	"syscall"
@@ -27,9 +28,10 @@ type call struct {
 	ep     endpoint
 	parser fastjson.Parser
 
-	bodyLen  int    // size of the client body, to keep huge-request state out of the pool
+	reqBody  []byte // the client's request body, read by readBody
+	held     int64  // bytes of reqBody and key counted in the gateway's body memory
 	key      []byte // prompt key
-	body     []byte // body with the target's model spliced in
+	modelAt  [2]int // span of the model value in reqBody, replaced by each target's model when it differs
 	path     []byte // upstream request path
 	reqID    []byte
 	pick     Pick
@@ -49,9 +51,12 @@ type call struct {
 	start time.Time
 	sent  time.Time
 
-	// The upstream response being streamed.
+	// The upstream response being streamed. respBuf holds what was read of it before the response started
+	// (a non-streaming body is read whole, up to maxPrefetch); respOff is how much of it was sent.
 	conn         *uconn
 	bodyStream   io.Reader
+	respBuf      []byte
+	respOff      int
 	status       int
 	sse          bool
 	gotFirst     bool
@@ -85,7 +90,12 @@ func (g *Gateway) acquireCall(snap *Snapshot) *call {
 }
 
 func (c *call) release() {
+	c.watch.disarm()
 	c.g.inflight.Add(-1)
+	if c.held > 0 {
+		c.g.bodyMem.Add(-c.held)
+		c.held = 0
+	}
 	c.g, c.snap, c.route, c.target = nil, nil, nil, nil
 	c.failingOpen, c.probe, c.recorded = false, false, false
 	c.pick = Pick{}
@@ -95,10 +105,23 @@ func (c *call) release() {
 	c.streamFail, c.pendingErr, c.pending = failNone, nil, nil
 	c.tail = c.tail[:0]
 	c.bytesOut, c.closed = 0, false
-	// A call that handled a huge request keeps its parser's buffer and value cache and its own buffers at
-	// that size; pooling it would pin them (libraries.md section 2, fastjson PR #45), so it goes to the GC.
-	if c.bodyLen > 1<<20 || cap(c.tokens) > 1<<18 || cap(c.errBuf) > 64<<10 {
-		return
+	c.respBuf, c.respOff = c.respBuf[:0], 0
+	// Pooled calls keep their buffers for the next request, but never large ones: a pool of calls that once
+	// served huge requests would pin that memory for good.
+	if cap(c.reqBody) > maxPooledBuf {
+		c.reqBody = nil
+	}
+	if cap(c.key) > maxPooledBuf {
+		c.key = nil
+	}
+	if cap(c.respBuf) > maxPooledBuf {
+		c.respBuf = nil
+	}
+	if cap(c.tokens) > 1<<18 {
+		c.tokens = nil
+	}
+	if cap(c.errBuf) > 64<<10 {
+		c.errBuf = nil
 	}
 	callPool.Put(c)
 }
@@ -193,13 +216,23 @@ func (c *call) run(ctx *fasthttp.RequestCtx) {
 	cfg := &c.snap.cfg.Retry
 	var last attemptResult
 	sent := 0
-	for k := 0; sent <= cfg.MaxRetries; k++ {
-		ti := c.nextTarget(k)
-		if ti < 0 {
-			break
+	c.watch.arm(ctx.Conn(), c.g.watchDelay, nil, ctx.Request.Header.IsHTTP11())
+	ti, k := -1, 0
+	for sent <= cfg.MaxRetries {
+		if last.kind != failStale {
+			// A stale pooled connection is retried on the same target; anything else moves on.
+			if ti = c.nextTarget(k); ti < 0 {
+				break
+			}
+			k++
 		}
 		t := c.route.Targets[ti]
 		if !c.admit(t) {
+			if c.watch.gone.Load() {
+				c.clientLeft(ctx, nil)
+				c.finishUnstreamed(ctx)
+				return
+			}
 			last = attemptResult{kind: failBusy, err: c.busyError(t)}
 			continue
 		}
@@ -224,6 +257,7 @@ func (c *call) run(ctx *fasthttp.RequestCtx) {
 		}
 		last = res
 	}
+	c.watch.disarm()
 	e := last.err
 	if e == nil {
 		e = &apiError{status: fasthttp.StatusBadGateway, typ: typeServer, code: "upstream_error", message: "no upstream target answered"}
@@ -253,7 +287,7 @@ func (c *call) admit(t *Target) bool {
 	if !ok {
 		return false
 	}
-	if !p.adm.acquire(&p.inflight) {
+	if !p.adm.acquire(&p.inflight, c.watch.left()) {
 		if probe {
 			p.health.brProbes.Add(-1)
 		}
@@ -277,7 +311,7 @@ func (c *call) record(t *Target, kind failKind, retryAfter time.Duration) {
 	switch kind {
 	case failNone:
 		p.health.success(c.probe)
-	case failClient, failBusy:
+	case failClient, failBusy, failStale:
 		if c.probe {
 			p.health.brProbes.Add(-1)
 		}
@@ -344,79 +378,104 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 	t := c.route.Targets[ti]
 	p := t.Provider
 	c.target = t
-	body := c.bodyFor(ctx, t)
 
 	conn, err := p.up.acquire()
 	if err != nil {
 		return c.failAttempt(ctx, t, nil, classifyAcquire(err), err)
 	}
+	if c.watch.setVictim(conn) {
+		// The client left while the request waited (for admission, or between attempts): it is not sent.
+		c.watch.setVictim(nil)
+		p.up.release(conn)
+		return c.clientLeft(ctx, t)
+	}
 	for {
 		c.sent = time.Now()
-		if err = c.writeRequest(ctx, conn, t, body); err == nil {
-			if c.route.recorder != nil && !c.recorded {
-				// "After forwarding, record the prompt in the winner's trie" (seed page): at send time, not
-				// when the answer comes back, so the requests of a burst see where the first ones went.
-				c.route.recorder.Routed(&c.pick, ti)
-				c.recorded = true
-			}
-			_ = conn.nc.SetReadDeadline(c.sent.Add(p.up.headersWait))
-			c.watch.arm(ctx.Conn(), c.g.watchDelay, conn)
-			resp := &conn.resp
-			resp.StreamBody = true
-			err = resp.ReadLimitBody(conn.br, 0)
-			if err != nil && c.watch.disarm() {
-				conn.close()
-				return c.clientLeft(ctx, t)
-			}
-		}
+		err = c.writeRequest(ctx, conn, t)
 		if err == nil {
 			break
 		}
 		conn.close()
+		if !conn.reused {
+			c.watch.setVictim(nil)
+			return c.failAttempt(ctx, t, nil, classify(err), err)
+		}
+		// Writing to a pooled connection failed: the upstream had closed it and did not take the request
+		// whole, so it processed nothing. Resend once on a fresh connection; this is not a retry.
+		t.m.UpstreamError(int(failStale))
+		if conn, err = p.up.dialConn(); err != nil {
+			c.watch.setVictim(nil)
+			return c.failAttempt(ctx, t, nil, classifyAcquire(err), err)
+		}
+		c.watch.setVictim(conn)
+	}
+	if c.route.recorder != nil && !c.recorded {
+		// "After forwarding, record the prompt in the winner's trie" (seed page): at send time, not when the
+		// answer comes back, so the requests of a burst see where the first ones went.
+		c.route.recorder.Routed(&c.pick, ti)
+		c.recorded = true
+	}
+	_ = conn.nc.SetReadDeadline(c.sent.Add(p.up.headersWait))
+	resp := &conn.resp
+	resp.StreamBody = true
+	err = resp.ReadLimitBody(conn.br, 0)
+	if err != nil {
+		conn.close()
+		c.watch.setVictim(nil)
+		if c.watch.gone.Load() {
+			return c.clientLeft(ctx, t)
+		}
 		if conn.reused && staleConnError(err) {
-			// The provider closed a pooled connection before reading the request (keep-alive expiry):
-			// nothing was processed, so resend on a fresh connection without counting a retry.
-			t.m.UpstreamError(int(failStale))
-			if conn, err = p.up.dialConn(); err != nil {
-				return c.failAttempt(ctx, t, nil, classifyAcquire(err), err)
-			}
-			continue
+			// The upstream closed a pooled connection after the request was written to it. It may have read
+			// and even processed the request, so resending is a retry like any other - counted, capped by
+			// retry.max_retries and shown in x-rolter-retries - though not held against the target's health:
+			// keep-alive races are nobody's failure.
+			return c.failAttempt(ctx, t, nil, failStale, err)
 		}
 		return c.failAttempt(ctx, t, nil, classify(err), err)
 	}
 
-	resp := &conn.resp
 	c.status = resp.StatusCode()
 	t.m.Headers.UpdateDuration(c.sent)
+	if c.status < 200 {
+		// fasthttp skips 100 Continue, 103 Early Hints and other interim answers; what is left is a 101
+		// Switching Protocols (or garbage) to a plain POST. What follows on the connection is not HTTP.
+		conn.close()
+		c.watch.setVictim(nil)
+		return c.failAttempt(ctx, t, nil, failProto, errUnexpectedStatus)
+	}
 	if c.status >= 400 {
-		c.watch.disarm()
+		c.watch.setVictim(nil)
 		e := c.readUpstreamError(conn, t)
 		if c.status >= 500 || c.status == fasthttp.StatusTooManyRequests {
 			if ra := retryAfterMs(&resp.Header); ra > 0 && c.status == fasthttp.StatusTooManyRequests {
-				e.retryAfterMs = ra
+				// Relayed, but never longer than the gateway itself would wait on a 429.
+				e.retryAfterMs = min(ra, int(c.snap.cfg.Cooldown.MaxRetryAfterSecs*1000))
 			}
-			return c.failAttempt(ctx, t, e, failStatus, nil)
+			kind := failStatus
+			if c.status >= 500 && c.status != 502 && c.status != 503 && c.status != 504 {
+				kind = failAnswered
+			}
+			return c.failAttempt(ctx, t, e, kind, nil)
 		}
 		// A client error is the client's: pass it on (normalised), do not retry elsewhere.
+		c.watch.disarm()
 		c.done(t, failNone, 0)
 		c.setDecisionHeaders(ctx)
 		writeError(ctx, e)
 		return outDone, attemptResult{}
 	}
-	c.record(t, failNone, 0) // the slot stays taken until the streamed body is closed (CloseWithError)
 
-	// Success: hand the body to the server, which streams it to the client through c.Read.
-	c.conn = conn
 	c.bodyStream = resp.BodyStream()
 	if c.bodyStream == nil {
-		// 204/304: no body to stream.
+		// 204/304: no body. release closes the connection if the upstream sent one anyway.
+		c.watch.disarm()
 		if resp.ConnectionClose() {
 			conn.close()
 		} else {
-			conn.up.release(conn)
+			p.up.release(conn)
 		}
-		p.adm.release(&p.inflight)
-		c.conn = nil
+		c.done(t, failNone, 0)
 		ctx.Response.SetStatusCode(c.status)
 		c.setDecisionHeaders(ctx)
 		return outDone, attemptResult{}
@@ -424,6 +483,29 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 	ct := resp.Header.ContentType()
 	c.sse = bytes.HasPrefix(ct, []byte("text/event-stream"))
 	conn.startBody()
+	c.conn = conn
+	size := resp.Header.ContentLength()
+	if c.sse {
+		// Chunked towards the client whatever the upstream framing, so a failed stream can still end with an
+		// error event.
+		size = -1
+	} else if kind, err := c.prefetch(); kind != failNone {
+		// A non-streaming body that breaks off before its end is a failed attempt, answered (or retried)
+		// like one - not a status line followed by a truncated body.
+		c.conn, c.bodyStream = nil, nil
+		conn.close()
+		c.watch.setVictim(nil)
+		if c.watch.gone.Load() {
+			return c.clientLeft(ctx, t)
+		}
+		return c.failAttempt(ctx, t, nil, kind, err)
+	} else if c.upstreamDone {
+		size = len(c.respBuf)
+	}
+	c.record(t, failNone, 0) // the slot stays taken until the streamed body is closed (CloseWithError)
+
+	// Success: hand the body to the server, which streams it to the client through c.Read.
+	c.watch.startResponse()
 	ctx.Response.SetStatusCode(c.status)
 	for k, v := range resp.Header.All() {
 		if !skipResponseHeader(k) {
@@ -432,21 +514,123 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 	}
 	ctx.Response.Header.SetContentTypeBytes(ct)
 	c.setDecisionHeaders(ctx)
-	if c.sse {
-		// Send status and headers before the first token: a long prefill must not look like a dead gateway.
-		ctx.Response.ImmediateHeaderFlush = true
+	if c.upstreamDone {
+		// Read whole: the connection can serve the next request while this answer is written.
+		c.releaseConn(true)
 	}
 	if c.route.recorder != nil {
 		c.route.recorder.Routed(&c.pick, ti)
 	}
-	size := resp.Header.ContentLength()
+	if size < 0 && !ctx.Request.Header.IsHTTP11() {
+		// HTTP/1.0 has no chunked encoding: the body is sent as it comes and ends with the connection.
+		c.streamHTTP10(ctx)
+		return outStreaming, attemptResult{}
+	}
 	if c.sse {
-		// Chunked towards the client whatever the upstream framing, so a failed stream can still end with an
-		// error event.
-		size = -1
+		// Send status and headers before the first token: a long prefill must not look like a dead gateway.
+		ctx.Response.ImmediateHeaderFlush = true
 	}
 	ctx.Response.SetBodyStream(c, size)
 	return outStreaming, attemptResult{}
+}
+
+// errUnexpectedStatus is the failure of an upstream that answered a plain request with a 1xx final status.
+var errUnexpectedStatus = errors.New("unexpected informational status")
+
+// maxPrefetch is how much of a non-streaming body is read before the response starts. Bodies up to this size
+// (every chat or completion answer) are answered only once they arrived whole; larger ones (big embedding
+// batches) start streaming after that much.
+const maxPrefetch = 1 << 20
+
+// maxPooledBuf is the largest buffer a pooled call keeps.
+const maxPooledBuf = 1 << 20
+
+// prefetch reads the start of a non-streaming body into c.respBuf: all of it when it is at most maxPrefetch
+// (then c.upstreamDone is set). It returns failNone, or what broke the body off.
+func (c *call) prefetch() (failKind, error) {
+	buf := c.respBuf[:0]
+	for len(buf) < maxPrefetch {
+		if len(buf) == cap(buf) {
+			// Grown as the bytes come, and inside the gateway's body memory: when that is spent the rest of
+			// the body streams through instead of being read ahead.
+			n := min(max(2*cap(buf), 4<<10), maxPrefetch)
+			if !c.hold(n - cap(buf)) {
+				break
+			}
+			nb := make([]byte, len(buf), n)
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := c.bodyStream.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			c.upstreamDone = true
+			break
+		}
+		if err != nil {
+			c.respBuf = buf
+			return classify(err), err
+		}
+	}
+	c.respBuf = buf
+	return failNone, nil
+}
+
+// releaseConn gives the upstream connection back once its response was read whole (reusable), or closes it.
+func (c *call) releaseConn(reusable bool) {
+	conn := c.conn
+	if conn == nil {
+		return
+	}
+	c.conn = nil
+	c.watch.setVictim(nil)
+	resp := &conn.resp
+	_ = resp.CloseBodyStream()
+	if reusable && !resp.ConnectionClose() {
+		conn.up.release(conn)
+	} else {
+		conn.close()
+	}
+}
+
+// streamHTTP10 sends the response to an HTTP/1.0 client whose body length is unknown: without chunked
+// encoding, as the bytes come, ending with the connection. It takes the connection over from the server.
+func (c *call) streamHTTP10(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Response.Header
+	var head []byte
+	head = append(head, "HTTP/1.0 "...)
+	head = strconv.AppendInt(head, int64(c.status), 10)
+	head = append(head, ' ')
+	head = append(head, fasthttp.StatusMessage(c.status)...)
+	head = append(head, "\r\n"...)
+	for k, v := range h.All() {
+		if equalFold(k, "connection") || equalFold(k, "transfer-encoding") || equalFold(k, "content-length") {
+			continue
+		}
+		head = append(head, k...)
+		head = append(head, ": "...)
+		head = append(head, v...)
+		head = append(head, "\r\n"...)
+	}
+	head = append(head, "Connection: close\r\n\r\n"...)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(nc net.Conn) {
+		_, err := nc.Write(head)
+		buf := make([]byte, 16<<10)
+		for err == nil {
+			var n int
+			n, err = c.Read(buf)
+			if n > 0 {
+				if _, werr := nc.Write(buf[:n]); werr != nil {
+					err = werr
+				}
+			}
+		}
+		if err == io.EOF {
+			err = nil
+		}
+		_ = c.CloseWithError(err)
+	})
 }
 
 func classifyAcquire(err error) failKind {
@@ -474,14 +658,16 @@ func (c *call) failAttempt(ctx *fasthttp.RequestCtx, t *Target, e *apiError, kin
 		if kind == failTimeout {
 			status, code = fasthttp.StatusGatewayTimeout, "upstream_timeout"
 		}
-		msg := "upstream " + t.Provider.Name + " failed: " + kind.String()
-		if err != nil {
-			msg += ": " + err.Error()
-		}
-		e = &apiError{status: status, typ: typeForStatus(status), code: code, message: msg}
+		// The client learns what kind of failure it was, never its details (addresses, socket pairs, bytes
+		// the upstream sent): those are logged.
+		e = &apiError{status: status, typ: typeForStatus(status), code: code, message: failMessages[kind]}
+	}
+	detail := ""
+	if err != nil {
+		detail = err.Error()
 	}
 	c.g.log.Debug("upstream attempt failed", "request_id", string(c.reqID), "route", c.route.Model,
-		"target", t.Provider.Name, "kind", kind.String(), "status", e.status, "message", e.message)
+		"target", t.Provider.Name, "kind", kind.String(), "status", e.status, "message", e.message, "error", detail)
 	if kind == failTimeout {
 		// A timed-out generation may still be running upstream; sending it elsewhere doubles the work and the
 		// client's wait. Answer 504 now.
@@ -493,35 +679,44 @@ func (c *call) failAttempt(ctx *fasthttp.RequestCtx, t *Target, e *apiError, kin
 	return outRetry, attemptResult{kind: kind, err: e}
 }
 
+// failMessages are what a client is told of a failed attempt, by kind.
+var failMessages = [numFailKinds]string{
+	failNone:     "the upstream failed",
+	failConnect:  "cannot connect to the upstream",
+	failTimeout:  "the upstream timed out",
+	failReset:    "the upstream closed the connection",
+	failStatus:   "the upstream failed",
+	failProto:    "the upstream sent an invalid response",
+	failClient:   "the client closed the connection",
+	failStale:    "the upstream closed the connection",
+	failBusy:     "the upstream has too many open connections",
+	failAnswered: "the upstream failed",
+}
+
 // clientLeft ends a request whose client disconnected while the upstream was working: 499, no retry.
+// t is nil when the client left before an attempt took a slot. Nothing is written back: the connection is
+// closed, so a client that is in fact still there (a half-close the probe could not tell apart) never reads
+// a success status with an empty body.
 func (c *call) clientLeft(ctx *fasthttp.RequestCtx, t *Target) (outcome, attemptResult) {
-	c.done(t, failClient, 0)
+	c.watch.disarm()
+	if t != nil {
+		c.done(t, failClient, 0)
+	}
 	c.route.m.ClientGone.Inc()
 	c.status = statusClientClosed
-	ctx.SetConnectionClose()
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(net.Conn) {})
 	return outDone, attemptResult{}
 }
 
 // statusClientClosed is recorded when the client went away first (nginx and Caddy's convention).
 const statusClientClosed = 499
 
-// bodyFor returns the body to send to t: the client's, with the value of "model" replaced by t.Model (as a
-// JSON string) unless it already is that; the rest is forwarded byte for byte.
-func (c *call) bodyFor(ctx *fasthttp.RequestCtx, t *Target) []byte {
-	body := ctx.PostBody()
-	start, end := topLevelValue(body, "model")
-	if bytes.Equal(body[start:end], t.modelJSON) {
-		return body
-	}
-	c.body = append(c.body[:0], body[:start]...)
-	c.body = append(c.body, t.modelJSON...)
-	c.body = append(c.body, body[end:]...)
-	return c.body
-}
-
-// writeRequest writes the upstream request. Client headers are passed on except hop-by-hop ones; the
-// provider's key replaces the client's Authorization when api_key_env is set.
-func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target, body []byte) error {
+// writeRequest writes the upstream request: the client's body, with the value of "model" replaced by
+// t.Model (as a JSON string) unless it already is that, the rest byte for byte. Client headers are passed on
+// except hop-by-hop ones (those named in Connection too) and those the provider sets itself: its configured
+// headers and, when api_key_env is set, Authorization. X-Forwarded-For gets the client's address appended.
+func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) error {
 	p := t.Provider
 	_ = conn.nc.SetWriteDeadline(time.Now().Add(p.up.headersWait))
 	bw := conn.bw
@@ -536,8 +731,15 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target, bo
 	bw.WriteString(p.up.hostHeader)
 	bw.WriteString("\r\n")
 	hasCT := false
+	var xff []byte
+	connTokens := ctx.Request.Header.Peek("Connection")
 	for k, v := range ctx.Request.Header.All() {
-		if skipRequestHeader(k) || (p.auth != nil && equalFold(k, "authorization")) {
+		if skipRequestHeader(k) || (p.auth != nil && equalFold(k, "authorization")) || p.setsHeader(k) ||
+			(len(connTokens) > 0 && listsToken(connTokens, k)) {
+			continue
+		}
+		if equalFold(k, "x-forwarded-for") {
+			xff = v
 			continue
 		}
 		if equalFold(k, "content-type") {
@@ -559,14 +761,73 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target, bo
 		bw.WriteString(h[1])
 		bw.WriteString("\r\n")
 	}
+	if !p.setsXFF {
+		bw.WriteString("X-Forwarded-For: ")
+		if len(xff) > 0 {
+			bw.Write(xff)
+			bw.WriteString(", ")
+		}
+		var ip [64]byte
+		bw.Write(appendClientIP(ip[:0], ctx))
+		bw.WriteString("\r\n")
+	}
 	bw.WriteString("X-Request-Id: ")
 	bw.Write(c.reqID)
+	body := c.reqBody
+	ms, me := c.modelAt[0], c.modelAt[1]
+	size := len(body)
+	splice := !bytes.Equal(body[ms:me], t.modelJSON)
+	if splice {
+		size += len(t.modelJSON) - (me - ms)
+	}
 	bw.WriteString("\r\nContent-Length: ")
 	var num [20]byte
-	bw.Write(strconv.AppendInt(num[:0], int64(len(body)), 10))
+	bw.Write(strconv.AppendInt(num[:0], int64(size), 10))
 	bw.WriteString("\r\n\r\n")
-	bw.Write(body)
+	if splice {
+		bw.Write(body[:ms])
+		bw.Write(t.modelJSON)
+		bw.Write(body[me:])
+	} else {
+		bw.Write(body)
+	}
 	return bw.Flush()
+}
+
+// appendClientIP appends the client's IP address (no port) to dst.
+func appendClientIP(dst []byte, ctx *fasthttp.RequestCtx) []byte {
+	switch a := ctx.RemoteAddr().(type) {
+	case *net.TCPAddr:
+		if ip4 := a.IP.To4(); ip4 != nil {
+			for i, b := range ip4 {
+				if i > 0 {
+					dst = append(dst, '.')
+				}
+				dst = strconv.AppendUint(dst, uint64(b), 10)
+			}
+			return dst
+		}
+		return append(dst, a.IP.String()...)
+	}
+	return append(dst, "unknown"...)
+}
+
+// listsToken reports whether the comma-separated header value list names token (case-insensitively).
+func listsToken(list, token []byte) bool {
+	for len(list) > 0 {
+		i := bytes.IndexByte(list, ',')
+		item := list
+		if i >= 0 {
+			item, list = list[:i], list[i+1:]
+		} else {
+			list = nil
+		}
+		item = bytes.TrimSpace(item)
+		if len(item) == len(token) && bytes.EqualFold(item, token) {
+			return true
+		}
+	}
+	return false
 }
 
 func writeHeader(bw interface {
@@ -603,7 +864,11 @@ func (c *call) readUpstreamError(conn *uconn, t *Target) *apiError {
 			}
 		}
 	}
-	e := normaliseUpstreamError(c.status, c.errBuf, t.Provider.Name)
+	e := normaliseUpstreamError(c.status, c.errBuf)
+	if c.status >= 500 {
+		c.g.log.Debug("upstream error answer", "request_id", string(c.reqID), "target", t.Provider.Name,
+			"status", c.status, "body", sanitiseText(c.errBuf))
+	}
 	closing := resp.ConnectionClose()
 	_ = resp.CloseBodyStream()
 	if complete && !closing {
@@ -696,6 +961,17 @@ func (c *call) finishUnstreamed(ctx *fasthttp.RequestCtx) {
 // (../shared/DESIGN.md section 2); a non-SSE body that fails ends with an error, so the server closes the
 // connection and the client sees a truncated response rather than a clean one.
 func (c *call) Read(p []byte) (int, error) {
+	if c.respOff < len(c.respBuf) {
+		n := copy(p, c.respBuf[c.respOff:])
+		if c.respOff == 0 {
+			c.gotFirst = true
+			c.target.m.TTFB.UpdateDuration(c.sent)
+		}
+		c.respOff += n
+		c.bytesOut += int64(n)
+		c.keepTail(p[:n])
+		return n, nil
+	}
 	if len(c.pending) > 0 {
 		n := copy(p, c.pending)
 		c.pending = c.pending[n:]
@@ -810,15 +1086,7 @@ func (c *call) CloseWithError(err error) error {
 	}
 	c.closed = true
 	gone := c.watch.disarm()
-	conn := c.conn
-	resp := &conn.resp
-	_ = resp.CloseBodyStream()
-	reusable := c.upstreamDone && c.streamFail == failNone && err == nil && !gone && !resp.ConnectionClose()
-	if reusable {
-		conn.up.release(conn)
-	} else {
-		conn.close()
-	}
+	c.releaseConn(c.upstreamDone && c.streamFail == failNone && err == nil && !gone)
 	p := c.target.Provider
 	p.adm.release(&p.inflight)
 	if c.streamFail != failNone && c.streamFail != failClient && !(err != nil || gone) {

@@ -130,7 +130,10 @@ type flaky struct {
 func (f *flaky) handler(w http.ResponseWriter, r *http.Request) {
 	f.hits.Add(1)
 	switch f.mode.Load() {
-	case 1:
+	case 1: // down: what a proxy in front of a dead engine, or an engine still loading, answers
+		w.WriteHeader(503)
+		io.WriteString(w, `{"error":{"message":"boom","type":"ServiceUnavailableError","param":null,"code":503}}`)
+	case 3: // up, but failing every request it is given
 		w.WriteHeader(500)
 		io.WriteString(w, `{"error":{"message":"boom","type":"InternalServerError","param":null,"code":500}}`)
 	case 2:

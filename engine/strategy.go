@@ -122,6 +122,7 @@ func decide(r Reason) Decision { return Decision{Reason: r, Score: -1} }
 type strategySpec struct {
 	params        []string // the [routes.params] keys it accepts
 	needsKVEvents bool
+	usesTries     bool // keeps a prefix trie per target, sized by trieShare
 	build         func(r *Route, p RouteParams, env *buildEnv) (Strategy, error)
 }
 
@@ -141,7 +142,8 @@ var strategies = map[string]strategySpec{
 	"least_load":   {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return leastLoad{}, nil }},
 	"power_of_two": {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return powerOfTwo{}, nil }},
 	"cache_aware": {
-		params: []string{"threshold", "max_trie_nodes", "max_trie_bytes"},
+		params:    []string{"threshold", "max_trie_nodes", "max_trie_bytes"},
+		usesTries: true,
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
 			s := newCacheAware(r, p)
 			registerTrieMetrics(env.set, r, s.tries)
@@ -149,7 +151,8 @@ var strategies = map[string]strategySpec{
 		},
 	},
 	"pipeline": {
-		params: []string{"weight_factor", "load_factor", "cache_factor", "max_trie_nodes", "max_trie_bytes", "session_ttl_secs", "max_sessions"},
+		params:    []string{"weight_factor", "load_factor", "cache_factor", "max_trie_nodes", "max_trie_bytes", "session_ttl_secs", "max_sessions"},
+		usesTries: true,
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
 			s := newPipeline(r, p)
 			registerTrieMetrics(env.set, r, s.tries)

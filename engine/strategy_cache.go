@@ -13,6 +13,7 @@ const (
 	defaultMaxTrieNodes = trie.DefaultMaxNodes
 	// defaultMaxTrieBytes bounds each target's trie in stored prompt bytes as well as nodes, so memory has a
 	// ceiling in bytes per target whatever the prompt sizes (routing-anchors.md "Implications", goal 9).
+	// A gateway's routes get smaller ceilings from trieShare; these apply where no config sized them.
 	defaultMaxTrieBytes = 256 << 20
 )
 

@@ -24,8 +24,12 @@ type Provider struct {
 	cfg       ProviderConfig
 	up        *upstream
 	// auth is the Authorization header value sent upstream ("Bearer <key>"), or nil to pass the client's.
-	auth    []byte
+	auth []byte
+	// headers are the configured extra headers, sorted by name; they replace client headers of the same name.
 	headers [][2]string
+	// headerNames are the names of headers, lower-cased.
+	headerNames []string
+	setsXFF     bool // headers include X-Forwarded-For
 
 	_        [64]byte
 	inflight atomic.Int64
@@ -54,6 +58,16 @@ func (p *Provider) Load() int64 {
 		l += p.engineLoad()
 	}
 	return l
+}
+
+// setsHeader reports whether the provider's configured headers include name (case-insensitively).
+func (p *Provider) setsHeader(name []byte) bool {
+	for _, h := range p.headerNames {
+		if equalFold(name, h) {
+			return true
+		}
+	}
+	return false
 }
 
 // Inflight returns the gateway's own in-flight count for the provider.
@@ -116,6 +130,7 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 		routes:    make(map[string]*Route, len(cfg.Routes)),
 		set:       telemetry.NewSet(),
 	}
+	fleet := &fleetHealth{maxPercent: cfg.Health.MaxEjectionPercent}
 	for i, pc := range cfg.Providers {
 		up, err := newUpstream(pc.Name, pc.APIBase, pc.MaxConns, cfg.Timeouts)
 		if err != nil {
@@ -124,6 +139,8 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 		up.dial = dial
 		p := &Provider{Name: pc.Name, nameBytes: []byte(pc.Name), Index: i, cfg: pc, up: up, adm: newAdmission(cfg.Queue)}
 		p.health = newProviderHealth(pc.Name, cfg, log, s.set)
+		p.health.fleet = fleet
+		fleet.members = append(fleet.members, p.health)
 		if cfg.Health.Enabled {
 			p.checker = newHealthChecker(p, cfg.Health, s.set)
 		}
@@ -140,6 +157,10 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 			p.headers = append(p.headers, [2]string{k, v})
 		}
 		sort.Slice(p.headers, func(a, b int) bool { return p.headers[a][0] < p.headers[b][0] })
+		for _, h := range p.headers {
+			p.headerNames = append(p.headerNames, strings.ToLower(h[0]))
+		}
+		p.setsXFF = p.setsHeader([]byte("X-Forwarded-For"))
 		s.Providers = append(s.Providers, p)
 		s.providers[p.Name] = p
 		l := "target=" + telemetry.Label(p.Name)
@@ -152,6 +173,7 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 		return nil, err
 	}
 	s.kv = kv
+	trieNodes, trieBytes := trieShare(cfg)
 	for _, rc := range cfg.Routes {
 		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy), modelBytes: []byte(rc.Model)}
 		r.m = s.set.NewRouteMetrics(rc.Model, rc.Strategy, reasonLabels)
@@ -168,7 +190,16 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 			r.Targets = append(r.Targets, t)
 		}
 		spec := strategies[rc.Strategy]
-		st, err := spec.build(r, rc.Params, &buildEnv{set: s.set, log: log, cfg: cfg, kv: kv})
+		params := rc.Params
+		if spec.usesTries {
+			if params.MaxTrieNodes == nil {
+				params.MaxTrieNodes = &trieNodes
+			}
+			if params.MaxTrieBytes == nil {
+				params.MaxTrieBytes = &trieBytes
+			}
+		}
+		st, err := spec.build(r, params, &buildEnv{set: s.set, log: log, cfg: cfg, kv: kv})
 		if err != nil {
 			return nil, fmt.Errorf("cannot build strategy %q for route %q: %w", rc.Strategy, rc.Model, err)
 		}
@@ -180,6 +211,25 @@ func buildSnapshot(cfg *Config, dial func(string, time.Duration) (net.Conn, erro
 	sort.Slice(s.Routes, func(a, b int) bool { return s.Routes[a].Model < s.Routes[b].Model })
 	s.models = modelsBody(s.Routes, time.Now().Unix())
 	return s, nil
+}
+
+// trieShare returns the default ceilings of one target's prefix trie: an equal share of
+// [server] routing_memory_bytes for every target of a route that keeps tries and does not set both ceilings
+// itself. A trie costs about 58 bytes per node plus 1.2 bytes per stored prompt byte (trie package
+// benchmarks), so a share S allows 0.4 S stored bytes and 0.5 S / 64 nodes: at most about 0.95 S in all.
+// With the 512 MiB default and 8 targets that is 26.8 MB of prompt text and 524,288 nodes per target. The
+// node count never goes above the seed page's 1 million.
+func trieShare(cfg *Config) (nodes, bytes int) {
+	n := 0
+	for _, rc := range cfg.Routes {
+		if strategies[rc.Strategy].usesTries && (rc.Params.MaxTrieNodes == nil || rc.Params.MaxTrieBytes == nil) {
+			n += len(rc.Targets)
+		}
+	}
+	share := cfg.Server.RoutingMemoryBytes / max(n, 1)
+	nodes = min(max(share/2/64, 16), defaultMaxTrieNodes)
+	bytes = max(share*2/5, 1024)
+	return nodes, bytes
 }
 
 // modelsBody renders GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by"}]}.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -41,6 +42,8 @@ type upstream struct {
 	dial func(addr string, timeout time.Duration) (net.Conn, error)
 
 	open atomic.Int64
+	// budget is the gateway's socket budget, shared with client connections (nil: unlimited).
+	budget *connBudget
 
 	mu     sync.Mutex
 	idle   []*uconn // LIFO: the most recently used connection is hottest
@@ -96,7 +99,9 @@ func (u *upstream) requestPath(dst []byte, path []byte) []byte {
 	return append(dst, path...)
 }
 
-// acquire returns a pooled connection or dials a new one.
+// acquire returns a pooled connection or dials a new one. A pooled connection with anything to read - bytes
+// the upstream sent beyond its last response (an over-long body, a body on a 204, an unsolicited response)
+// or its close - is closed, never reused: those bytes would be read as the next client's answer.
 func (u *upstream) acquire() (*uconn, error) {
 	now := time.Now()
 	u.mu.Lock()
@@ -104,12 +109,11 @@ func (u *upstream) acquire() (*uconn, error) {
 		c := u.idle[len(u.idle)-1]
 		u.idle[len(u.idle)-1] = nil
 		u.idle = u.idle[:len(u.idle)-1]
-		if now.Sub(c.lastUsed) < u.maxIdleAge {
-			u.mu.Unlock()
+		u.mu.Unlock()
+		if now.Sub(c.lastUsed) < u.maxIdleAge && c.quiet() {
 			c.reused = true
 			return c, nil
 		}
-		u.mu.Unlock()
 		c.close()
 		u.mu.Lock()
 	}
@@ -122,6 +126,10 @@ func (u *upstream) dialConn() (*uconn, error) {
 		u.open.Add(-1)
 		return nil, errTooManyConns
 	}
+	if !u.budget.take() {
+		u.open.Add(-1)
+		return nil, errTooManyConns
+	}
 	var nc net.Conn
 	var err error
 	if u.dial != nil {
@@ -131,6 +139,7 @@ func (u *upstream) dialConn() (*uconn, error) {
 	}
 	if err != nil {
 		u.open.Add(-1)
+		u.budget.put()
 		return nil, &upstreamError{kind: failConnect, err: err}
 	}
 	if u.tlsConfig != nil {
@@ -139,21 +148,27 @@ func (u *upstream) dialConn() (*uconn, error) {
 		if err := tc.Handshake(); err != nil {
 			_ = nc.Close()
 			u.open.Add(-1)
+			u.budget.put()
 			return nil, &upstreamError{kind: failConnect, err: fmt.Errorf("cannot complete TLS handshake: %w", err)}
 		}
 		_ = tc.SetDeadline(time.Time{})
 		nc = tc
 	}
-	c := &uconn{up: u, nc: nc}
+	c := &uconn{up: u, nc: nc, rc: rawConn(nc)}
 	c.br = bufio.NewReaderSize(readerFunc{c}, 16<<10)
 	c.bw = bufio.NewWriterSize(nc, 16<<10)
 	return c, nil
 }
 
 // release returns a connection whose last response was read completely to the pool. A connection closed
-// meanwhile (by the client-disconnect watcher) is dropped.
+// meanwhile (by the client-disconnect watcher) is dropped, and one with bytes buffered past that response is
+// closed (see acquire).
 func (u *upstream) release(c *uconn) {
 	if c.closed.Load() {
+		return
+	}
+	if c.br.Buffered() > 0 {
+		c.close()
 		return
 	}
 	c.gap = 0
@@ -197,6 +212,7 @@ func (u *upstream) closeIdle(all bool) {
 type uconn struct {
 	up       *upstream
 	nc       net.Conn
+	rc       syscall.RawConn // nc's socket, to peek at it while idle; nil for in-memory connections
 	br       *bufio.Reader
 	bw       *bufio.Writer
 	resp     fasthttp.Response
@@ -226,7 +242,27 @@ func (c *uconn) close() {
 		c.closed.Store(true)
 		_ = c.nc.Close()
 		c.up.open.Add(-1)
+		c.up.budget.put()
 	})
+}
+
+// quiet reports whether nothing can be read from the idle connection: no byte buffered, none waiting in the
+// socket, and no close from the peer. It costs one non-blocking recv(MSG_PEEK).
+func (c *uconn) quiet() bool {
+	if c.br.Buffered() > 0 {
+		return false
+	}
+	if c.rc == nil {
+		return true
+	}
+	quiet := false
+	err := c.rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		quiet = err == syscall.EAGAIN
+		return true
+	})
+	return err == nil && quiet
 }
 
 // startBody switches the connection from the headers deadline to the idle gap between body reads.
@@ -243,15 +279,18 @@ const (
 	failConnect
 	failTimeout
 	failReset  // connection closed or reset by the upstream
-	failStatus // a 5xx or 429 answer
+	failStatus // a 502, 503, 504 or 429 answer: the engine (or what is in front of it) cannot take requests
 	failProto  // an unparsable response
 	failClient // the client went away (not the upstream's fault)
 	failStale  // a pooled connection the upstream had already closed
 	failBusy   // the provider's connection cap was reached
+	// failAnswered is any other 5xx (500 above all): the engine is up and answered, but could not serve
+	// this request - possibly because of the request itself.
+	failAnswered
 	numFailKinds
 )
 
-var failKindNames = [numFailKinds]string{"none", "connect", "timeout", "reset", "status", "protocol", "client", "stale", "busy"}
+var failKindNames = [numFailKinds]string{"none", "connect", "timeout", "reset", "status", "protocol", "client", "stale", "busy", "answered_5xx"}
 
 func (k failKind) String() string { return failKindNames[k] }
 

@@ -63,6 +63,11 @@ const (
 	mDecisionLatency = "rolter_decision_duration_seconds"   // {route} histogram: parse + key + pick
 	mUpstreamHeaders = "rolter_upstream_headers_seconds"    // {route,target} histogram: send -> headers
 	mBodyBytes       = "rolter_response_bytes_total"        // {route,target}
+
+	// Client connections (engine/listener.go).
+	mClientConns    = "rolter_client_connections"                // gauge, open
+	mClientRejected = "rolter_client_connections_rejected_total" // {reason} closed by the listener
+	mAcceptErrors   = "rolter_accept_errors_total"               // failed accepts, retried with backoff
 )
 
 // Label quotes a Prometheus label value.
@@ -276,7 +281,15 @@ type Global struct {
 	badRequests     *lazyCounters
 	admissionGlobal *metrics.Counter
 	admissionTarget *metrics.Counter
+
+	clientConns    atomic.Int64
+	clientRejected *lazyCounters
+	acceptErrors   *metrics.Counter
 }
+
+// ClientRejectReasons are the reasons of rolter_client_connections_rejected_total: a connection refused on
+// arrival for [server] max_conns_per_ip, or an idle one closed to make room under max_conns.
+var ClientRejectReasons = []string{"max_conns_per_ip", "reclaimed_idle"}
 
 // badRequestCodes are the error codes of requests rejected before routing.
 var badRequestCodes = []string{
@@ -306,12 +319,26 @@ func NewGlobal(version string, start time.Time, draining func() bool) *Global {
 		}
 		return 0
 	})
-	return &Global{
+	g := &Global{
 		badRequests:     newLazyCounters(metrics.GetDefaultSet(), mBadRequests, "", "code", badRequestCodes),
 		admissionGlobal: metrics.GetOrCreateCounter(mAdmission + `{scope="global"}`),
 		admissionTarget: metrics.GetOrCreateCounter(mAdmission + `{scope="target"}`),
+		clientRejected:  newLazyCounters(metrics.GetDefaultSet(), mClientRejected, "", "reason", ClientRejectReasons),
+		acceptErrors:    metrics.GetOrCreateCounter(mAcceptErrors),
 	}
+	metrics.GetOrCreateGauge(mClientConns, func() float64 { return float64(g.clientConns.Load()) })
+	return g
 }
+
+// ClientConns adds delta to the open client connections of every gateway in the process. Safe for
+// concurrent use.
+func (g *Global) ClientConns(delta int64) { g.clientConns.Add(delta) }
+
+// ClientRejected counts a client connection the listener closed, by index into ClientRejectReasons.
+func (g *Global) ClientRejected(reason int) { g.clientRejected.Inc(reason) }
+
+// AcceptError counts a failed accept.
+func (g *Global) AcceptError() { g.acceptErrors.Inc() }
 
 // BadRequest counts a rejected request by its error code.
 func (g *Global) BadRequest(code string) {

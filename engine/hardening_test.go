@@ -1,0 +1,407 @@
+package engine
+
+// Regression tests for the findings of the adversarial review (hardening issue): each test names the
+// finding it pins. They run over real sockets on loopback, with raw-socket clients and deliberately broken
+// upstreams where the finding needs one.
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rawUpstream is an upstream that answers with bytes the test writes itself, to misbehave in ways net/http
+// will not. serve is called for every request read off a connection; n counts requests from 1.
+type rawUpstream struct {
+	t     *testing.T
+	ln    net.Listener
+	URL   string
+	reqs  atomic.Int64
+	conns atomic.Int64
+	serve func(n int64, c net.Conn, req *http.Request, body []byte)
+
+	mu   sync.Mutex
+	open []net.Conn
+}
+
+func newRawUpstream(t *testing.T, serve func(n int64, c net.Conn, req *http.Request, body []byte)) *rawUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &rawUpstream{t: t, ln: ln, URL: "http://" + ln.Addr().String(), serve: serve}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u.conns.Add(1)
+			u.mu.Lock()
+			u.open = append(u.open, c)
+			u.mu.Unlock()
+			go u.handle(c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		u.mu.Lock()
+		for _, c := range u.open {
+			c.Close()
+		}
+		u.mu.Unlock()
+	})
+	return u
+}
+
+func (u *rawUpstream) handle(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return
+		}
+		u.serve(u.reqs.Add(1), c, req, body)
+	}
+}
+
+// jsonAnswer is a complete 200 response whose body names id.
+func jsonAnswer(id string) string {
+	body := `{"id":"` + id + `","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` + id + `"},"finish_reason":"stop"}]}`
+	return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+}
+
+// TestNoCrossClientAnswers pins finding 1: bytes an upstream sends beyond a framed response never reach the
+// next client of that connection, and a 101 to a plain POST is a 502 that closes the connection.
+func TestNoCrossClientAnswers(t *testing.T) {
+	leak := jsonAnswer("LEAK")
+	f := func(name string, misbehave func(c net.Conn, id string)) {
+		t.Helper()
+		up := newRawUpstream(t, func(n int64, c net.Conn, req *http.Request, _ []byte) {
+			id := req.Header.Get("X-Request-Id")
+			if n == 1 {
+				misbehave(c, id)
+				return
+			}
+			io.WriteString(c, jsonAnswer(id))
+		})
+		gw := startGateway(t, gatewayConfig("round_robin", "[retry]\nmax_retries = 0\n", up.URL))
+		_, first := post(t, gw.URL+"/v1/chat/completions", chatBody("m", "first", false), "X-Request-Id", "first")
+		time.Sleep(60 * time.Millisecond) // a late unsolicited answer arrives while the connection idles
+		for i := 0; i < 3; i++ {
+			id := fmt.Sprintf("next-%d", i)
+			resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody("m", id, false), "X-Request-Id", id)
+			if strings.Contains(got, "LEAK") || resp.StatusCode != 200 || !strings.Contains(got, `"id":"`+id+`"`) {
+				t.Fatalf("%s: request %s got status %d %s (first request got %s)", name, id, resp.StatusCode, got, first)
+			}
+		}
+	}
+	f("body longer than its Content-Length", func(c net.Conn, id string) {
+		io.WriteString(c, jsonAnswer(id)+leak)
+	})
+	f("unsolicited response while idle", func(c net.Conn, id string) {
+		io.WriteString(c, jsonAnswer(id))
+		time.Sleep(20 * time.Millisecond)
+		io.WriteString(c, leak)
+	})
+	f("204 with a body", func(c net.Conn, id string) {
+		io.WriteString(c, "HTTP/1.1 204 No Content\r\n\r\n"+leak)
+	})
+	f("304 with a body", func(c net.Conn, id string) {
+		io.WriteString(c, "HTTP/1.1 304 Not Modified\r\n\r\n"+leak)
+	})
+	f("101 to a plain POST", func(c net.Conn, id string) {
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"+leak)
+	})
+	f("103 Early Hints before the answer", func(c net.Conn, id string) {
+		io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n"+jsonAnswer(id))
+	})
+}
+
+// TestSwitchingProtocolsIsBadGateway: the 101 itself is answered 502, never relayed.
+func TestSwitchingProtocolsIsBadGateway(t *testing.T) {
+	up := newRawUpstream(t, func(_ int64, c net.Conn, _ *http.Request, _ []byte) {
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n")
+	})
+	gw := startGateway(t, gatewayConfig("round_robin", "[retry]\nmax_retries = 0\n", up.URL))
+	resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody("m", "x", false))
+	if resp.StatusCode != 502 {
+		t.Fatalf("status %d, want 502: %s", resp.StatusCode, got)
+	}
+	assertOpenAIError(t, got, "upstream_error")
+}
+
+// TestConfiguredHeadersReplaceClientOnes pins finding 5: a provider's configured header is the only value of
+// that header upstream (vLLM's framework reads the first one), whatever the client sent.
+func TestConfiguredHeadersReplaceClientOnes(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	cfg := strings.Replace(gatewayConfig("round_robin", "", up.URL), "api_base = ", "headers = { \"X-Team\" = \"search\" }\napi_base = ", 1)
+	gw := startGateway(t, cfg)
+	resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody("m", "x", false), "x-team", "evil")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	if _, h := up.last(); len(h.Values("X-Team")) != 1 || h.Get("X-Team") != "search" {
+		t.Fatalf("upstream saw X-Team %q, want only the configured value", h.Values("X-Team"))
+	}
+}
+
+// TestResendAfterWriteIsCounted pins finding 6: a request the upstream read whole before closing is resent
+// only as a counted retry, capped by retry.max_retries and shown in x-rolter-retries.
+func TestResendAfterWriteIsCounted(t *testing.T) {
+	var closing atomic.Bool
+	var afterWarmup atomic.Int64
+	serve := func(_ int64, c net.Conn, req *http.Request, _ []byte) {
+		if closing.Load() {
+			afterWarmup.Add(1)
+			c.Close() // read it all, answer nothing
+			return
+		}
+		io.WriteString(c, jsonAnswer(req.Header.Get("X-Request-Id")))
+	}
+	ups := []*rawUpstream{newRawUpstream(t, serve), newRawUpstream(t, serve), newRawUpstream(t, serve)}
+	gw := startGateway(t, gatewayConfig("round_robin", "[retry]\nmax_retries = 2\nbackoff_ms = 1\n", ups[0].URL, ups[1].URL, ups[2].URL))
+	for i := 0; i < 6; i++ { // every target gets a pooled connection
+		post(t, gw.URL+"/v1/chat/completions", chatBody("m", "warm", false))
+	}
+	closing.Store(true)
+	resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody("m", "x", false))
+	if resp.StatusCode != 502 {
+		t.Fatalf("status %d, want 502: %s", resp.StatusCode, got)
+	}
+	if n := afterWarmup.Load(); n > 3 {
+		t.Fatalf("the request reached upstreams %d times, want at most 1 + max_retries = 3", n)
+	}
+	if r := resp.Header.Get("X-Rolter-Retries"); r != "2" {
+		t.Fatalf("x-rolter-retries %q, want 2", r)
+	}
+}
+
+// TestAnswered500sDoNotEjectTheFleet pins finding 7: requests that make every engine answer 500 do not take
+// the fleet out of service, and passive ejection never takes more than max_ejection_percent of it.
+func TestAnswered500sDoNotEjectTheFleet(t *testing.T) {
+	poison := func(w http.ResponseWriter, r *http.Request) {
+		if b, _ := up0Body(r); strings.Contains(b, "poison") {
+			w.WriteHeader(500)
+			io.WriteString(w, `{"error":{"message":"boom","type":"InternalServerError","code":500}}`)
+			return
+		}
+		okJSON(w, r)
+	}
+	ups := []*fakeUpstream{newFakeUpstream(t, poison), newFakeUpstream(t, poison), newFakeUpstream(t, poison)}
+	gw := startGateway(t, gatewayConfig("round_robin", "[retry]\nbackoff_ms = 1\n[health]\nfail_open = false\n", ups[0].URL, ups[1].URL, ups[2].URL))
+	for i := 0; i < 3; i++ {
+		if resp, _ := post(t, gw.URL+"/v1/chat/completions", chatBody("m", "poison", false)); resp.StatusCode != 502 {
+			t.Fatalf("poison request answered %d, want 502", resp.StatusCode)
+		}
+	}
+	now := time.Now().UnixNano()
+	for _, p := range gw.g.Snapshot().Providers {
+		if !p.health.eligible(now) {
+			t.Fatalf("provider %s was ejected by three requests that made every engine answer 500", p.Name)
+		}
+	}
+	if resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody("m", "fine", false)); resp.StatusCode != 200 {
+		t.Fatalf("a normal request after the poison ones: %d %s", resp.StatusCode, got)
+	}
+
+	// Engines that are really down (503) are ejected - but at most half of the fleet (one of three).
+	down := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }
+	for _, u := range ups {
+		u.setHandler(down)
+	}
+	for i := 0; i < 20; i++ {
+		post(t, gw.URL+"/v1/chat/completions", chatBody("m", "x", false))
+	}
+	ejected := 0
+	now = time.Now().UnixNano()
+	for _, p := range gw.g.Snapshot().Providers {
+		if !p.health.eligible(now) {
+			ejected++
+		}
+	}
+	if ejected != 1 {
+		t.Fatalf("%d of 3 providers ejected, want 1 (max_ejection_percent = 50, at least one)", ejected)
+	}
+}
+
+func up0Body(r *http.Request) (string, error) {
+	b, err := io.ReadAll(r.Body)
+	return string(b), err
+}
+
+// TestErrorBodiesReflectNothing pins finding 8: no error body carries request bytes (Authorization, Cookie)
+// or upstream internals (addresses, raw upstream bytes, 5xx messages).
+func TestErrorBodiesReflectNothing(t *testing.T) {
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if b, _ := up0Body(r); strings.Contains(b, "five") {
+			w.WriteHeader(500)
+			io.WriteString(w, `{"error":{"message":"Traceback: /srv/vllm at 10.9.8.7:8000","type":"InternalServerError","code":500}}`)
+			return
+		}
+		w.WriteHeader(502)
+		io.WriteString(w, "<html>bad gateway from 10.9.8.7:8000</html>")
+	})
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	deadURL := "http://" + dead.Addr().String()
+	dead.Close()
+	secrets := []string{"sk-SECRET", "COOKIE-SECRET", "10.9.8.7", dead.Addr().String(), "Traceback", "html"}
+	check := func(what, answer string) {
+		t.Helper()
+		for _, s := range secrets {
+			if strings.Contains(answer, s) {
+				t.Fatalf("%s: the answer carries %q: %s", what, s, answer)
+			}
+		}
+	}
+	gw := startGateway(t, gatewayConfig("round_robin", "[retry]\nmax_retries = 0\n", up.URL))
+	for _, raw := range []string{
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-SECRET\r\nCookie: c=COOKIE-SECRET\r\nContent-Length: abc\r\n\r\n",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-SECRET\r\nCookie: c=COOKIE-SECRET\r\nTransfer-Encoding: gzip\r\n\r\n",
+		"GARBAGE sk-SECRET COOKIE-SECRET\r\n\r\n",
+	} {
+		c, br := rawRequest(t, gw.addr, raw)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(br)
+		check("malformed request", string(b))
+	}
+	_, got := post(t, gw.URL+"/v1/chat/completions", chatBody("m", "x", false), "Authorization", "Bearer sk-SECRET")
+	check("upstream 502 page", got)
+	_, got = post(t, gw.URL+"/v1/chat/completions", chatBody("m", "five", false))
+	check("upstream 500 message", got)
+	gw2 := startGateway(t, gatewayConfig("round_robin", "[retry]\nmax_retries = 0\n", deadURL))
+	resp, got := post(t, gw2.URL+"/v1/chat/completions", chatBody("m", "x", false))
+	if resp.StatusCode != 502 {
+		t.Fatalf("dead upstream: %d %s", resp.StatusCode, got)
+	}
+	check("connect failure", got)
+}
+
+// readResponse reads one HTTP response off br, skipping interim (1xx) ones as a client must.
+func readResponse(t *testing.T, br *bufio.Reader, method string) (*http.Response, string) {
+	t.Helper()
+	for {
+		resp, err := http.ReadResponse(br, &http.Request{Method: method})
+		if err != nil {
+			t.Fatalf("reading the response: %s", err)
+		}
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 {
+			continue
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("reading the body: %s", err)
+		}
+		return resp, string(b)
+	}
+}
+
+func rawPost(path, body string, extra ...string) string {
+	return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + strings.Join(extra, "") +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+}
+
+// TestHalfClosedClientGetsItsAnswer pins finding 9: a client that shuts down its sending side (`nc -N`)
+// still gets its answer, streamed or not, and its generation is not aborted.
+func TestHalfClosedClientGetsItsAnswer(t *testing.T) {
+	slow := func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(300 * time.Millisecond):
+		}
+		okJSON(w, r)
+	}
+	up := newFakeUpstream(t, slow)
+	gw := startGateway(t, gatewayConfig("round_robin", "", up.URL))
+	c, br := rawRequest(t, gw.addr, rawPost("/v1/chat/completions", chatBody("m", "x", false), "Connection: close\r\n"))
+	c.(*net.TCPConn).CloseWrite()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, got := readResponse(t, br, "POST")
+	if resp.StatusCode != 200 || !strings.Contains(got, "chat.completion") {
+		t.Fatalf("half-closed client got %d %q, want its completion", resp.StatusCode, got)
+	}
+	select {
+	case <-up.gone:
+		t.Fatal("the upstream request was cancelled")
+	default:
+	}
+
+	up.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(150 * time.Millisecond)
+		sseEvents(5, 20*time.Millisecond)(w, r)
+	})
+	c, br = rawRequest(t, gw.addr, rawPost("/v1/chat/completions", chatBody("m", "x", true), "Connection: close\r\n"))
+	c.(*net.TCPConn).CloseWrite()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, got = readResponse(t, br, "POST")
+	if resp.StatusCode != 200 || !strings.Contains(got, "data: [DONE]") || strings.Count(got, "chat.completion.chunk") != 5 {
+		t.Fatalf("half-closed streaming client got %d %q", resp.StatusCode, got)
+	}
+}
+
+// TestDepartedClientNeverSeesSuccess: a client that closes while waiting is noticed and its upstream
+// request cancelled, and nothing - least of all a 200 with an empty body - is written back.
+func TestDepartedClientNeverSeesSuccess(t *testing.T) {
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+			okJSON(w, r)
+		}
+	})
+	gw := startGateway(t, gatewayConfig("round_robin", "", up.URL))
+	c, _ := rawRequest(t, gw.addr, rawPost("/v1/chat/completions", chatBody("m", "x", false)))
+	time.Sleep(100 * time.Millisecond)
+	c.Close()
+	select {
+	case <-up.gone:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the upstream request outlived its client")
+	}
+}
+
+// TestClientLeftInQueueIsNotSent pins finding 11: a request whose client left while it waited for a slot is
+// never sent upstream.
+func TestClientLeftInQueueIsNotSent(t *testing.T) {
+	release := make(chan struct{})
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		okJSON(w, r)
+	})
+	gw := startGateway(t, gatewayConfig("round_robin", "[queue]\nmax_inflight_per_target = 1\nmax_waiting_per_target = 4\nwait_timeout_secs = 10\n", up.URL))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fire(gw.URL+"/v1/chat/completions", chatBody("m", "first", false))
+	}()
+	waitFor(t, 3*time.Second, "the first request upstream", func() bool { return up.requests.Load() == 1 })
+	c, _ := rawRequest(t, gw.addr, rawPost("/v1/chat/completions", chatBody("m", "queued", false)))
+	waitFor(t, 3*time.Second, "the second request to queue", func() bool {
+		return gw.g.Snapshot().Providers[0].adm.waiting.Load() == 1
+	})
+	c.Close()
+	waitFor(t, 3*time.Second, "the queued request to leave the queue", func() bool {
+		return gw.g.Snapshot().Providers[0].adm.waiting.Load() == 0
+	})
+	close(release)
+	<-done
+	time.Sleep(100 * time.Millisecond)
+	if n := up.requests.Load(); n != 1 {
+		t.Fatalf("upstream saw %d requests, want 1: the departed client's request was sent", n)
+	}
+}

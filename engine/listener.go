@@ -1,0 +1,696 @@
+package engine
+
+import (
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/netip"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/rolter-ai/rolter/telemetry"
+)
+
+// Client connection limits. Running out of file descriptors made accept4 fail with EMFILE, which fasthttp's
+// Serve treats as permanent: the process exited and cut every stream. The listener below never lets an
+// accept error out, and keeps the sockets the gateway holds under the open-file limit.
+const (
+	// fdReserve is the descriptors kept out of the socket budget: the listener, config and log files, ZMQ
+	// sockets and their internal pipes, health-check and scrape sockets, stdio, and the connection the
+	// listener holds while it waits at the cap.
+	fdReserve = 64
+	// minConnBudget and minMaxConns keep a gateway with a tiny open-file limit usable; accept then meets
+	// EMFILE and backs off rather than the budget refusing everything.
+	minConnBudget = 32
+	minMaxConns   = 16
+
+	// freshGrace is how long a connection that has not sent a request byte is left alone before it counts
+	// as idle: a client on another continent needs a round trip or two (TLS) before its request arrives.
+	freshGrace = time.Second
+
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+	// budgetPoll is how often a listener waiting on the socket budget (not on max_conns) looks again: upstream
+	// connections give their units back without telling the listener.
+	budgetPoll = 100 * time.Millisecond
+)
+
+// Indexes into telemetry.ClientRejectReasons.
+const (
+	rejectPerIP = iota
+	rejectReclaimed
+)
+
+// connLimits derives the socket budget and the client connection cap from the open-file limit nofile:
+//
+//	budget   = max(nofile - 64, 32)
+//	maxConns = max(budget / 2, 16)    when [server] max_conns is 0, else max_conns
+//
+// The 64 reserved descriptors are fdReserve. Half of the budget is left to upstream connections, which take
+// from the same budget (Gateway.conns). Examples: 128 -> 64 and 32; 256 -> 192 and 96; 1024 -> 960 and
+// 480; 1048576 -> 1048512 and 524256. An unlimited or unknown (0) limit counts as 2^31-1.
+func connLimits(nofile uint64, maxConns int) (budget int64, clients int) {
+	if nofile == 0 || nofile > math.MaxInt32 {
+		nofile = math.MaxInt32
+	}
+	budget = max(int64(nofile)-fdReserve, minConnBudget)
+	clients = maxConns
+	if clients <= 0 {
+		clients = int(max(budget/2, minMaxConns))
+	}
+	return budget, clients
+}
+
+// openFileLimit is RLIMIT_NOFILE as the gateway found and left it.
+type openFileLimit struct {
+	soft, hard uint64
+	raised     bool
+	err        error
+}
+
+// raiseOpenFileLimit raises the soft RLIMIT_NOFILE to the hard limit. Go's runtime already does so at start
+// on Linux since Go 1.19 (golang/go#46279), so this is usually a no-op; doing it here keeps the limit the
+// budget is derived from explicit and logged. On error the soft limit is left as it was.
+func raiseOpenFileLimit() openFileLimit {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return openFileLimit{err: fmt.Errorf("cannot read RLIMIT_NOFILE: %w", err)}
+	}
+	// uint64 conversions: Rlimit's fields are int64 on the BSDs.
+	lim := openFileLimit{soft: uint64(rl.Cur), hard: uint64(rl.Max)}
+	if rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+			lim.err = fmt.Errorf("cannot raise RLIMIT_NOFILE from %d to %d: %w", lim.soft, lim.hard, err)
+			return lim
+		}
+		lim.soft, lim.raised = uint64(rl.Max), true
+	}
+	return lim
+}
+
+// connLimiter admits client connections under [server] max_conns and max_conns_per_ip, and charges each one
+// unit of the socket budget it shares with upstream connections. One connLimiter serves every listener of a
+// Gateway. Safe for concurrent use.
+//
+// It tracks every client connection through fasthttp's Server.ConnState hook and its own Read:
+//
+//   - fresh: accepted, no request byte yet;
+//   - active: a request is being read or served;
+//   - idle: a keep-alive connection between requests;
+//   - hijacked: handed to a hijack handler, never reclaimed.
+//
+// At the cap (max_conns, or no budget unit left) the listener has accepted one more connection and first
+// reclaims: it closes the connection idle longest - an idle one, or a fresh one whose socket has received
+// nothing for freshGrace (on Linux that time starts at the TCP handshake, so it counts the time spent in the
+// listen backlog) - as nginx closes reusable connections when it runs out (ngx_drain_connections). Then the
+// new connection is served. If nothing is reclaimable, the listener holds that one connection and stops
+// accepting, so later clients wait in the kernel's listen backlog, until a connection closes or goes idle,
+// the oldest fresh one reaches its grace, or (when the budget is the limit) budgetPoll passes.
+//
+// Reclaim races with the victim's next request. Both sides take the victim's mu: the reclaimer, to check
+// the connection is still idle, peek at its socket (bytes waiting: a request is arriving, so it is left
+// alone) and close it; the victim's reader, on the first bytes of a request, to mark it active. What
+// remains: (1) a read that took the request's bytes out of the socket just before the peek, and has not yet
+// taken mu: the reader then finds the connection closed, drops the bytes and reports the connection closed,
+// so the request is never served and the client sees its idle connection closed - the race every
+// keep-alive server has, which clients cover by retrying on a fresh connection (RFC 9112 section 9.3.1).
+// It is a few instructions wide. (2) Pipelined requests: a request already buffered by fasthttp when the
+// previous one finished is not in the socket, so the peek cannot see it, and fasthttp may start serving it
+// on a connection just closed; its response is lost. (3) A TLS handshake in progress reads below this
+// wrapper; it is protected by the socket's receive time, not by activate.
+type connLimiter struct {
+	log    *slog.Logger
+	global *telemetry.Global
+	budget *connBudget
+	max    int           // client connections
+	perIP  int           // per client address; 0: off
+	grace  time.Duration // freshGrace; tests shorten it
+
+	// Counts for tests and logs; the metrics are in global.
+	reclaimed     atomic.Int64
+	perIPRejected atomic.Int64
+	acceptErrors  atomic.Int64
+	waits         atomic.Int64 // times admit slept at the cap
+
+	mu        sync.Mutex
+	open      int      // admitted and not yet released
+	idle      connList // keep-alive connections between requests, longest idle first
+	fresh     connList // connections with no request byte yet, in accept order
+	byIP      map[netip.Addr]int
+	wake      chan struct{} // closed when a connection closes or goes idle; nil while nobody waits
+	lastFull  time.Time     // last "at the cap" warning
+	lastPerIP time.Time     // last max_conns_per_ip warning
+}
+
+// newConnLimiter raises the open-file limit, derives the socket budget and max_conns from it (connLimits),
+// and logs the outcome once.
+func newConnLimiter(s *ServerConfig, log *slog.Logger, global *telemetry.Global) *connLimiter {
+	lim := raiseOpenFileLimit()
+	if lim.err != nil {
+		log.Warn("cannot adjust the open-file limit", "err", lim.err)
+	}
+	budget, clients := connLimits(lim.soft, s.MaxConns)
+	log.Info("open-file limit", "limit", lim.soft, "hard", lim.hard, "raised", lim.raised,
+		"max_conns", clients, "max_conns_per_ip", s.MaxConnsPerIP, "socket_budget", budget)
+	if int64(clients) > budget {
+		log.Warn("server.max_conns is above the socket budget the open-file limit allows; the budget applies first",
+			"max_conns", clients, "socket_budget", budget)
+	}
+	return &connLimiter{
+		log:    log,
+		global: global,
+		budget: &connBudget{limit: budget},
+		max:    clients,
+		perIP:  s.MaxConnsPerIP,
+		grace:  freshGrace,
+	}
+}
+
+// listener wraps ln for fasthttp: see limitListener.
+func (l *connLimiter) listener(ln net.Listener) *limitListener {
+	return &limitListener{Listener: ln, l: l, done: make(chan struct{})}
+}
+
+// admit registers nc, accepted a moment ago, once it fits under max_conns and the socket budget, reclaiming
+// an idle connection or waiting as needed (see connLimiter). It returns nil, having closed nc, when nc is
+// over max_conns_per_ip or done is closed first.
+func (l *connLimiter) admit(nc net.Conn, done <-chan struct{}) *clientConn {
+	var ip netip.Addr
+	if l.perIP > 0 {
+		if ip = remoteIP(nc); ip.IsValid() && !l.reserveIP(ip) {
+			_ = nc.Close()
+			return nil
+		}
+	}
+	for {
+		l.mu.Lock()
+		now := time.Now()
+		if l.open < l.max && l.budget.take() {
+			l.open++
+			c := newClientConn(nc, l, ip, now)
+			l.fresh.pushBack(c)
+			l.mu.Unlock()
+			l.global.ClientConns(1)
+			return c
+		}
+		if v := l.victimLocked(now); v != nil {
+			l.unlinkLocked(v)
+			v.state.Store(connReclaiming)
+			l.mu.Unlock()
+			l.reclaim(v)
+			continue
+		}
+		wait := time.Duration(-1) // no timer: only a close or an idle connection can help
+		if c := l.fresh.head; c != nil {
+			wait = max(l.grace-c.freshAge(now), time.Millisecond)
+		}
+		if l.open < l.max && (wait < 0 || wait > budgetPoll) {
+			wait = budgetPoll // room under max_conns, none in the socket budget
+		}
+		if l.wake == nil {
+			l.wake = make(chan struct{})
+		}
+		wake := l.wake
+		warn := now.Sub(l.lastFull) >= time.Second
+		if warn {
+			l.lastFull = now
+		}
+		open := l.open
+		l.mu.Unlock()
+		if warn {
+			l.log.Warn("client connections at the cap; new connections wait in the listen backlog",
+				"open", open, "max_conns", l.max, "sockets", l.budget.inUse(), "socket_budget", l.budget.limit)
+		}
+		l.waits.Add(1)
+		if !sleep(wake, wait, done) {
+			_ = nc.Close()
+			if ip.IsValid() {
+				l.mu.Lock()
+				l.unreserveIPLocked(ip)
+				l.mu.Unlock()
+			}
+			return nil
+		}
+	}
+}
+
+// sleep waits for wake, d (if d >= 0) or done. It reports false if done came first.
+func sleep(wake <-chan struct{}, d time.Duration, done <-chan struct{}) bool {
+	var tc <-chan time.Time
+	if d >= 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		tc = t.C
+	}
+	select {
+	case <-wake:
+	case <-tc:
+	case <-done:
+		return false
+	}
+	return true
+}
+
+// victimLocked returns the connection idle longest: the oldest idle one, or the oldest fresh one if it has
+// been quiet for the grace period and longer. The fresh list is in accept order, which is the order the
+// handshakes completed in (the accept queue is FIFO), so its head is the oldest.
+func (l *connLimiter) victimLocked(now time.Time) *clientConn {
+	var v *clientConn
+	longest := time.Duration(-1)
+	if c := l.idle.head; c != nil {
+		v, longest = c, now.Sub(c.since)
+	}
+	if c := l.fresh.head; c != nil {
+		if age := c.freshAge(now); age >= l.grace && age > longest {
+			v = c
+		}
+	}
+	return v
+}
+
+// reclaim closes v, which admit took off its list and marked connReclaiming, unless a request got to it
+// first. It reports whether v was closed.
+func (l *connLimiter) reclaim(v *clientConn) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.state.Load() != connReclaiming {
+		return false // its reader saw request bytes first (activate)
+	}
+	if v.pending() {
+		// A request is arriving; its reader will find the connection active.
+		v.state.Store(connActive)
+		return false
+	}
+	v.state.Store(connClosed)
+	// The socket, not a TLS layer: closing the TLS layer writes an alert, which could block.
+	_ = v.raw.Close()
+	if !v.release() {
+		return false // closed by its own goroutine meanwhile
+	}
+	l.reclaimed.Add(1)
+	l.global.ClientRejected(rejectReclaimed)
+	return true
+}
+
+func (l *connLimiter) reserveIP(ip netip.Addr) bool {
+	l.mu.Lock()
+	n := l.byIP[ip]
+	if n >= l.perIP {
+		now := time.Now()
+		warn := now.Sub(l.lastPerIP) >= time.Second
+		if warn {
+			l.lastPerIP = now
+		}
+		l.mu.Unlock()
+		l.perIPRejected.Add(1)
+		l.global.ClientRejected(rejectPerIP)
+		if warn {
+			l.log.Warn("client connection refused: over server.max_conns_per_ip", "client", ip.String(), "max_conns_per_ip", l.perIP)
+		}
+		return false
+	}
+	if l.byIP == nil {
+		l.byIP = make(map[netip.Addr]int)
+	}
+	l.byIP[ip] = n + 1
+	l.mu.Unlock()
+	return true
+}
+
+func (l *connLimiter) unreserveIPLocked(ip netip.Addr) {
+	if n := l.byIP[ip] - 1; n > 0 {
+		l.byIP[ip] = n
+	} else {
+		delete(l.byIP, ip)
+	}
+}
+
+func (l *connLimiter) unlinkLocked(c *clientConn) {
+	if c.list != nil {
+		c.list.remove(c)
+	}
+}
+
+func (l *connLimiter) wakeLocked() {
+	if l.wake != nil {
+		close(l.wake)
+		l.wake = nil
+	}
+}
+
+// connState is fasthttp's Server.ConnState hook. StateNew needs nothing (the listener registered the
+// connection as fresh) and neither does StateClosed (clientConn.Close released it).
+func (l *connLimiter) connState(nc net.Conn, st fasthttp.ConnState) {
+	var c *clientConn
+	switch x := nc.(type) {
+	case *clientConn:
+		c = x
+	case *clientTLSConn:
+		c = x.clientConn
+	default:
+		return // served with ServeConn, not through the listener
+	}
+	switch st {
+	case fasthttp.StateActive:
+		c.activate()
+	case fasthttp.StateIdle:
+		l.mu.Lock()
+		if c.state.Load() == connActive {
+			c.state.Store(connIdle)
+			c.since = time.Now()
+			l.idle.pushBack(c)
+			l.wakeLocked()
+		}
+		l.mu.Unlock()
+	case fasthttp.StateHijacked:
+		l.mu.Lock()
+		if c.state.Load() != connClosed {
+			l.unlinkLocked(c)
+			c.state.Store(connHijacked)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// clientConn states.
+const (
+	connFresh int32 = iota
+	connActive
+	connIdle
+	connReclaiming // chosen by admit; reclaim decides under mu
+	connHijacked
+	connClosed
+)
+
+// clientConn is an admitted client connection. It takes one unit of the socket budget, gives it back on the
+// first Close, and tells the connLimiter when a request begins.
+type clientConn struct {
+	net.Conn          // as accepted: a *tls.Conn on a TLS listener
+	raw      net.Conn // the socket: Conn, or the one under TLS
+	l        *connLimiter
+	ip       netip.Addr // counted against max_conns_per_ip; zero when not
+
+	state    atomic.Int32
+	released atomic.Bool
+	// mu orders the reader's "a request began" (activate) against reclaim's look-then-close.
+	mu sync.Mutex
+
+	// Under l.mu.
+	since      time.Time // accepted (fresh) or went idle
+	prev, next *clientConn
+	list       *connList
+}
+
+func newClientConn(nc net.Conn, l *connLimiter, ip netip.Addr, now time.Time) *clientConn {
+	c := &clientConn{Conn: nc, raw: nc, l: l, ip: ip, since: now}
+	if tc, ok := nc.(*tls.Conn); ok {
+		c.raw = tc.NetConn()
+	}
+	return c
+}
+
+// netConn is c as handed to fasthttp.
+func (c *clientConn) netConn() net.Conn {
+	if tc, ok := c.Conn.(*tls.Conn); ok {
+		return &clientTLSConn{clientConn: c, tc: tc}
+	}
+	return c
+}
+
+// Read marks the connection active when a request's first bytes arrive. If the listener reclaimed it in
+// between, the bytes are dropped and the connection reads as closed, as if the close had come first.
+func (c *clientConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		if s := c.state.Load(); s != connActive && s != connHijacked && !c.activate() {
+			return 0, net.ErrClosed
+		}
+	}
+	return n, err
+}
+
+// activate marks c active. It reports false if c was reclaimed (or closed) first.
+func (c *clientConn) activate() bool {
+	switch c.state.Load() {
+	case connActive, connHijacked:
+		return true
+	}
+	c.mu.Lock()
+	l := c.l
+	l.mu.Lock()
+	switch c.state.Load() {
+	case connFresh, connIdle:
+		l.unlinkLocked(c)
+		c.state.Store(connActive)
+	case connReclaiming:
+		c.state.Store(connActive) // admit unlinked it; reclaim will see it active
+	}
+	ok := c.state.Load() != connClosed
+	l.mu.Unlock()
+	c.mu.Unlock()
+	return ok
+}
+
+// Close closes the connection and returns its place, per-address count and budget unit, once.
+func (c *clientConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
+}
+
+// release returns c's place under max_conns, its per-address count and its budget unit. Only the first call
+// does; it reports whether this was it.
+func (c *clientConn) release() bool {
+	if !c.released.CompareAndSwap(false, true) {
+		return false
+	}
+	l := c.l
+	l.mu.Lock()
+	l.unlinkLocked(c)
+	c.state.Store(connClosed)
+	l.open--
+	if c.ip.IsValid() {
+		l.unreserveIPLocked(c.ip)
+	}
+	l.wakeLocked()
+	l.mu.Unlock()
+	l.budget.put()
+	l.global.ClientConns(-1)
+	return true
+}
+
+var errNotSocket = errors.New("the connection is not a socket")
+
+// SyscallConn returns the socket's raw connection (under TLS too), so that the client watch can peek at it
+// (rawConn in watch.go).
+func (c *clientConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.raw.(syscall.Conn)
+	if !ok {
+		return nil, errNotSocket
+	}
+	return sc.SyscallConn()
+}
+
+// pending reports whether bytes wait unread in the socket: a request on its way to the reader.
+func (c *clientConn) pending() bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	data := false
+	_ = rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		data = err == nil && n > 0
+	})
+	return data
+}
+
+// freshAge is how long a fresh connection has been quiet: since the kernel last received data on it (for a
+// plain connection: since its handshake, backlog time included; for TLS: since the last handshake bytes), or
+// since it was accepted where the kernel does not say.
+func (c *clientConn) freshAge(now time.Time) time.Duration {
+	if d, ok := tcpQuiet(c.raw); ok {
+		return d
+	}
+	return now.Sub(c.since)
+}
+
+// linuxTCPInfo is TCP_INFO in include/uapi/linux/tcp.h (syscall.TCP_INFO exists on Linux only).
+const linuxTCPInfo = 11
+
+// tcpQuiet returns tcpi_last_data_recv of Linux's struct tcp_info: the time since the socket last received
+// data, or since the connection was created if it never has ("tcp: initialize icsk_ack.lrcvtime at session
+// start time", Linux 4.11; older kernels report more, which only makes fresh connections reclaimable
+// sooner). ok is false on other systems and for non-TCP connections.
+func tcpQuiet(nc net.Conn) (d time.Duration, ok bool) {
+	if runtime.GOOS != "linux" {
+		return 0, false
+	}
+	sc, isSock := nc.(syscall.Conn)
+	if !isSock {
+		return 0, false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	_ = rc.Control(func(fd uintptr) {
+		var info [64]byte // through tcpi_last_ack_recv; the kernel copies what fits
+		n := uint32(len(info))
+		_, _, errno := syscall.Syscall6(syscall.SYS_GETSOCKOPT, fd, syscall.IPPROTO_TCP, linuxTCPInfo,
+			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&n)), 0)
+		if errno == 0 && n >= 56 {
+			d, ok = time.Duration(binary.NativeEndian.Uint32(info[52:56]))*time.Millisecond, true
+		}
+	})
+	return d, ok
+}
+
+func remoteIP(nc net.Conn) netip.Addr {
+	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap()
+	}
+	return netip.Addr{}
+}
+
+// clientTLSConn is a clientConn over a *tls.Conn. It has the methods fasthttp looks for to tell a TLS
+// connection (RequestCtx.IsTLS, TLSConnectionState, ALPN), and NetConn as *tls.Conn has.
+type clientTLSConn struct {
+	*clientConn
+	tc *tls.Conn
+}
+
+func (c *clientTLSConn) Handshake() error                     { return c.tc.Handshake() }
+func (c *clientTLSConn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
+func (c *clientTLSConn) NetConn() net.Conn                    { return c.raw }
+
+// connList is an intrusive list of clientConns, oldest first. Guarded by connLimiter.mu.
+type connList struct {
+	head, tail *clientConn
+	n          int
+}
+
+func (q *connList) pushBack(c *clientConn) {
+	c.list, c.prev, c.next = q, q.tail, nil
+	if q.tail != nil {
+		q.tail.next = c
+	} else {
+		q.head = c
+	}
+	q.tail = c
+	q.n++
+}
+
+func (q *connList) remove(c *clientConn) {
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		q.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else {
+		q.tail = c.prev
+	}
+	c.list, c.prev, c.next = nil, nil, nil
+	q.n--
+}
+
+// limitListener is the listener Gateway.Serve hands fasthttp. Accept never returns an error fasthttp would
+// stop serving on: failed accepts (EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED, timeouts, and any other
+// error) are retried with a backoff of 5 ms doubling to 1 s, logged at most once a second with a count. It
+// returns only when the listener is closed. Accepted connections go through connLimiter.admit.
+//
+// Accept calls are serialized; Close may be called at any time and wakes a waiting Accept.
+type limitListener struct {
+	net.Listener
+	l    *connLimiter
+	done chan struct{}
+	once sync.Once
+
+	mu      sync.Mutex // held through Accept
+	delay   time.Duration
+	errs    int // since the last log
+	lastLog time.Time
+}
+
+func (ln *limitListener) Accept() (net.Conn, error) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	for {
+		nc, err := ln.Listener.Accept()
+		if err != nil {
+			if ln.closed() || closedErr(err) {
+				return nil, err
+			}
+			if !ln.backoff(err) {
+				return nil, ln.errClosed()
+			}
+			continue
+		}
+		ln.delay = 0
+		if c := ln.l.admit(nc, ln.done); c != nil {
+			return c.netConn(), nil
+		}
+		if ln.closed() {
+			return nil, ln.errClosed()
+		}
+	}
+}
+
+// backoff counts and logs a failed accept and sleeps before the next. It reports false if the listener was
+// closed meanwhile.
+func (ln *limitListener) backoff(err error) bool {
+	ln.l.acceptErrors.Add(1)
+	ln.l.global.AcceptError()
+	ln.delay = min(max(2*ln.delay, acceptBackoffMin), acceptBackoffMax)
+	ln.errs++
+	if now := time.Now(); now.Sub(ln.lastLog) >= time.Second {
+		ln.l.log.Warn("cannot accept connections; retrying", "addr", ln.Addr().String(), "err", err,
+			"errors", ln.errs, "backoff", ln.delay.String())
+		ln.errs, ln.lastLog = 0, now
+	}
+	return sleep(nil, ln.delay, ln.done)
+}
+
+// Close closes the listener and wakes an Accept waiting at the cap or in backoff.
+func (ln *limitListener) Close() error {
+	ln.once.Do(func() { close(ln.done) })
+	return ln.Listener.Close()
+}
+
+func (ln *limitListener) closed() bool {
+	select {
+	case <-ln.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (ln *limitListener) errClosed() error {
+	// fasthttp's Serve returns nil on an error saying "use of closed network connection".
+	return &net.OpError{Op: "accept", Net: ln.Addr().Network(), Addr: ln.Addr(), Err: net.ErrClosed}
+}
+
+// closedErr reports whether err means the listener is closed: net.ErrClosed, or the same text from
+// listeners that do not wrap it (fasthttputil.InmemoryListener).
+func closedErr(err error) bool {
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) ||
+		strings.Contains(err.Error(), "use of closed network connection")
+}
