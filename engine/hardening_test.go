@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -403,5 +404,220 @@ func TestClientLeftInQueueIsNotSent(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if n := up.requests.Load(); n != 1 {
 		t.Fatalf("upstream saw %d requests, want 1: the departed client's request was sent", n)
+	}
+}
+
+// TestHTTPConformance pins finding 13.
+func TestHTTPConformance(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGateway(t, withServer(gatewayConfig("round_robin", "", up.URL), "max_body_bytes = 4096\n"))
+	body := chatBody("m", "x", false)
+	status := func(raw string) (int, string, *bufio.Reader) {
+		t.Helper()
+		c, br := rawRequest(t, gw.addr, raw)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no status line for %q: %s", raw, err)
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			t.Fatalf("bad status line %q", line)
+		}
+		n, _ := strconv.Atoi(f[1])
+		return n, line, br
+	}
+
+	// Headers named in Connection are hop-by-hop: not forwarded.
+	if n, line, _ := status(rawPost("/v1/chat/completions", body, "Connection: keep-alive, X-Secret-Hop\r\nX-Secret-Hop: 1\r\nX-Kept: 2\r\n")); n != 200 {
+		t.Fatalf("Connection-listed header: %s", line)
+	}
+	if _, h := up.last(); h.Get("X-Secret-Hop") != "" || h.Get("X-Kept") != "2" {
+		t.Fatalf("upstream headers %v: X-Secret-Hop must be dropped, X-Kept kept", h)
+	}
+	// A header name that is not a token is refused, not forwarded.
+	if n, line, _ := status(rawPost("/v1/chat/completions", body, "X Spaced: 1\r\n")); n != 400 {
+		t.Fatalf("header name with a space: %s", line)
+	}
+	// Unknown protocol versions.
+	if n, line, _ := status("POST /v1/chat/completions HTTP/9.9\r\nHost: x\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body); n != 505 {
+		t.Fatalf("HTTP/9.9: %s", line)
+	}
+	// Expectations other than 100-continue.
+	if n, line, _ := status(rawPost("/v1/chat/completions", body, "Expect: teapot\r\n")); n != 417 {
+		t.Fatalf("Expect: teapot: %s", line)
+	}
+	// An oversized body announced with Expect: 100-continue is refused before it is sent: no 100 first.
+	big := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 100000\r\n\r\n"
+	if n, line, _ := status(big); n != 413 {
+		t.Fatalf("oversized body with Expect: 100-continue: first status line %q, want 413", line)
+	}
+	// A body within the limit with Expect gets its 100 Continue, then the answer.
+	c, br := rawRequest(t, gw.addr, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, _ := br.ReadString('\n'); !strings.HasPrefix(line, "HTTP/1.1 100") {
+		t.Fatalf("Expect: 100-continue within the limit: %q", line)
+	}
+	br.ReadString('\n')
+	io.WriteString(c, body)
+	if resp, got := readResponse(t, br, "POST"); resp.StatusCode != 200 {
+		t.Fatalf("after 100 Continue: %d %s", resp.StatusCode, got)
+	}
+}
+
+// TestHTTP10StreamIsNotChunked: HTTP/1.0 has no chunked encoding; a stream to an HTTP/1.0 client is sent
+// as it comes and ends with the connection (finding 13).
+func TestHTTP10StreamIsNotChunked(t *testing.T) {
+	up := newFakeUpstream(t, sseEvents(3, 10*time.Millisecond))
+	gw := startGateway(t, gatewayConfig("round_robin", "", up.URL))
+	body := chatBody("m", "x", true)
+	c, br := rawRequest(t, gw.addr, "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	all, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("reading until the connection closed: %s", err)
+	}
+	head, payload, _ := strings.Cut(string(all), "\r\n\r\n")
+	if !strings.HasPrefix(head, "HTTP/1.0 200") || strings.Contains(strings.ToLower(head), "transfer-encoding") ||
+		!strings.Contains(strings.ToLower(head), "text/event-stream") {
+		t.Fatalf("head %q", head)
+	}
+	if !strings.HasPrefix(payload, "data: {") || !strings.HasSuffix(payload, "data: [DONE]\n\n") || strings.Count(payload, "chat.completion.chunk") != 3 {
+		t.Fatalf("payload is not the plain event stream: %q", payload)
+	}
+}
+
+// TestTruncatedAnswerIsBadGateway: a non-streaming answer cut short by the upstream reaches the client as a
+// clean 502 with a status line, not as a status line followed by a truncated body - or nothing (finding 13).
+func TestTruncatedAnswerIsBadGateway(t *testing.T) {
+	up := newRawUpstream(t, func(_ int64, c net.Conn, _ *http.Request, _ []byte) {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":\"cut")
+		c.Close()
+	})
+	gw := startGateway(t, gatewayConfig("round_robin", "[retry]\nmax_retries = 0\n", up.URL))
+	c, br := rawRequest(t, gw.addr, rawPost("/v1/chat/completions", chatBody("m", "x", false)))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, got := readResponse(t, br, "POST")
+	if resp.StatusCode != 502 {
+		t.Fatalf("truncated answer: %d %q", resp.StatusCode, got)
+	}
+	assertOpenAIError(t, got, "upstream_error")
+}
+
+// TestRetryAfterReadyzForwardedMetrics pins finding 14.
+func TestRetryAfterReadyzForwardedMetrics(t *testing.T) {
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "100000")
+		w.WriteHeader(429)
+		io.WriteString(w, `{"error":{"message":"slow down","type":"rate_limit_error","code":"rate_limited"}}`)
+	})
+	gw := startGateway(t, withServer(gatewayConfig("round_robin", "[retry]\nmax_retries = 0\n[cooldown]\nfailures = 1\n", up.URL), "expose_metrics = false\n"))
+	resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody("m", "x", false))
+	if resp.StatusCode != 429 {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); ra < 1 || ra > 60 {
+		t.Fatalf("Retry-After %q relayed, want at most cooldown.max_retry_after_secs (60)", resp.Header.Get("Retry-After"))
+	}
+	// Every target is cooling now: the gateway is not ready.
+	r, err := testClient.Get(gw.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != 503 {
+		t.Fatalf("/readyz %d with every target cooling, want 503", r.StatusCode)
+	}
+	if r, err = testClient.Get(gw.URL + "/metrics"); err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != 404 {
+		t.Fatalf("/metrics %d with expose_metrics = false, want 404", r.StatusCode)
+	}
+
+	up.setHandler(okJSON)
+	gw2 := startGateway(t, gatewayConfig("round_robin", "", up.URL))
+	post(t, gw2.URL+"/v1/chat/completions", chatBody("m", "x", false), "X-Forwarded-For", "203.0.113.9")
+	if _, h := up.last(); h.Get("X-Forwarded-For") != "203.0.113.9, 127.0.0.1" {
+		t.Fatalf("X-Forwarded-For %q, want the client address appended", h.Get("X-Forwarded-For"))
+	}
+	post(t, gw2.URL+"/v1/chat/completions", chatBody("m", "x", false))
+	if _, h := up.last(); h.Get("X-Forwarded-For") != "127.0.0.1" {
+		t.Fatalf("X-Forwarded-For %q, want the client address", h.Get("X-Forwarded-For"))
+	}
+}
+
+// TestTrieCeilingsShareTheBudget pins finding 15: the default trie ceilings split
+// server.routing_memory_bytes over the cache-aware targets.
+func TestTrieCeilingsShareTheBudget(t *testing.T) {
+	f := func(extra string, targets, wantNodes, wantBytes int) {
+		t.Helper()
+		urls := make([]string, targets)
+		for i := range urls {
+			urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 9000+i)
+		}
+		cfg, err := ParseConfig([]byte(withServer(gatewayConfig("cache_aware", "", urls...), extra)), "t.toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes, bytes := trieShare(cfg)
+		if nodes != wantNodes || bytes != wantBytes {
+			t.Fatalf("%d targets %q: ceilings %d nodes, %d bytes; want %d, %d", targets, extra, nodes, bytes, wantNodes, wantBytes)
+		}
+	}
+	f("", 8, 524288, 26843545)   // 512 MiB / 8 = 64 MiB: 0.4 of it in bytes, 0.5 of it / 64 in nodes
+	f("", 1, 1000000, 214748364) // the node ceiling never passes the seed page's million
+	f("routing_memory_bytes = 67108864\n", 4, 131072, 6710886)
+}
+
+// heapInUse returns the live heap after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse)
+}
+
+// TestAnnouncedBodiesAreNotReserved pins finding 3: connections that announce the largest body and send a
+// few bytes hold a few kilobytes each, not the announced size. The bound (README "Security"): a request holds
+// what it received, rounded up to at most twice that, at least 16 KiB, plus the connection's read buffer
+// (server.max_header_bytes) while it is being read.
+func TestAnnouncedBodiesAreNotReserved(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGateway(t, gatewayConfig("round_robin", "", up.URL))
+	before := heapInUse()
+	const conns = 40
+	for i := 0; i < conns; i++ {
+		c, _ := rawRequest(t, gw.addr, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 16777216\r\n\r\n{\"model\":")
+		defer c.Close()
+	}
+	// The server reads at most 8 KiB ahead before the handler runs; nothing says when that happened.
+	time.Sleep(300 * time.Millisecond)
+	grew := heapInUse() - before
+	t.Logf("%d connections announcing 16 MiB: heap +%d KiB, body memory %d KiB", conns, grew>>10, gw.g.bodyMem.Load()>>10)
+	if limit := int64(conns * (16<<10 + 64<<10 + 64<<10)); grew > limit {
+		t.Fatalf("heap grew %d bytes for %d idle announced bodies, want under %d", grew, conns, limit)
+	}
+}
+
+// TestBodyMemoryBudget: requests beyond server.max_body_memory_bytes are answered 503 at once, and the
+// budget is given back when they finish.
+func TestBodyMemoryBudget(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGateway(t, withServer(gatewayConfig("round_robin", "", up.URL), "max_body_bytes = 1048576\nmax_body_memory_bytes = 1048576\n"))
+	half := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 600<<10) + `"}]}`
+	// One request holds most of the budget while its body trickles in.
+	c, _ := rawRequest(t, gw.addr, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(half))+"\r\n\r\n"+half[:len(half)-10])
+	waitFor(t, 5*time.Second, "the first body to be held", func() bool { return gw.g.bodyMem.Load() >= 512<<10 })
+	resp, got := post(t, gw.URL+"/v1/chat/completions", half)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("over the body memory: %d %s", resp.StatusCode, got)
+	}
+	assertOpenAIError(t, got, "server_busy")
+	io.WriteString(c, half[len(half)-10:])
+	waitFor(t, 5*time.Second, "the body memory to be given back", func() bool { return gw.g.bodyMem.Load() == 0 })
+	if resp, got := post(t, gw.URL+"/v1/chat/completions", half); resp.StatusCode != 200 {
+		t.Fatalf("after the budget came back: %d %s", resp.StatusCode, got)
 	}
 }
