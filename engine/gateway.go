@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -311,7 +312,21 @@ func (g *Gateway) model(ctx *fasthttp.RequestCtx, id []byte) {
 
 func modelNotFound(model []byte) *apiError {
 	return &apiError{status: fasthttp.StatusNotFound, typ: typeInvalidRequest, code: "model_not_found", param: "model",
-		message: "The model `" + string(model) + "` does not exist.", noRetry: true}
+		message: modelNotFoundMessage(model), noRetry: true}
+}
+
+// modelNotFoundMessage names the model, as OpenAI and vLLM do, only when it looks like a model name (at most
+// 128 bytes of letters, digits and ._:/@+-); anything else a client sent is not echoed back.
+func modelNotFoundMessage(model []byte) string {
+	if len(model) == 0 || len(model) > 128 {
+		return "The requested model does not exist."
+	}
+	for _, c := range model {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._:/@+-", c) >= 0) {
+			return "The requested model does not exist."
+		}
+	}
+	return "The model `" + string(model) + "` does not exist."
 }
 
 func (g *Gateway) onlyGet(ctx *fasthttp.RequestCtx) bool {

@@ -284,6 +284,8 @@ func TestErrorBodiesReflectNothing(t *testing.T) {
 	check("upstream 502 page", got)
 	_, got = post(t, gw.URL+"/v1/chat/completions", chatBody("m", "five", false))
 	check("upstream 500 message", got)
+	_, got = post(t, gw.URL+"/v1/chat/completions", `{"model":"<img src=sk-SECRET>","messages":[]}`)
+	check("unknown model", got)
 	gw2 := startGateway(t, gatewayConfig("round_robin", "[retry]\nmax_retries = 0\n", deadURL))
 	resp, got := post(t, gw2.URL+"/v1/chat/completions", chatBody("m", "x", false))
 	if resp.StatusCode != 502 {
