@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fastjson"
 )
 
 // post handles the proxied POST endpoints: parse once, route, rank, forward.
@@ -204,40 +203,26 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	if e := checkContentType(ctx); e != nil {
 		return e
 	}
-	body := c.reqBody
-	v, err := c.parser.ParseBytes(body)
-	if err != nil {
-		return badRequest("invalid_json", "", "cannot parse the request body as JSON: "+err.Error())
+	// The prompt key is at most the body's size; what it holds counts in the body memory like the body.
+	keyCap := cap(c.key)
+	if !c.hold(keyCap) {
+		return c.bodyMemoryFull(ctx)
 	}
-	if v.Type() != fastjson.TypeObject {
-		return badRequest("invalid_body", "", "the request body must be a JSON object")
+	var info requestInfo
+	e := c.scanner.scan(c.reqBody, c.ep, c.key[:0], &info)
+	c.key = info.key
+	if !c.hold(cap(c.key) - keyCap) {
+		return c.bodyMemoryFull(ctx)
 	}
-	mv := v.Get("model")
-	if mv == nil {
-		return badRequest("missing_model", "model", "you must provide a model parameter")
+	if e != nil {
+		return e
 	}
-	if mv.Type() != fastjson.TypeString {
-		return badRequest("invalid_model", "model", "the model parameter must be a string")
-	}
-	model := mv.GetStringBytes()
-	// Parsers disagree on duplicate keys (fastjson takes the first, Python's json - vLLM - the last), so a
-	// body routed by one "model" must not reach the engine with another.
-	models := 0
-	v.GetObject().Visit(func(k []byte, _ *fastjson.Value) {
-		if string(k) == "model" {
-			models++
-		}
-	})
-	if models != 1 {
-		return badRequest("duplicate_model", "model", "the request body has more than one \"model\" key")
-	}
-	r := c.snap.route(model)
+	r := c.snap.route(info.model)
 	if r == nil {
-		return modelNotFound(model)
+		return modelNotFound(info.model)
 	}
-	c.modelAt[0], c.modelAt[1] = topLevelValue(body, "model")
+	c.modelAt[0], c.modelAt[1] = info.modelStart, info.modelEnd
 	c.route = r
-	c.key = appendPromptKey(c.key[:0], v, c.ep)
 
 	p := &c.pick
 	p.Route = r

@@ -607,7 +607,7 @@ func TestAnnouncedBodiesAreNotReserved(t *testing.T) {
 // budget is given back when they finish.
 func TestBodyMemoryBudget(t *testing.T) {
 	up := newFakeUpstream(t, okJSON)
-	gw := startGateway(t, withServer(gatewayConfig("round_robin", "", up.URL), "max_body_bytes = 1048576\nmax_body_memory_bytes = 1048576\n"))
+	gw := startGateway(t, withServer(gatewayConfig("round_robin", "", up.URL), "max_body_bytes = 1048576\nmax_body_memory_bytes = 1572864\n"))
 	half := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 600<<10) + `"}]}`
 	// One request holds most of the budget while its body trickles in.
 	c, _ := rawRequest(t, gw.addr, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(half))+"\r\n\r\n"+half[:len(half)-10])
@@ -621,5 +621,96 @@ func TestBodyMemoryBudget(t *testing.T) {
 	waitFor(t, 5*time.Second, "the body memory to be given back", func() bool { return gw.g.bodyMem.Load() == 0 })
 	if resp, got := post(t, gw.URL+"/v1/chat/completions", half); resp.StatusCode != 200 {
 		t.Fatalf("after the budget came back: %d %s", resp.StatusCode, got)
+	}
+}
+
+// TestJSONAsTheEngineReadsIt pins finding 12 end to end: what the gateway accepts, refuses and rewrites is
+// what vLLM's parser (Python's json) reads.
+func TestJSONAsTheEngineReadsIt(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGateway(t, gatewayConfig("round_robin", "", up.URL))
+	f := func(body string, wantStatus int, wantUpstream string) {
+		t.Helper()
+		resp, got := post(t, gw.URL+"/v1/chat/completions", body)
+		if resp.StatusCode != wantStatus {
+			t.Fatalf("%s: status %d, want %d: %s", body, resp.StatusCode, wantStatus, got)
+		}
+		if wantUpstream != "" {
+			if b, _ := up.last(); b != wantUpstream {
+				t.Fatalf("%s: upstream got %s, want %s", body, b, wantUpstream)
+			}
+		}
+	}
+	f(`{"model":"m","temperature":NaN,"messages":[]}`, 200, `{"model":"up-model","temperature":NaN,"messages":[]}`)
+	f(`{"model":"m","top_p":-Infinity,"messages":[]}`, 200, `{"model":"up-model","top_p":-Infinity,"messages":[]}`)
+	f(`{"m\u006fdel":"m","messages":[]}`, 200, `{"m\u006fdel":"up-model","messages":[]}`)
+	f(`{"model":"m","temperature":nan,"messages":[]}`, 400, "")
+	f("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\tb\"}]}", 400, "")
+	f(`{"model":"m","messages":[{"role":"user","content":"\x41"}]}`, 400, "")
+	f(`{"\x6dodel":"m","model":"m","messages":[]}`, 400, "")
+	f(`{"model":"m","model":"m","messages":[]}`, 400, "")
+	f("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}", 400, "")
+}
+
+// TestDenseBodiesStayBounded pins finding 2: bodies of many small JSON values cost memory in proportion to
+// their size, not to their value count (the earlier parser built a node per value: about 230x the body).
+func TestDenseBodiesStayBounded(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	const size = 4 << 20
+	gw := startGateway(t, withServer(gatewayConfig("round_robin", "", up.URL), "max_body_bytes = "+strconv.Itoa(size)+"\n"))
+	prefix := `{"model":"m","messages":[{"role":"user","content":"hi"}],"logit_bias":[`
+	var b strings.Builder
+	b.WriteString(prefix)
+	for b.Len() < size-16 {
+		b.WriteString("0,")
+	}
+	b.WriteString("0]}")
+	body := b.String()
+	before := heapInUse()
+	var peak, held atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var m runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			runtime.ReadMemStats(&m)
+			if v := int64(m.HeapInuse); v > peak.Load() {
+				peak.Store(v)
+			}
+			if v := gw.g.bodyMem.Load(); v > held.Load() {
+				held.Store(v)
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, got := post(t, gw.URL+"/v1/chat/completions", body); resp.StatusCode != 200 {
+				t.Errorf("dense body: %d %s", resp.StatusCode, got)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	grew := peak.Load() - before
+	t.Logf("8 concurrent %d MiB dense bodies: peak heap +%d MiB (all processes' sides), gateway request memory peak %d MiB",
+		size>>20, grew>>20, held.Load()>>20)
+	// The gateway's own share: each body once, its prompt key and answer are tiny.
+	if limit := int64(8 * (size + 64<<10)); held.Load() > limit {
+		t.Fatalf("gateway request memory peaked at %d bytes, want at most %d", held.Load(), limit)
+	}
+	// Each body is held once by the test's client, once by the gateway, and once by the fake upstream;
+	// 8 x 4 MiB x 3 = 96 MiB plus their copies in flight. The earlier parser needed about 7 GiB here.
+	if limit := int64(8 * size * 6); grew > limit {
+		t.Fatalf("peak heap grew %d MiB, want under %d MiB", grew>>20, limit>>20)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fastjson"
 
 	"github.com/rolter-ai/rolter/kvindex"
 )
@@ -21,12 +20,12 @@ import (
 // when its response is finished - after the handler returns for a streamed body, since it is the body
 // stream the server reads (Read + CloseWithError, libraries.md section 1 "Metering").
 type call struct {
-	g      *Gateway
-	snap   *Snapshot
-	route  *Route
-	target *Target
-	ep     endpoint
-	parser fastjson.Parser
+	g       *Gateway
+	snap    *Snapshot
+	route   *Route
+	target  *Target
+	ep      endpoint
+	scanner requestScanner
 
 	reqBody  []byte // the client's request body, read by readBody
 	held     int64  // bytes of reqBody and key counted in the gateway's body memory
@@ -114,6 +113,7 @@ func (c *call) release() {
 	if cap(c.key) > maxPooledBuf {
 		c.key = nil
 	}
+	c.scanner.shrink(maxPooledBuf)
 	if cap(c.respBuf) > maxPooledBuf {
 		c.respBuf = nil
 	}

@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestParseTokenIDs(t *testing.T) {
@@ -29,18 +32,323 @@ func TestParseTokenIDs(t *testing.T) {
 	f("0x10", nil, false)
 }
 
-func TestPromptKey(t *testing.T) {
-	f := func(body string, ep endpoint, want string) {
+// scanJSONValid reports whether the scanner takes body as JSON: it may still refuse it as a request.
+func scanJSONValid(body string, ep endpoint) bool {
+	var s requestScanner
+	var info requestInfo
+	e := s.scan([]byte(body), ep, nil, &info)
+	return e == nil || e.code != "invalid_json"
+}
+
+// TestScanRequestJSON pins the JSON grammar to Python's json.loads on bytes (vLLM parses request bodies with
+// it, through Starlette's Request.json): every row was checked with
+// python3 -c 'import json,sys; json.loads(sys.stdin.buffer.read())' (3.11).
+func TestScanRequestJSON(t *testing.T) {
+	f := func(body string, valid bool) {
 		t.Helper()
-		var c call
-		v, err := c.parser.Parse(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := string(appendPromptKey(nil, v, ep)); got != want {
-			t.Fatalf("key %q, want %q", got, want)
+		if got := scanJSONValid(body, epChat); got != valid {
+			t.Fatalf("scan(%q): valid JSON = %v, want %v", body, got, valid)
 		}
 	}
+	// Values anywhere, including top-level scalars (refused later as "invalid_body").
+	f(`{"model":"m"}`, true)
+	f(`{}`, true)
+	f(" \t\n\r{ \t\n\r\"a\" \t\n\r: \t\n\r1 \t\n\r} \t\n\r", true)
+	f(`{"a":{"b":[{"c":null}],"d":[]},"e":{}}`, true)
+	f(`[]`, true)
+	f(`[1,"a",true,false,null,{},[]]`, true)
+	f(`"x"`, true)
+	f(`0`, true)
+	f(`-0`, true)
+	f(`0.5`, true)
+	f(`-1.25e10`, true)
+	f(`1E+5`, true)
+	f(`1e-5`, true)
+	f(`1e400`, true)
+	f(`NaN`, true)
+	f(`Infinity`, true)
+	f(`-Infinity`, true)
+	f(`[NaN,Infinity,-Infinity]`, true)
+	f(`{"a":NaN}`, true)
+	f(`true`, true)
+	f(`null`, true)
+	f(strings.Repeat("1", 4300), true)
+	f("-"+strings.Repeat("1", 4300), true)
+	f("1."+strings.Repeat("1", 5000), true)
+	f("1e"+strings.Repeat("1", 5000), true)
+	f(strings.Repeat("[", 512)+strings.Repeat("]", 512), true)
+	// Strings.
+	f(`"\"\\\/\b\f\n\r\t"`, true)
+	f(`"\u00e9\u00E9"`, true)
+	f(`"\uD834\uDD1E"`, true)
+	f(`"\ud800"`, true)
+	f(`"\udc00\ud800"`, true)
+	f(`"\ud800\u0041"`, true)
+	f(`"\u0000"`, true)
+	f("\"é😀\"", true)
+	f("\"\x7f\"", true)
+	f("\"\xef\xbf\xbd\"", true)
+	f("\xef\xbb\xbf{}", true)
+
+	// Empty or nothing but whitespace or a BOM.
+	f(``, false)
+	f(" \n", false)
+	f("\xef\xbb\xbf", false)
+	f("\xef\xbb\xbf\xef\xbb\xbf{}", false)
+	f("[\xef\xbb\xbf1]", false)
+	// Literals and numbers Python refuses.
+	f(`nan`, false)
+	f(`inf`, false)
+	f(`infinity`, false)
+	f(`NAN`, false)
+	f(`-NaN`, false)
+	f(`+Infinity`, false)
+	f(`True`, false)
+	f(`NULL`, false)
+	f(`nul`, false)
+	f(`tru`, false)
+	f(`+1`, false)
+	f(`01`, false)
+	f(`-01`, false)
+	f(`.5`, false)
+	f(`1.`, false)
+	f(`1.e5`, false)
+	f(`1e`, false)
+	f(`1e+`, false)
+	f(`-`, false)
+	f(`--1`, false)
+	f(`0x10`, false)
+	f(`1_000`, false)
+	f("\xd9\xa1", false) // an Arabic-Indic digit
+	f(strings.Repeat("1", 4301), false)
+	f("-"+strings.Repeat("1", 4301), false)
+	// Structure.
+	f(`{"a":1,}`, false)
+	f(`[1,]`, false)
+	f(`{,}`, false)
+	f(`[,1]`, false)
+	f(`{"a" 1}`, false)
+	f(`{"a":}`, false)
+	f(`{a:1}`, false)
+	f(`{'a':1}`, false)
+	f(`{1:1}`, false)
+	f(`{"a":1 "b":2}`, false)
+	f(`[1 2]`, false)
+	f(`[1,2`, false)
+	f(`{"a":1`, false)
+	f(`{"a"`, false)
+	f(`{`, false)
+	f(`]`, false)
+	f(`{}x`, false)
+	f(`{} {}`, false)
+	f(`[]]`, false)
+	f(`{}}`, false)
+	f("{}\x0c", false)
+	f("\x0c{}", false)
+	f("[\x0c1]", false)
+	f("{}\x00", false)
+	f("{\"a\":1}\xa0", false)
+	// Strings Python refuses in strict mode, and bytes it cannot decode.
+	f(`"abc`, false)
+	f(`"\`, false)
+	f(`"\u12"`, false)
+	f(`"\u12G4"`, false)
+	f(`"\u 123"`, false)
+	f(`"\u+123"`, false)
+	f(`"\ud800\uzzzz"`, false)
+	f(`"\x6d"`, false)
+	f(`"\a"`, false)
+	f(`"\U0041"`, false)
+	f(`"\'"`, false)
+	f(`"\0"`, false)
+	f("\"\x00\"", false)
+	f("\"\x1f\"", false)
+	f("\"\t\"", false)
+	f("\"\n\"", false)
+	f("\"\xff\"", false)
+	f("\"\xc3\"", false)
+	f("\"\xc3(\"", false)
+	f("\"\xc0\xaf\"", false)
+	f("\"\xe2\x82\"", false)
+	f("\"\xf4\x90\x80\x80\"", false)
+	f("\"\xf0\x9f\x98\"", false)
+}
+
+// TestScanRequestPythonDifferences pins the bodies Python's json.loads takes and the scanner refuses.
+func TestScanRequestPythonDifferences(t *testing.T) {
+	f := func(body string) {
+		t.Helper()
+		if scanJSONValid(body, epChat) {
+			t.Fatalf("scan(%q) took a body it documents refusing", body)
+		}
+	}
+	// Nesting: Python goes to its recursion limit (~990 levels at the default 1000).
+	f(strings.Repeat("[", 513) + strings.Repeat("]", 513))
+	f(`{"model":"m","a":` + strings.Repeat("[", 512) + strings.Repeat("]", 512) + "}")
+	f(`{"model":"m","prompt":` + strings.Repeat("[", 512) + strings.Repeat("]", 512) + "}")
+	// json.loads decodes bytes with errors="surrogatepass": UTF-8-encoded surrogates are taken.
+	f("\"\xed\xa0\x80\"")
+	// json.loads detects UTF-16 and UTF-32 bodies; vLLM's clients send UTF-8.
+	f("\xff\xfe{\x00}\x00")
+	f("{\x00}\x00")
+}
+
+// TestScanRequestDepth: 512 levels of nesting are taken and 513 refused on every path through the scanner
+// (the top-level object is level 1).
+func TestScanRequestDepth(t *testing.T) {
+	f := func(ep endpoint, prefix string, levels int, suffix string) {
+		t.Helper()
+		for _, n := range []int{levels, levels + 1} {
+			body := prefix + strings.Repeat("[", n) + strings.Repeat("]", n) + suffix
+			if got, want := scanJSONValid(body, ep), n == levels; got != want {
+				t.Fatalf("%d levels after %s: valid JSON = %v, want %v", n, prefix, got, want)
+			}
+		}
+	}
+	f(epChat, ``, 512, ``)
+	f(epChat, `{"model":"m","x":`, 511, `}`)
+	f(epChat, `{"model":"m","messages":`, 511, `}`)
+	f(epChat, `{"model":"m","messages":[`, 510, `]}`)
+	f(epChat, `{"model":"m","messages":[{"role":`, 509, `}]}`)
+	f(epChat, `{"model":"m","messages":[{"role":"u","content":`, 509, `}]}`)
+	f(epChat, `{"model":"m","messages":[{"content":`, 509, `,"role":"u"}]}`)
+	f(epChat, `{"model":"m","messages":[{"role":"u","content":[`, 508, `]}]}`)
+	f(epChat, `{"model":"m","messages":[{"role":"u","content":[{"type":"text","text":`, 507, `}]}]}`)
+	f(epChat, `{"model":"m","messages":[{"role":"u","content":[{"type":`, 507, `,"text":"a"}]}]}`)
+	f(epCompletions, `{"model":"m","prompt":`, 511, `}`)
+	f(epCompletions, `{"model":"m","prompt":[1,"a",`, 510, `]}`)
+	f(epEmbeddings, `{"model":"m","input":[[{"a":`, 508, `}]]}`)
+}
+
+func TestScanRequestErrors(t *testing.T) {
+	f := func(body, code, message string) {
+		t.Helper()
+		var s requestScanner
+		var info requestInfo
+		e := s.scan([]byte(body), epChat, nil, &info)
+		if e == nil {
+			t.Fatalf("scan(%q) = nil, want %s", body, code)
+		}
+		if e.code != code || e.message != message || e.status != 400 {
+			t.Fatalf("scan(%q) = %d %s %q, want 400 %s %q", body, e.status, e.code, e.message, code, message)
+		}
+	}
+	const p = "cannot parse the request body as JSON: "
+	f(``, "invalid_json", p+"unexpected end of input at byte 0")
+	f(`{"model":"m",`, "invalid_json", p+"unexpected end of input at byte 13")
+	f(`{"model":"m" "x"}`, "invalid_json", p+"expected ',' or '}' at byte 13")
+	f(`[1 2]`, "invalid_json", p+"expected ',' or ']' at byte 3")
+	f(`{"model" "m"}`, "invalid_json", p+"expected ':' after an object key at byte 9")
+	f(`{secret:1}`, "invalid_json", p+"expected a string key at byte 1")
+	f(`{"model":secret}`, "invalid_json", p+"expected a value at byte 9")
+	f(`{"model":nan}`, "invalid_json", p+"invalid literal at byte 9")
+	f(`{"model":01}`, "invalid_json", p+"expected ',' or '}' at byte 10")
+	f(`{"model":1.}`, "invalid_json", p+"invalid number at byte 9")
+	f(`{"model":"\x6dodel"}`, "invalid_json", p+"invalid escape at byte 10")
+	f(`{"\x6dodel":"m"}`, "invalid_json", p+"invalid escape at byte 2")
+	f(`{"model":"\u00zz"}`, "invalid_json", p+"invalid \\u escape at byte 10")
+	f("{\"model\":\"a\nb\"}", "invalid_json", p+"control character in a string at byte 11")
+	f("{\"model\":\"\xff\"}", "invalid_json", p+"invalid UTF-8 at byte 10")
+	f(`{"model":"m"} x`, "invalid_json", p+"unexpected data after the top-level value at byte 14")
+	f(`{"a":`+strings.Repeat("[", 512)+strings.Repeat("]", 512)+`}`, "invalid_json", p+"nesting deeper than 512 at byte 516")
+	f(`{"a":`+strings.Repeat("1", 4301)+`}`, "invalid_json", p+"integer with more than 4300 digits at byte 5")
+	// A parse error anywhere wins over what the body says about the model.
+	f(`{"model":1,"model":2,}`, "invalid_json", p+"expected a string key at byte 21")
+	f(`[1,2]`, "invalid_body", "the request body must be a JSON object")
+	f(`"text"`, "invalid_body", "the request body must be a JSON object")
+	f(`NaN`, "invalid_body", "the request body must be a JSON object")
+	f(`{"messages":[{"model":"m"}]}`, "missing_model", "you must provide a model parameter")
+	f(`{"modeL":"m"}`, "missing_model", "you must provide a model parameter")
+	f(`{"model":42}`, "invalid_model", "the model parameter must be a string")
+	f(`{"model":null}`, "invalid_model", "the model parameter must be a string")
+	f(`{"model":["m"]}`, "invalid_model", "the model parameter must be a string")
+	const dup = "the request body has more than one \"model\" key"
+	f(`{"model":"m","model":"other"}`, "duplicate_model", dup)
+	f(`{"model":"m","model":"m"}`, "duplicate_model", dup)
+	f(`{"model":"m","x":1,"model":2}`, "duplicate_model", dup)
+	f(`{"model":"m","\u006dodel":"other"}`, "duplicate_model", dup)
+	f(`{"model":"m","mod\u0065l":"other"}`, "duplicate_model", dup)
+	f(`{"\u006D\u006F\u0064\u0065\u006C":"m","model":"other"}`, "duplicate_model", dup)
+}
+
+func TestScanRequestModel(t *testing.T) {
+	f := func(body, model, span string) {
+		t.Helper()
+		var s requestScanner
+		var info requestInfo
+		if e := s.scan([]byte(body), epChat, nil, &info); e != nil {
+			t.Fatalf("scan(%q): %s", body, e.message)
+		}
+		if string(info.model) != model || body[info.modelStart:info.modelEnd] != span {
+			t.Fatalf("scan(%q): model %q span %q, want %q %q", body, info.model, body[info.modelStart:info.modelEnd], model, span)
+		}
+		// Splicing another model into the span gives a valid body with that model and the same prompt key.
+		key := string(info.key)
+		spliced := body[:info.modelStart] + `"other"` + body[info.modelEnd:]
+		if e := s.scan([]byte(spliced), epChat, nil, &info); e != nil {
+			t.Fatalf("scan(%q): %s", spliced, e.message)
+		}
+		if string(info.model) != "other" || string(info.key) != key || !json.Valid([]byte(strings.TrimPrefix(spliced, "\xef\xbb\xbf"))) {
+			t.Fatalf("spliced %q: model %q key %q, want other %q", spliced, info.model, info.key, key)
+		}
+	}
+	f(`{"model":"m"}`, "m", `"m"`)
+	f(` { "x" : {"model":"inner"}, "model" : "a\"b" , "y":[1,{"model":2}]}`, `a"b`, `"a\"b"`)
+	f(`{"messages":[{"role":"user","content":"hi"}],"model":"llama-3"}`, "llama-3", `"llama-3"`)
+	f(`{"mod\u0065l":"escaped"}`, "escaped", `"escaped"`)
+	f(`{"\u006dodel":"caf\u00e9"}`, "café", `"caf\u00e9"`)
+	f(`{"model":"\ud83d\ude00 \ud800"}`, "😀 \ufffd", `"\ud83d\ude00 \ud800"`)
+	f("\xef\xbb\xbf{\"model\":\"m\"}", "m", `"m"`)
+	f(`{"model":""}`, "", `""`)
+	// Keys that are not "model" under JSON's escape rules.
+	f(`{"model ":"x","Model":"y","model":"m","\"model\"":"z"}`, "m", `"m"`)
+}
+
+// TestScanRequestShrink: a scanner keeps its model scratch for the next scan unless it grew too large.
+func TestScanRequestShrink(t *testing.T) {
+	f := func(escaped, want string, kept bool) {
+		t.Helper()
+		var s requestScanner
+		var info requestInfo
+		if e := s.scan([]byte(`{"model":"`+escaped+`"}`), epChat, nil, &info); e != nil {
+			t.Fatal(e.message)
+		}
+		s.shrink(1024)
+		if string(info.model) != want || (s.model != nil) != kept {
+			t.Fatalf("model %q, scratch kept %v; want %q, %v", info.model, s.model != nil, want, kept)
+		}
+	}
+	f(`caf\u00e9`, "café", true)
+	f(strings.Repeat(`\u00e9`, 1000), strings.Repeat("é", 1000), false)
+	f("café", "café", false) // no escapes: the model aliases the body
+}
+
+func TestScanRequestStream(t *testing.T) {
+	f := func(body string, want bool) {
+		t.Helper()
+		var s requestScanner
+		var info requestInfo
+		if e := s.scan([]byte(body), epChat, nil, &info); e != nil {
+			t.Fatalf("scan(%q): %s", body, e.message)
+		}
+		if info.stream != want {
+			t.Fatalf("scan(%q): stream %v, want %v", body, info.stream, want)
+		}
+	}
+	f(`{"model":"m"}`, false)
+	f(`{"model":"m","stream":true}`, true)
+	f(`{"model":"m","stream":false}`, false)
+	f(`{"model":"m","stream":"true"}`, false)
+	f(`{"model":"m","stream":1}`, false)
+	f(`{"model":"m","stream":[true]}`, false)
+	f(`{"model":"m","stream":true,"stream":false}`, false)
+	f(`{"model":"m","stream":false,"str\u0065am":true}`, true)
+	f(`{"model":"m","x":{"stream":true}}`, false)
+}
+
+// promptKeyCases are bodies with the prompt key each gives. The ones before "new:" are the cases the earlier
+// (fastjson-based) implementation was tested on; the key is unchanged on them.
+func promptKeyCases(f func(body string, ep endpoint, want string)) {
 	f(`{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`, epChat, "system\x1fbe brief\x1euser\x1fhi\x1e")
 	// Escaped and unescaped spellings give the same key.
 	f(`{"messages":[{"role":"user","content":"caf\u00e9 \"x\""}]}`, epChat, "user\x1fcafé \"x\"\x1e")
@@ -53,19 +361,130 @@ func TestPromptKey(t *testing.T) {
 	f(`{"prompt":["a","b"]}`, epCompletions, "a\x1eb\x1e")
 	f(`{"prompt":[1,2,3]}`, epCompletions, "1,2,3,")
 	f(`{"input":"embed me"}`, epEmbeddings, "embed me")
+	// new: escaped spellings of keys and of the "text" type.
+	f(`{"m\u0065ssages":[{"\u0072ole":"us\u0065r","c\u006fntent":[{"\u0074ype":"t\u0065xt","t\u0065xt":"a\nb\/c"}]}]}`, epChat, "user\x1fa\nb/c\x1e")
+	f(`{"messages":[{"role":"user","content":"\ud83d\ude00\ud800\udc00 \ud800x \udfff"}]}`, epChat, "user\x1f😀\U00010000 \ufffdx \ufffd\x1e")
+	f(`{"messages":[{"role":"user","content":"\u0000\u001f\b\f\t"}]}`, epChat, "user\x1f\x00\x1f\b\f\t\x1e")
+	// The last "role" and "content" count, in whichever order.
+	f(`{"messages":[{"content":"hi","role":"user"}]}`, epChat, "user\x1fhi\x1e")
+	f(`{"messages":[{"content":[{"text":"a","type":"text"}],"name":"x","role":"user"}]}`, epChat, "user\x1fa\x1e")
+	f(`{"messages":[{"role":"user","content":"a","content":"b"}]}`, epChat, "user\x1fb\x1e")
+	f(`{"messages":[{"role":"user","content":"a","role":"tool"}]}`, epChat, "tool\x1fa\x1e")
+	f(`{"messages":[{"role":"user","role":"system","content":"a"}]}`, epChat, "system\x1fa\x1e")
+	f(`{"messages":[{"role":"user","content":"a","content":null}]}`, epChat, "user\x1f\x1e")
+	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}],"content":"b","role":"x"}]}`, epChat, "x\x1fb\x1e")
+	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"},{"type":"text","text":"c","type":"image_url"},{"type":"image_url","type":"text","text":"d"}]}]}`, epChat, "user\x1fbd\x1e")
+	f(`{"messages":[{"role":"user","content":[{"text":"a","type":"text","text":"b"},{"text":1,"type":"text"}]}]}`, epChat, "user\x1fb\x1e")
+	// The last "messages" counts.
+	f(`{"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}]}`, epChat, "user\x1fb\x1e")
+	f(`{"messages":[{"role":"user","content":"a"}],"messages":null}`, epChat, "")
+	// Shapes that do not match add nothing, but each message still ends.
+	f(`{"messages":{"role":"user","content":"a"}}`, epChat, "")
+	f(`{"messages":[]}`, epChat, "")
+	f(`{"messages":[{}]}`, epChat, "\x1f\x1e")
+	f(`{"messages":[null,1,"x",[{"role":"user"}]]}`, epChat, "\x1f\x1e\x1f\x1e\x1f\x1e\x1f\x1e")
+	f(`{"messages":[{"role":1,"content":{"text":"a"}}]}`, epChat, "\x1f\x1e")
+	f(`{"messages":[{"role":"user"}]}`, epChat, "user\x1f\x1e")
+	f(`{"messages":[{"content":"a"}]}`, epChat, "\x1fa\x1e")
+	f(`{"messages":[{"role":"user","content":["a",null,{"type":"text"},{"type":"text","text":["b"]},{"type":["text"],"text":"c"}]}]}`, epChat, "user\x1f\x1e")
+	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"a","extra":{"text":"b","type":"text"}}]}]}`, epChat, "user\x1fa\x1e")
+	f(`{"prompt":"a","messages":[{"role":"user","content":"b"}],"input":"c"}`, epChat, "user\x1fb\x1e")
+	// Completions and embeddings.
+	f(`{"prompt":"a","messages":[{"role":"user","content":"b"}],"input":"c"}`, epCompletions, "a")
+	f(`{"prompt":"a","messages":[{"role":"user","content":"b"}],"input":"c"}`, epEmbeddings, "c")
+	f(`{"prompt":"a","prompt":["b"]}`, epCompletions, "b\x1e")
+	f(`{"prompt":["a\u00e9",[1,2],[["b"]],[],{"x":"y"},null,true]}`, epCompletions, "aé\x1e1,2,\x1eb\x1e\x1e\x1e\x1e\x1e\x1e\x1e")
+	f(`{"prompt":[-7,0,-0,9223372036854775807,-9223372036854775808,9223372036854775808,1.5,1e3,NaN,Infinity,-Infinity]}`, epCompletions,
+		"-7,0,0,9223372036854775807,-9223372036854775808,0,0,0,0,0,0,")
+	f(`{"prompt":{"text":"a"}}`, epCompletions, "")
+	f(`{"prompt":5}`, epCompletions, "")
+	f(`{"input":[[1,2],[3]]}`, epEmbeddings, "1,2,\x1e3,\x1e")
+	f(`{"input":[]}`, epEmbeddings, "")
 }
 
-func TestTopLevelValue(t *testing.T) {
-	f := func(body string, want string) {
+func TestPromptKey(t *testing.T) {
+	f := func(body string, ep endpoint, want string) {
 		t.Helper()
-		s, e := topLevelValue([]byte(body), "model")
-		if body[s:e] != want {
-			t.Fatalf("topLevelValue(%s) = %q, want %q", body, body[s:e], want)
+		var s requestScanner
+		var info requestInfo
+		body = strings.Replace(body, "{", `{"model":"m",`, 1)
+		dst := []byte("prefix:")
+		if e := s.scan([]byte(body), ep, dst, &info); e != nil {
+			t.Fatalf("scan(%s): %s", body, e.message)
+		}
+		if got := string(info.key); got != "prefix:"+want {
+			t.Fatalf("scan(%s): key %q, want %q", body, got, "prefix:"+want)
+		}
+		// The key does not depend on where "model" is or on the whitespace around values.
+		spaced := respace(strings.Replace(body, `"model":"m",`, "", 1))
+		spaced = strings.TrimRight(spaced, " \t\n")
+		spaced = spaced[:len(spaced)-1] + `, "model" : "m" }`
+		if e := s.scan([]byte(spaced), ep, nil, &info); e != nil || string(info.key) != want {
+			t.Fatalf("scan(%q): key %q, %v; want %q", spaced, info.key, e, want)
 		}
 	}
-	f(`{"model":"m"}`, `"m"`)
-	f(` { "x" : {"model":"inner"}, "model" : "a\"b" , "y":[1,{"model":2}]}`, `"a\"b"`)
-	f(`{"mod\u0065l":"escaped"}`, `"escaped"`)
-	f(`{"model":"a","model":"b"}`, `"a"`)
-	f(`{"messages":[]}`, ``)
+	promptKeyCases(f)
+}
+
+// respace adds JSON whitespace around the structural bytes of the valid JSON body.
+func respace(body string) string {
+	var b strings.Builder
+	in := false
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		switch {
+		case in && c == '\\':
+			b.WriteByte(c)
+			i++
+			c = body[i]
+		case c == '"':
+			in = !in
+		case !in && strings.IndexByte(",:[]{}", c) >= 0:
+			b.WriteString(" \t")
+			b.WriteByte(c)
+			c = '\n'
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// TestScanPlainEnd checks the word-at-a-time string check against utf8.DecodeRune: every sequence of interest at
+// every offset of runs of ASCII and of 2-byte text, in both word alignments.
+func TestScanPlainEnd(t *testing.T) {
+	want := func(b []byte, i, e int) int {
+		for i < e {
+			if b[i] < 0x20 {
+				return i
+			}
+			r, n := utf8.DecodeRune(b[i:e])
+			if r == utf8.RuneError && n == 1 {
+				return i
+			}
+			i += n
+		}
+		return e
+	}
+	seqs := []string{"a", "\x00", "\x1f", "\x7f", "é", "\u07ff", "\u0800", "€", "\uffff", "😀", "\U0010ffff",
+		"\xc0\x80", "\xc1\xbf", "\xc2", "\xdf", "\x80", "\xbf", "\xe0\x80\x80", "\xe0\xa0", "\xed\xa0\x80", "\xf0\x8f\xbf\xbf",
+		"\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xff", "é\xa9", "\xc3\xc3\xa9", "\xe2\x82\xac\xac"}
+	for _, fill := range []string{"x", "é", "ab€"} {
+		for n := 0; n < 80; n++ {
+			base := strings.Repeat(fill, n)
+			for _, seq := range seqs {
+				for p := 0; p <= len(base); p++ {
+					b := []byte("\"" + base[:p] + seq + base[p:] + "\"")
+					for _, i := range []int{1, 2} {
+						if i >= len(b)-1 {
+							continue
+						}
+						e := len(b) - 1
+						if got, want := plainEnd(b, i, e), want(b, i, e); got != want {
+							t.Fatalf("plainEnd(%q, %d, %d) = %d, want %d", b, i, e, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
 }

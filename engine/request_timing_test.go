@@ -15,19 +15,7 @@ import (
 var Sink atomic.Int64
 
 // chat20 is a chat body of 20 messages (system prompt, 19 turns, ~8 KiB).
-var chat20 = func() string {
-	var b strings.Builder
-	b.WriteString(`{"model":"m","stream":true,"messages":[{"role":"system","content":"` + strings.Repeat("You are a helpful assistant. ", 40) + `"}`)
-	for i := 1; i < 20; i++ {
-		role := "user"
-		if i%2 == 0 {
-			role = "assistant"
-		}
-		fmt.Fprintf(&b, `,{"role":%q,"content":[{"type":"text","text":"turn %d: %s"}]}`, role, i, strings.Repeat("lorem ipsum \u00e9 ", 20))
-	}
-	b.WriteString(`],"max_tokens":128}`)
-	return b.String()
-}()
+var chat20 = chatTurns(20)
 
 // benchCall returns a gateway over 8 targets with the given strategy and a request context holding chat20.
 func benchCall(t testing.TB, strategy string) (*Gateway, *fasthttp.RequestCtx) {
@@ -68,6 +56,57 @@ func BenchmarkRoutingPath(b *testing.B) {
 				}
 			}
 			Sink.Add(int64(c.order[0]))
+		})
+	}
+}
+
+// chatTurns returns a chat body of n messages: a system prompt, then user and assistant turns of ~370 bytes
+// with array content.
+func chatTurns(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"model":"m","stream":true,"messages":[{"role":"system","content":"` + strings.Repeat("You are a helpful assistant. ", 40) + `"}`)
+	for i := 1; i < n; i++ {
+		role := "user"
+		if i%2 == 0 {
+			role = "assistant"
+		}
+		fmt.Fprintf(&b, `,{"role":%q,"content":[{"type":"text","text":"turn %d: %s"}]}`, role, i, strings.Repeat("lorem ipsum \u00e9 ", 20))
+	}
+	b.WriteString(`],"max_tokens":128}`)
+	return b.String()
+}
+
+// denseBody is 1 MiB of small values, the shape that costs a value tree the most per byte.
+var denseBody = `{"model":"m","messages":[{"role":"user","content":"hi"}],"x":[` + strings.Repeat("1,", 512<<10-40) + `1]}`
+
+// requestBodies are the bodies the request scanner is measured on.
+var requestBodies = []struct {
+	name string
+	body string
+}{
+	{"chat8KiB", chat20},
+	{"chat128KiB", chatTurns(353)},
+	{"dense1MiB", denseBody},
+}
+
+// BenchmarkScanRequest measures validating a chat body and reading its model, stream flag and prompt key.
+func BenchmarkScanRequest(b *testing.B) {
+	for _, rb := range requestBodies {
+		b.Run(rb.name, func(b *testing.B) {
+			body := []byte(rb.body)
+			var s requestScanner
+			var info requestInfo
+			s.scan(body, epChat, nil, &info) // grows the key buffer
+			key := info.key
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if e := s.scan(body, epChat, key[:0], &info); e != nil {
+					b.Fatal(e.message)
+				}
+				key = info.key
+			}
+			Sink.Add(int64(len(info.key)))
 		})
 	}
 }

@@ -1,0 +1,227 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// scanErrorMessage is every message scan answers a body that is not JSON with: none holds a byte of the body.
+var scanErrorMessage = regexp.MustCompile(`^cannot parse the request body as JSON: (` + strings.Join([]string{
+	"unexpected end of input", "unexpected data after the top-level value", "expected a value", "expected a string key",
+	"expected ':' after an object key", `expected ',' or '\}'`, `expected ',' or '\]'`, "invalid literal", "invalid number",
+	"integer with more than 4300 digits", "nesting deeper than 512", "control character in a string", "invalid UTF-8",
+	`invalid \\u escape`, "invalid escape",
+}, "|") + `) at byte [0-9]+$`)
+
+// FuzzScanRequest checks scan against encoding/json: it never panics; it takes a body as JSON exactly when
+// json.Valid does, but for the documented differences from Go (NaN, Infinity and -Infinity and one leading
+// BOM taken as Python does, invalid UTF-8, nesting deeper than 512 and integers of more than 4300 digits
+// refused); its model, stream and prompt key are those of the body decoded by encoding/json (which keeps
+// the last of repeated keys, as Python); and splicing another model into the model span gives a body with
+// that model and nothing else changed.
+func FuzzScanRequest(f *testing.F) {
+	for _, seed := range []string{
+		chat20, `{"model":"m"}`, `{"model":"m","prompt":["a",[1,-2,1.5],{"x":NaN}],"stream":true}`,
+		`{"model":"m","input":[[1,2],"x"]}`, `{"m\u006fdel":"\ud83d\ude00","messages":[{"content":"a","role":"u"}]}`,
+		`{"model":"a","model":"b"}`, "\xef\xbb\xbf{\"model\":\"m\"}", `[NaN,-Infinity]`, `{"model":"m","x":"\x6d"}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"text":"b","type":"text"},{"type":"text","text":"c","text":"d"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("abcé€", 20) + `
+"}]}`,
+		`{"model":"m","prompt":"` + strings.Repeat("x", 40) + "\x00" + strings.Repeat("é", 20) + `"}`,
+	} {
+		for ep := range numEndpoints {
+			f.Add([]byte(seed), uint8(ep))
+		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte, epn uint8) {
+		ep := endpoint(epn % uint8(numEndpoints))
+		var s requestScanner
+		var info requestInfo
+		e := s.scan(body, ep, nil, &info)
+		if e != nil && e.code == "invalid_json" && !scanErrorMessage.MatchString(e.message) {
+			t.Fatalf("scan(%q): message %q", body, e.message)
+		}
+		valid := e == nil || e.code != "invalid_json"
+		want, comparable := goValid(body)
+		if comparable && valid != want {
+			t.Fatalf("scan(%q): valid JSON = %v (%v), encoding/json says %v", body, valid, e, want)
+		}
+		if !valid {
+			return
+		}
+		ref := decodeReference(body, ep)
+		if ref.ok {
+			code := ""
+			if e != nil {
+				code = e.code
+			}
+			if code != ref.code {
+				t.Fatalf("scan(%q) = %q, want %q", body, code, ref.code)
+			}
+			if e == nil && (string(info.model) != ref.model || info.stream != ref.stream || string(info.key) != ref.key) {
+				t.Fatalf("scan(%q): model %q stream %v key %q; encoding/json: %q %v %q", body, info.model, info.stream, info.key, ref.model, ref.stream, ref.key)
+			}
+		}
+		if e != nil {
+			return
+		}
+		model, stream, key := string(info.model), info.stream, string(info.key)
+		spliced := append(append(append([]byte(nil), body[:info.modelStart]...), `"other"`...), body[info.modelEnd:]...)
+		if e := s.scan(spliced, ep, nil, &info); e != nil {
+			t.Fatalf("scan(%q) = %s after splicing into %q (model %q)", spliced, e.message, body, model)
+		}
+		if string(info.model) != "other" || info.stream != stream || string(info.key) != key {
+			t.Fatalf("scan(%q): model %q stream %v key %q after splicing, want other %v %q", spliced, info.model, info.stream, info.key, stream, key)
+		}
+	})
+}
+
+// goValid reports whether body is JSON for Python as far as json.Valid can tell: the BOM stripped, invalid
+// UTF-8 refused, NaN, Infinity and -Infinity replaced by a value Go takes ("[0]", which cannot join a
+// neighbour into something valid), nesting deeper than 512 refused. comparable is false for bodies with long
+// digit runs (Python's integer limit, which json.Valid does not know).
+func goValid(body []byte) (valid, comparable bool) {
+	b := bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
+	if !utf8.Valid(b) {
+		return false, true
+	}
+	digits, depth, maxDepth, in := 0, 0, 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c >= '0' && c <= '9' {
+			if digits++; digits > maxIntDigits {
+				return false, false
+			}
+			continue
+		}
+		digits = 0
+		switch {
+		case in && c == '\\':
+			i++
+		case c == '"':
+			in = !in
+		case !in && (c == '[' || c == '{'):
+			depth++
+			maxDepth = max(maxDepth, depth)
+		case !in && (c == ']' || c == '}'):
+			depth--
+		}
+	}
+	if maxDepth > maxRequestDepth {
+		return false, true
+	}
+	for _, lit := range []string{"-Infinity", "Infinity", "NaN"} {
+		b = bytes.ReplaceAll(b, []byte(lit), []byte("[0]"))
+	}
+	return json.Valid(b), true
+}
+
+// reference is what a request body says according to encoding/json.
+type reference struct {
+	ok     bool // the body could be decoded (no NaN or Infinity, which Go refuses)
+	code   string
+	model  string
+	stream bool
+	key    string
+}
+
+func decodeReference(body []byte, ep endpoint) reference {
+	dec := json.NewDecoder(bytes.NewReader(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return reference{}
+	}
+	if tok != json.Delim('{') {
+		return reference{ok: true, code: "invalid_body"}
+	}
+	var r reference
+	models := 0
+	var model, prompt any
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return reference{}
+		}
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return reference{}
+		}
+		switch k {
+		case "model":
+			models++
+			model = v
+		case "stream":
+			r.stream = v == true
+		case promptField[ep]:
+			prompt = v
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return reference{}
+	}
+	r.ok = true
+	ms, isString := model.(string)
+	switch {
+	case models == 0:
+		r.code = "missing_model"
+	case models > 1:
+		r.code = "duplicate_model"
+	case !isString:
+		r.code = "invalid_model"
+	}
+	r.model = ms
+	var key []byte
+	if ep == epChat {
+		messages, _ := prompt.([]any)
+		for _, m := range messages {
+			m, _ := m.(map[string]any)
+			role, _ := m["role"].(string)
+			key = append(append(key, role...), keyRoleSep)
+			switch c := m["content"].(type) {
+			case string:
+				key = append(key, c...)
+			case []any:
+				for _, p := range c {
+					p, _ := p.(map[string]any)
+					if text, ok := p["text"].(string); ok && p["type"] == "text" {
+						key = append(key, text...)
+					}
+				}
+			}
+			key = append(key, keyMsgEnd)
+		}
+	} else {
+		key = referenceTexts(key, prompt)
+	}
+	r.key = string(key)
+	return r
+}
+
+func referenceTexts(key []byte, v any) []byte {
+	switch v := v.(type) {
+	case string:
+		return append(key, v...)
+	case []any:
+		for _, e := range v {
+			switch e := e.(type) {
+			case string:
+				key = append(key, e...)
+			case json.Number:
+				n, _ := strconv.ParseInt(string(e), 10, 64)
+				key = strconv.AppendInt(key, n, 10)
+				key = append(key, ',')
+				continue
+			case []any:
+				key = referenceTexts(key, e)
+			}
+			key = append(key, keyMsgEnd)
+		}
+	}
+	return key
+}
