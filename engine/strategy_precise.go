@@ -123,6 +123,9 @@ func registerKVMetrics(set *telemetry.Set, target string, st *kvindex.Stream) {
 		{"missed_events", func(s *kvindex.StreamStats) uint64 { return s.MissedEvents }},
 		{"unknown_parents", func(s *kvindex.StreamStats) uint64 { return s.UnknownParents }},
 		{"evictions", func(s *kvindex.StreamStats) uint64 { return s.Evictions }},
+		{"implausible_jumps", func(s *kvindex.StreamStats) uint64 { return s.ImplausibleJumps }},
+		{"queue_drops", func(s *kvindex.StreamStats) uint64 { return s.QueueDrops }},
+		{"disconnects", func(s *kvindex.StreamStats) uint64 { return s.Disconnects }},
 	} {
 		f := e.f
 		set.CounterFunc(telemetry.KVStream, l+",event="+telemetry.Label(e.event), func() uint64 { s := st.Stats(); return f(&s) })

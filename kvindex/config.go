@@ -12,6 +12,23 @@ import (
 // github.com/pebbe/zmq4.
 var ErrNoCgo = errors.New("kv_events needs a cgo build with libzmq (this binary was built with CGO_ENABLED=0)")
 
+// Size limits of a subscription; see "Exposure" in doc.go.
+const (
+	// DefaultMaxMessageBytes is the largest frame a KV-event socket accepts when
+	// SubscriberConfig.MaxMessageBytes is 0: 16 MiB, more than ten times the largest batch a 128k-token prompt
+	// produces. That batch is one BlockStored for a 131,072-token prefill at block size 16: 8,192 block hashes
+	// (9 bytes each as msgpack uint64 = 72 KiB, or 34 bytes each as 32-byte bin digests with
+	// VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0 = 272 KiB) and 131,072 token ids (at most 5 bytes each, uint32
+	// for vocabularies past 65,536 = 640 KiB), plus a few dozen bytes of other fields: 912 KiB at worst, 1.4
+	// MiB with a 64-character multimodal hash in every block's extra_keys (+536 KiB). A whole 1M-token step
+	// (5 MiB of token ids, 2.1 MiB of bin hashes) still fits.
+	DefaultMaxMessageBytes = 16 << 20
+	// DefaultMaxQueueBytes bounds, when SubscriberConfig.MaxQueueBytes is 0, the bytes of received batches
+	// waiting for the index: four messages of the default maximum, about 70 worst-case 128k-token batches or
+	// 20,000 typical 3 KiB ones (a replay of 5 seconds at vLLM's pace queues a few hundred).
+	DefaultMaxQueueBytes = 64 << 20
+)
+
 // SubscriberConfig configures the KV-event subscription of one target ([providers.kv_events]).
 type SubscriberConfig struct {
 	// Endpoint is the ZMQ address of the engine's PUB socket ("connect" mode, vLLM's default
@@ -29,6 +46,31 @@ type SubscriberConfig struct {
 	// MaxBlocks caps the resident blocks the index keeps for the target (LRU); 0 means
 	// MaxBlocksPerTarget.
 	MaxBlocks int
+	// MaxMessageBytes is the largest frame the SUB and replay DEALER sockets accept (ZMQ_MAXMSGSIZE); 0
+	// means DefaultMaxMessageBytes. libzmq disconnects a peer that announces a larger frame before
+	// allocating it; the frame is lost (the sequence shows the gap) and only StreamStats.Disconnects sees
+	// it: libzmq does not say why a peer was disconnected.
+	MaxMessageBytes int64
+	// MaxQueueBytes bounds the batches received but not yet applied (payload bytes plus a fixed charge per
+	// message); 0 means DefaultMaxQueueBytes. It must hold at least one message of MaxMessageBytes. A
+	// message that does not fit is dropped, counted (StreamStats.QueueDrops) and treated as a gap.
+	MaxQueueBytes int64
+}
+
+// maxMessageBytes returns MaxMessageBytes or its default.
+func (c *SubscriberConfig) maxMessageBytes() int64 {
+	if c.MaxMessageBytes == 0 {
+		return DefaultMaxMessageBytes
+	}
+	return c.MaxMessageBytes
+}
+
+// maxQueueBytes returns MaxQueueBytes or its default.
+func (c *SubscriberConfig) maxQueueBytes() int64 {
+	if c.MaxQueueBytes == 0 {
+		return DefaultMaxQueueBytes
+	}
+	return c.MaxQueueBytes
 }
 
 // Validate returns every problem of c at once.
@@ -52,6 +94,15 @@ func (c *SubscriberConfig) Validate() error {
 	}
 	if c.MaxBlocks < 0 || c.MaxBlocks > MaxBlocksPerTarget {
 		errs = append(errs, fmt.Errorf("cannot use max_blocks %d: must be in 0..%d", c.MaxBlocks, MaxBlocksPerTarget))
+	}
+	if c.MaxMessageBytes < 0 {
+		errs = append(errs, fmt.Errorf("cannot use max_message_bytes %d: must not be negative", c.MaxMessageBytes))
+	}
+	if c.MaxQueueBytes < 0 {
+		errs = append(errs, fmt.Errorf("cannot use max_queue_bytes %d: must not be negative", c.MaxQueueBytes))
+	} else if c.MaxMessageBytes >= 0 && c.maxQueueBytes() < c.maxMessageBytes()+queuedOverhead {
+		errs = append(errs, fmt.Errorf("cannot use max_queue_bytes %d: must hold one message of max_message_bytes %d "+
+			"(plus %d)", c.maxQueueBytes(), c.maxMessageBytes(), queuedOverhead))
 	}
 	return errors.Join(errs...)
 }

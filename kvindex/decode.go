@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
+	"unsafe"
 
 	"github.com/tinylib/msgp/msgp"
 )
@@ -75,7 +75,7 @@ type Handler interface {
 var errMalformed = errors.New("malformed kv event batch")
 
 // Decoder decodes vLLM KV-event batch payloads without allocating once its scratch has grown to the
-// largest batch seen.
+// largest batch seen (up to retainScratch; a larger batch's scratch is let go after it).
 //
 // A Decoder is not safe for concurrent use; keep one per subscriber goroutine.
 type Decoder struct {
@@ -84,7 +84,24 @@ type Decoder struct {
 	evs    []event
 	stored BlockStored
 	remove BlockRemoved
+	budget int // scratch bytes the batch being decoded may still use
 }
+
+// Scratch bounds. Every element a batch holds takes at least one payload byte, but decodes into more
+// scratch: 8 bytes per block hash, 4 per token id and eventBytes (160) per event, so scratch is bounded by
+// its own budget, not by the payload. Without it a 16 MiB payload of empty BlockRemoved events (15 bytes
+// each) decoded into 180 MB of event records and one of 1-byte hashes into 128 MB; with append's growth
+// copies that was 934 MB and 769 MB of allocation, 56x and 46x the payload.
+const (
+	// maxBatchScratch is the scratch one batch may use; a batch that needs more is malformed. Real batches
+	// are far below it: a 128k-token prefill at block size 16 needs 8,192 x 8 + 131,072 x 4 bytes = 576 KiB,
+	// a whole 1M-token step 4.5 MiB, plus 10 MiB if it also evicted 65,536 blocks (one BlockRemoved each).
+	maxBatchScratch = 32 << 20
+	// retainScratch is the scratch a Decoder keeps between batches: enough for any 128k-token batch, while
+	// a rare larger one does not pin its scratch for the target's lifetime.
+	retainScratch = 4 << 20
+	eventBytes    = int(unsafe.Sizeof(event{}))
+)
 
 const (
 	kindStored = iota + 1
@@ -124,6 +141,7 @@ func (d *Decoder) Decode(payload []byte, h Handler) (Batch, error) {
 	d.hashes = d.hashes[:0]
 	d.tokens = d.tokens[:0]
 	d.evs = d.evs[:0]
+	d.budget = maxBatchScratch
 	var bt Batch
 	if err := d.decodeBatch(payload, &bt); err != nil {
 		d.release()
@@ -165,15 +183,43 @@ func (d *Decoder) Decode(payload []byte, h Handler) (Batch, error) {
 	return bt, nil
 }
 
-// release drops references into the payload so that scratch does not pin old frames.
+// release drops references into the payload so that scratch does not pin old frames, and lets scratch
+// beyond retainScratch go.
 func (d *Decoder) release() {
+	d.stored = BlockStored{}
+	d.remove = BlockRemoved{}
+	if cap(d.hashes)*8+cap(d.tokens)*4+cap(d.evs)*eventBytes > retainScratch {
+		d.hashes, d.tokens, d.evs = nil, nil, nil
+		return
+	}
 	for i := range d.evs {
 		e := &d.evs[i]
 		e.medium, e.loraName, e.specKind = nil, nil, nil
 	}
-	d.stored = BlockStored{}
-	d.remove = BlockRemoved{}
 }
+
+// grow returns s with room for need more elements, growing it to twice its capacity but by at most
+// need+spare elements, spare being what the batch's budget could still pay for. Go's append grows
+// large slices by 1.25x, so a batch near maxBatchScratch allocated five times its scratch in copies;
+// doubling makes it twice.
+func grow[T any](s []T, need, spare int) []T {
+	if cap(s)-len(s) >= need {
+		return s
+	}
+	n := min(max(2*cap(s), len(s)+need, 64), len(s)+need+spare)
+	t := make([]T, len(s), n)
+	copy(t, s)
+	return t
+}
+
+// spend takes n bytes from the batch's scratch budget and reports whether the budget covered them (else the
+// batch is malformed: errScratch).
+func (d *Decoder) spend(n int) bool {
+	d.budget -= n
+	return d.budget >= 0
+}
+
+var errScratch = fmt.Errorf("batch needs more than %d bytes of decoder scratch", maxBatchScratch)
 
 func (d *Decoder) decodeBatch(b []byte, bt *Batch) error {
 	var err error
@@ -199,7 +245,7 @@ func (d *Decoder) decodeBatch(b []byte, bt *Batch) error {
 			}
 		}
 		for i := 3; i < n; i++ {
-			if b, err = msgp.Skip(b); err != nil {
+			if b, err = skip(b); err != nil {
 				return err
 			}
 		}
@@ -234,7 +280,7 @@ func (d *Decoder) decodeBatch(b []byte, bt *Batch) error {
 					return fmt.Errorf("cannot read data_parallel_rank: %w", err)
 				}
 			default:
-				if b, err = msgp.Skip(b); err != nil {
+				if b, err = skip(b); err != nil {
 					return err
 				}
 			}
@@ -325,19 +371,23 @@ func (d *Decoder) readArrayEvent(b []byte) ([]byte, bool, error) {
 	case "AllBlocksCleared":
 		e.kind = kindCleared
 		for i := 0; i < n; i++ {
-			if b, err = msgp.Skip(b); err != nil {
+			if b, err = skip(b); err != nil {
 				return b, false, err
 			}
 		}
 	default:
 		for i := 0; i < n; i++ {
-			if b, err = msgp.Skip(b); err != nil {
+			if b, err = skip(b); err != nil {
 				return b, false, err
 			}
 		}
 		return b, true, nil
 	}
 	e.h1, e.t1 = len(d.hashes), len(d.tokens)
+	if !d.spend(eventBytes) {
+		return b, false, errScratch
+	}
+	d.evs = grow(d.evs, 1, d.budget/eventBytes)
 	d.evs = append(d.evs, e)
 	return b, false, nil
 }
@@ -370,7 +420,7 @@ func (d *Decoder) readStoredField(b []byte, e *event, i int) ([]byte, error) {
 		e.window, e.hasWindow, b, err = lenientInt(b)
 	default:
 		// 7 = extra_keys (not used by the index), 11+ = unknown newer fields.
-		b, err = msgp.Skip(b)
+		b, err = skip(b)
 	}
 	return b, err
 }
@@ -385,7 +435,7 @@ func (d *Decoder) readRemovedField(b []byte, e *event, i int) ([]byte, error) {
 	case 2:
 		e.groupIdx, e.hasGroup, b, err = lenientInt(b)
 	default:
-		b, err = msgp.Skip(b)
+		b, err = skip(b)
 	}
 	return b, err
 }
@@ -442,7 +492,7 @@ func (d *Decoder) readMapEvent(b []byte) ([]byte, bool, error) {
 		case "kv_cache_spec_sliding_window":
 			e.window, e.hasWindow, b, err = lenientInt(b)
 		default:
-			b, err = msgp.Skip(b)
+			b, err = skip(b)
 		}
 		if err != nil {
 			return b, false, fmt.Errorf("cannot read event field %q: %w", k, err)
@@ -473,6 +523,10 @@ func (d *Decoder) readMapEvent(b []byte) ([]byte, bool, error) {
 		return b, true, nil
 	}
 	e.h1, e.t1 = len(d.hashes), len(d.tokens)
+	if !d.spend(eventBytes) {
+		return b, false, errScratch
+	}
+	d.evs = grow(d.evs, 1, d.budget/eventBytes)
 	d.evs = append(d.evs, e)
 	return b, false, nil
 }
@@ -482,11 +536,17 @@ func (d *Decoder) readHashes(b []byte) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
+	if !d.spend(8 * n) {
+		return b, errScratch
+	}
 	for i := 0; i < n; i++ {
 		var h uint64
 		if h, b, err = readHash(b); err != nil {
 			return b, err
 		}
+		// One at a time: what the header claims is paid for (spend above) but not allocated before the
+		// elements are there.
+		d.hashes = grow(d.hashes, 1, n-i-1+d.budget/8)
 		d.hashes = append(d.hashes, h)
 	}
 	return b, nil
@@ -500,7 +560,10 @@ func (d *Decoder) readTokens(b []byte) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
-	d.tokens = slices.Grow(d.tokens, n)
+	if !d.spend(4 * n) {
+		return b, errScratch
+	}
+	d.tokens = grow(d.tokens, n, d.budget/4)
 	for i := 0; i < n; i++ {
 		// Token ids are most of a batch's bytes: decode the widths emitters use (fixint, and uint8..32 as
 		// msgspec and llm-d-inference-sim's 0xce write them) inline; anything else takes msgp's path.
@@ -628,7 +691,7 @@ func lenientInt(b []byte) (int64, bool, []byte, error) {
 	case msgp.NilType:
 		return 0, false, b[1:], nil
 	}
-	o, err := msgp.Skip(b)
+	o, err := skip(b)
 	return 0, false, o, err
 }
 
@@ -642,7 +705,7 @@ func lenientStr(b []byte) ([]byte, []byte, error) {
 	case msgp.NilType:
 		return nil, b[1:], nil
 	}
-	o, err := msgp.Skip(b)
+	o, err := skip(b)
 	return nil, o, err
 }
 
@@ -656,6 +719,84 @@ func readFloat(b []byte) (float64, []byte, error) {
 	default:
 		return 0, b, fmt.Errorf("ts is %s; want a number", msgp.NextType(b))
 	}
+}
+
+// skip skips one msgpack object, nested to any depth, without recursion: it counts the objects still owed
+// instead of descending into them, so nesting costs no stack. msgp.Skip recurses, up to 100,000 levels:
+// 8 MiB of goroutine stack for a 100 KB payload. Every object takes at least one byte, so a count of owed
+// objects above the bytes left is corrupt and fails at once.
+func skip(b []byte) ([]byte, error) {
+	for owed := uint64(1); owed > 0; owed-- {
+		if len(b) == 0 {
+			return b, msgp.ErrShortBytes
+		}
+		c := b[0]
+		var hdr, body, objs uint64
+		switch {
+		case c <= 0x7f || c >= 0xe0: // positive and negative fixint
+			hdr = 1
+		case c <= 0x8f: // fixmap
+			hdr, objs = 1, 2*uint64(c&0x0f)
+		case c <= 0x9f: // fixarray
+			hdr, objs = 1, uint64(c&0x0f)
+		case c <= 0xbf: // fixstr
+			hdr, body = 1, uint64(c&0x1f)
+		default:
+			if hdr = uint64(headerSize[c-0xc0]); hdr == 0 {
+				return b, msgp.InvalidPrefixError(c)
+			}
+			if uint64(len(b)) < hdr {
+				return b, msgp.ErrShortBytes
+			}
+			switch c {
+			case 0xc4, 0xd9: // bin8, str8
+				body = uint64(b[1])
+			case 0xc5, 0xda: // bin16, str16
+				body = uint64(binary.BigEndian.Uint16(b[1:]))
+			case 0xc6, 0xdb: // bin32, str32
+				body = uint64(binary.BigEndian.Uint32(b[1:]))
+			case 0xc7: // ext8: type byte after the length
+				body = 1 + uint64(b[1])
+			case 0xc8:
+				body = 1 + uint64(binary.BigEndian.Uint16(b[1:]))
+			case 0xc9:
+				body = 1 + uint64(binary.BigEndian.Uint32(b[1:]))
+			case 0xdc: // array16
+				objs = uint64(binary.BigEndian.Uint16(b[1:]))
+			case 0xdd: // array32
+				objs = uint64(binary.BigEndian.Uint32(b[1:]))
+			case 0xde: // map16
+				objs = 2 * uint64(binary.BigEndian.Uint16(b[1:]))
+			case 0xdf: // map32
+				objs = 2 * uint64(binary.BigEndian.Uint32(b[1:]))
+			}
+		}
+		if uint64(len(b)) < hdr+body {
+			return b, msgp.ErrShortBytes
+		}
+		b = b[hdr+body:]
+		owed += objs
+		if owed-1 > uint64(len(b)) {
+			return b, fmt.Errorf("%d objects announced with %d bytes left", owed-1, len(b))
+		}
+	}
+	return b, nil
+}
+
+// headerSize holds, for every msgpack prefix from 0xc0 to 0xdf, what skip does not compute: the whole
+// object for nil, bool, numbers and fixext (type byte included), the header for str, bin, ext (whose type
+// byte skip counts in the body), array and map. 0 marks 0xc1, which is never used.
+var headerSize = [32]uint8{
+	0xc0 - 0xc0: 1, 0xc2 - 0xc0: 1, 0xc3 - 0xc0: 1,
+	0xc4 - 0xc0: 2, 0xc5 - 0xc0: 3, 0xc6 - 0xc0: 5, // bin
+	0xc7 - 0xc0: 2, 0xc8 - 0xc0: 3, 0xc9 - 0xc0: 5, // ext
+	0xca - 0xc0: 5, 0xcb - 0xc0: 9, // float
+	0xcc - 0xc0: 2, 0xcd - 0xc0: 3, 0xce - 0xc0: 5, 0xcf - 0xc0: 9, // uint
+	0xd0 - 0xc0: 2, 0xd1 - 0xc0: 3, 0xd2 - 0xc0: 5, 0xd3 - 0xc0: 9, // int
+	0xd4 - 0xc0: 3, 0xd5 - 0xc0: 4, 0xd6 - 0xc0: 6, 0xd7 - 0xc0: 10, 0xd8 - 0xc0: 18, // fixext
+	0xd9 - 0xc0: 2, 0xda - 0xc0: 3, 0xdb - 0xc0: 5, // str
+	0xdc - 0xc0: 3, 0xdd - 0xc0: 5, // array
+	0xde - 0xc0: 3, 0xdf - 0xc0: 5, // map
 }
 
 // readArrayHeader reads an array header and checks its count against the bytes left: every element takes

@@ -1,10 +1,12 @@
 package kvindex
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -360,4 +362,144 @@ func TestDecodeTokensRunOut(t *testing.T) {
 	if _, err := d.Decode(wrap(t, "96ab426c6f636b53746f726564912ac093ce00000001ce"), &r); err == nil {
 		t.Fatalf("expected an error")
 	}
+}
+
+// skipSamples encodes one value of every msgpack type and length class.
+func skipSamples() [][]byte {
+	var out [][]byte
+	add := func(b []byte) { out = append(out, b) }
+	add(msgp.AppendNil(nil))
+	add(msgp.AppendBool(nil, true))
+	for _, v := range []int64{0, 127, -1, -32, -33, 200, -200, 40000, -40000, 1 << 31, -(1 << 40), math.MinInt64} {
+		add(msgp.AppendInt64(nil, v))
+	}
+	for _, v := range []uint64{0, 255, 65535, 1 << 32, math.MaxUint64} {
+		add(msgp.AppendUint64(nil, v))
+	}
+	add(msgp.AppendFloat32(nil, 1.5))
+	add(msgp.AppendFloat64(nil, 1.5))
+	for _, n := range []int{0, 31, 32, 255, 256, 65536} {
+		add(msgp.AppendString(nil, strings.Repeat("s", n)))
+		add(msgp.AppendBytes(nil, make([]byte, n)))
+	}
+	// ext: fixext 1, 2, 4, 8, 16 and ext 8, 16, 32 (type byte 5).
+	for _, n := range []int{1, 2, 4, 8, 16} {
+		add(append([]byte{map[int]byte{1: 0xd4, 2: 0xd5, 4: 0xd6, 8: 0xd7, 16: 0xd8}[n], 5}, make([]byte, n)...))
+	}
+	add(append([]byte{0xc7, 3, 5}, 1, 2, 3))
+	add(append([]byte{0xc8, 0x01, 0x00, 5}, make([]byte, 256)...))
+	add(append([]byte{0xc9, 0, 1, 0, 0, 5}, make([]byte, 65536)...))
+	// Containers of every header size, nested.
+	nested := map[string]any{"a": []any{int64(1), "x", nil, map[string]any{"b": []byte{1}}}, "c": 2.5}
+	b, err := msgp.AppendIntf(nil, nested)
+	if err != nil {
+		panic(err)
+	}
+	add(b)
+	for _, n := range []int{0, 15, 16, 65536} {
+		arr := msgp.AppendArrayHeader(nil, uint32(n))
+		m := msgp.AppendMapHeader(nil, uint32(n))
+		for i := 0; i < n; i++ {
+			arr = msgp.AppendInt(arr, i)
+			m = msgp.AppendInt(msgp.AppendInt(m, i), -i)
+		}
+		add(arr)
+		add(m)
+	}
+	return out
+}
+
+func TestSkip(t *testing.T) {
+	// skip agrees with msgp.Skip on every type and on every truncation of it, and fails where it fails.
+	f := func(b []byte) {
+		t.Helper()
+		want, wantErr := msgp.Skip(b)
+		got, err := skip(b)
+		if (err == nil) != (wantErr == nil) || len(got) != len(want) && err == nil {
+			t.Fatalf("%x: skip left %d bytes (err %v); msgp.Skip %d (err %v)",
+				b[:min(len(b), 16)], len(got), err, len(want), wantErr)
+		}
+	}
+	for _, v := range skipSamples() {
+		f(v)
+		f(append(v, 0xc0, 0x01)) // a trailer stays
+		for n := 0; n < len(v) && n < 300; n++ {
+			f(v[:n])
+		}
+	}
+	f([]byte{0xc1})
+	f([]byte{0x92, 0xc1, 0x01})
+	// A header announcing more objects than bytes fails at once.
+	_, err := skip([]byte{0xdd, 0xff, 0xff, 0xff, 0xff, 0x01})
+	if err == nil || !strings.Contains(err.Error(), "objects announced") {
+		t.Fatalf("unexpected error %v", err)
+	}
+}
+
+func FuzzSkip(f *testing.F) {
+	for _, v := range skipSamples() {
+		if len(v) < 1024 {
+			f.Add(v)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want, wantErr := msgp.Skip(b)
+		got, err := skip(b)
+		if errors.Is(wantErr, msgp.ErrRecursion) {
+			return // skip has no depth limit
+		}
+		if (err == nil) != (wantErr == nil) || err == nil && len(got) != len(want) {
+			t.Fatalf("skip left %d bytes (err %v); msgp.Skip %d (err %v)", len(got), err, len(want), wantErr)
+		}
+	})
+}
+
+func TestDecodeDeepNesting(t *testing.T) {
+	// An unknown field nested 500,000 levels deep (1 byte a level) is skipped with no stack to speak of:
+	// msgp.Skip recursed, failing at 100,000 levels after growing the goroutine's stack to 8 MiB.
+	deep := append(bytes.Repeat([]byte{0x91}, 500_000), 0xc0)
+	payload := msgp.AppendArrayHeader(nil, 4)
+	payload = msgp.AppendFloat64(payload, 1)
+	payload = msgp.AppendArrayHeader(payload, 1)
+	payload = append(payload, removedEvent(42)...)
+	payload = msgp.AppendInt(payload, 0)
+	payload = append(payload, deep...) // a trailing batch element: skipped
+	var growth uint64
+	var err error
+	var r recorder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		var d Decoder
+		_, err = d.Decode(payload, &r)
+		runtime.ReadMemStats(&after)
+		growth = after.StackInuse - before.StackInuse
+	}()
+	<-done
+	if err != nil || len(r.lines) != 1 {
+		t.Fatalf("unexpected result %q %v", r.lines, err)
+	}
+	if growth > 256<<10 {
+		t.Fatalf("decoding grew the stack by %d bytes", growth)
+	}
+}
+
+func TestDecoderReleasesLargeScratch(t *testing.T) {
+	// One batch larger than retainScratch does not pin its scratch for the target's lifetime; smaller
+	// ones keep theirs (the zero-allocation steady state).
+	f := func(tokens int, wantKept bool) {
+		t.Helper()
+		var d Decoder
+		var h countingHandler
+		if _, err := d.Decode(batchOf(storedEvent([]uint64{1}, 0, make([]uint32, tokens), 16)), &h); err != nil {
+			t.Fatalf("unexpected error: %s", err)
+		}
+		if kept := cap(d.tokens) > 0; kept != wantKept {
+			t.Fatalf("%d tokens: scratch kept=%v (cap %d); want %v", tokens, kept, cap(d.tokens), wantKept)
+		}
+	}
+	f(1<<16, true)
+	f(retainScratch/4+1, false)
 }

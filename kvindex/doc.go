@@ -3,8 +3,9 @@
 //
 // # Design
 //
-//	ZMQ SUB (Subscriber, one goroutine per target, cgo)
-//	  -> Stream     sequence checks, trust, replay / clear recovery      (per target, pure Go)
+//	ZMQ SUB (Subscriber reader, one goroutine per target, cgo)
+//	  -> msgQueue   bounded in messages and bytes; a drop is a gap       (per target)
+//	  -> Stream     sequence checks, trust, replay / clear recovery      (per target applier goroutine, pure Go)
 //	  -> Decoder    msgpack batch -> Handler callbacks, zero allocation  (per target)
 //	  -> TargetIndex engine hash -> own key, LRU cap, counters           (per target, one writer)
 //	  -> Index      own key -> uint64 bitmask of targets                  (shared, lock-free readers)
@@ -65,7 +66,10 @@
 //
 // Malformed payloads return an error and deliver no event: Decode validates the whole batch before the
 // first callback, checks every array and map header against the bytes left, and never panics
-// (FuzzDecode).
+// (FuzzDecode). Its scratch is bounded too: one batch may decode into at most 32 MiB (maxBatchScratch;
+// a 128k-token prefill needs 576 KiB), a batch that needs more is malformed, one that used more than 4 MiB
+// lets it go afterwards, and values of unknown fields are skipped without recursion at any depth
+// (TestDecodeScratchBudget, TestDecodeHugeDeclaredLengths, TestDecodeDeepNesting).
 //
 // # Trust
 //
@@ -87,16 +91,58 @@
 //     missed without a sequence gap, so the target is cleared.
 //   - stale: no message for stale_secs (StaleAfter). Nothing is cleared; the next in-order message restores
 //     trust.
+//   - gap, from an implausible jump: a sequence more than 2^20 batches ahead (maxSeqJump) is not taken for a
+//     gap. It is counted and ignored, the target untrusted until the next message: trusted again (nothing
+//     cleared) if the publisher goes on from the last sequence, cleared like an unreplayable gap if the
+//     next message follows the implausible one (see Stream.Handle).
+//   - gap, from a drop: the subscriber's queue was full and dropped batches (see Exposure); the next batch
+//     settles it as above.
 //
 // After a clear the target is trusted again at the next contiguous batch: from then on the index is a
 // consistent view that can only under-report (blocks stored before the clear are unknown), and a cleared
 // index after AllBlocksCleared or a restart is exact ("nothing resident" is true).
 //
+// # Exposure
+//
+// The KV-event socket must be on a trusted network. vLLM publishes with ZMQ's NULL mechanism (no
+// authentication), so a peer that can reach a bound SUB (bind mode) or that answers at the endpoint
+// (connect mode) publishes batches the index believes: it can make a target untrusted at will (a forged gap
+// or restart clears it) or plant blocks that draw requests to it until the next clear. Against such a peer
+// the subscriber guarantees bounded memory and counters that stay meaningful, no more:
+//
+//   - Frames. The SUB and the replay DEALER accept frames up to MaxMessageBytes (default 16 MiB; the
+//     arithmetic is at DefaultMaxMessageBytes). libzmq checks a frame's announced size before allocating
+//     it and disconnects a peer that announces more (before, one 300 MiB frame cost 900 MB). It does not
+//     say why it disconnected, so such frames are not counted as such: they show as Disconnects and then
+//     as a sequence gap. libzmq reconnects a connecting socket after a connection error but not after this
+//     protocol error (libzmq 4.3: the SUB stayed silent for good), so in connect mode the subscriber
+//     reopens its socket whenever it loses the publisher; in bind mode the engine reconnects by itself.
+//   - Messages. ZMQ_MAXMSGSIZE bounds each frame, not a message, and libzmq buffers a multipart message
+//     whole before its first frame can be read: one message of many frames, each under the limit, makes
+//     libzmq hold them all (300 frames of 1 MiB: 830 MB resident, measured with libzmq 4.3.4). No socket
+//     option bounds that. The subscriber receives frame by frame and drops any frame past the third (the
+//     fourth for a replay reply) as it comes, so it adds at most that many to what libzmq holds. Likewise
+//     in bind mode nothing limits the number of peers, each holding a frame in progress; libzmq's
+//     heartbeat timeout (15 s without a complete frame) closes a peer that trickles one, so what they
+//     hold is bounded by the bandwidth they spend.
+//   - Queue. The reader goroutine only drains the socket into a queue to the applier goroutine, bounded
+//     by MaxQueueBytes (default 64 MiB, counting each message's payload plus 256 bytes) and by 100,000
+//     messages (vLLM's own PUB buffer); libzmq's queue in front of it holds 16 messages. A message that
+//     does not fit is dropped and counted (QueueDrops), and the applier meets a marker at its place: the
+//     target is untrusted at once, like at a sequence gap, and the next batch settles it. Memory per
+//     target is at most MaxQueueBytes + MaxMessageBytes (the batch being applied) + 17 x MaxMessageBytes
+//     inside libzmq, the last only while the reader is descheduled (then TCP pushes back on the publisher).
+//   - Sequence numbers. A jump of more than 2^20 batches is counted in ImplausibleJumps, never in
+//     LostBatches (one forged sequence near 2^64 made LostBatches 1.8e19); a plausible forged jump still
+//     adds at most 2^20. The stream returns to the real publisher's sequence by itself (Stream.Handle).
+//   - Payloads. See the last paragraph of "Wire formats accepted".
+//
 // # Metrics
 //
 // Stream.Stats returns a StreamStats snapshot (atomic loads, safe from any goroutine) for the metrics
 // layer: batches, gaps and lost batches, restarts, replays ok/failed, decode errors, garbage frames, stale
-// transitions, skipped (unknown) events, missed-event incidents, last sequence, trusted and reason; and,
+// transitions, skipped (unknown) events, missed-event incidents, implausible sequence jumps, queue drops,
+// publisher disconnects, last sequence, trusted and reason; and,
 // from the target's TargetStats: events by kind (stored, removed, cleared), blocks stored/removed, LRU
 // evictions, unknown parents, unknown removes, token-count and block-size mismatches, non-GPU events,
 // rekeys, clears, resident blocks, learned block size and the target's own bytes. Index.Stats gives the
@@ -105,8 +151,8 @@
 // # Concurrency
 //
 // Index.Match is safe for concurrent use and never blocks writers; its Scratch is per goroutine. A
-// TargetIndex, its Stream and its Decoder are written by one goroutine (the Subscriber's, or the caller's
-// when feeding a Stream directly); their Stats, Trusted, Reason, Blocks and BlockSize are safe from any
-// goroutine. The Subscriber needs cgo and libzmq (github.com/pebbe/zmq4); without cgo NewSubscriber
+// TargetIndex, its Stream and its Decoder are written by one goroutine (the Subscriber's applier, or the
+// caller's when feeding a Stream directly); their Stats, Trusted, Reason, Blocks and BlockSize are safe from
+// any goroutine. The Subscriber needs cgo and libzmq (github.com/pebbe/zmq4); without cgo NewSubscriber
 // returns ErrNoCgo and everything else works.
 package kvindex

@@ -76,6 +76,16 @@ type StreamStats struct {
 	SkippedEvents uint64
 	// MissedEvents counts unknown-parent incidents that proved missed events.
 	MissedEvents uint64
+	// ImplausibleJumps counts messages whose sequence jumped more than maxSeqJump (2^20) batches ahead: not
+	// real gaps but forged or corrupt sequence numbers, or a publisher seen again after hours. They are
+	// not added to LostBatches; see Stream.Handle.
+	ImplausibleJumps uint64
+	// QueueDrops counts batches the subscriber dropped because its queue to the index was full
+	// (SubscriberConfig.MaxQueueBytes or 100,000 messages); each drop is handled as a gap.
+	QueueDrops uint64
+	// Disconnects counts publisher connections that libzmq closed: the publisher went away, heartbeats
+	// timed out, or it sent a frame over SubscriberConfig.MaxMessageBytes (libzmq does not tell which).
+	Disconnects uint64
 
 	// LastSeq is the last sequence number accepted, when HasSeq.
 	LastSeq uint64
@@ -85,11 +95,19 @@ type StreamStats struct {
 }
 
 type streamCounters struct {
-	batches, gaps, lostBatches, restarts     atomic.Uint64
-	replaysOK, replaysFailed, decodeErrors   atomic.Uint64
-	garbageFrames, staleTransitions, skipped atomic.Uint64
-	missedEvents                             atomic.Uint64
+	batches, gaps, lostBatches, restarts       atomic.Uint64
+	replaysOK, replaysFailed, decodeErrors     atomic.Uint64
+	garbageFrames, staleTransitions, skipped   atomic.Uint64
+	missedEvents, implausibleJumps, queueDrops atomic.Uint64
+	disconnects                                atomic.Uint64
 }
+
+// maxSeqJump is the largest forward sequence jump taken for a real gap: 2^20 batches is three hours of a
+// publisher sending 100 batches a second, a hundred times vLLM's replay buffer (10,000 batches), so a
+// real jump that large cannot be replayed either and is handled the same way (the target is cleared);
+// beyond it the jump says nothing about lost batches. A single forged message with a sequence near 2^64
+// made LostBatches 1.8e19.
+const maxSeqJump = 1 << 20
 
 // Stream is the per-target state machine between the ZMQ frames and the TargetIndex: it checks sequence
 // numbers, decodes payloads, applies them and decides whether the target's evidence is trusted.
@@ -97,12 +115,14 @@ type streamCounters struct {
 // Trust rules (see doc.go): the first sequence seen is wherever the publisher is (a late joiner is not a
 // gap). A forward jump is a gap: replay it when a Replayer is configured (trusted again once the gap is
 // filled), else clear the target. A sequence going back is a restart: clear. A payload that does not
-// decode is malformed: clear. No message for StaleAfter is stale. Each of these makes the target
-// untrusted; after a clear the target is trusted again at the next contiguous batch, because from then on
-// the index is a consistent (if incomplete: it under-reports blocks stored before the clear) view.
+// decode is malformed: clear. No message for StaleAfter is stale. A jump beyond maxSeqJump is implausible
+// and a batch dropped by the subscriber's queue is a gap (see Handle and dropped). Each of these makes the
+// target untrusted; after a clear the target is trusted again at the next contiguous batch, because from
+// then on the index is a consistent (if incomplete: it under-reports blocks stored before the clear) view.
 //
-// Handle, HandleFrames and Tick must be called from one goroutine (the subscriber's); Trusted, Reason and
-// Stats are safe for concurrent use and cheap enough for the request path.
+// Handle, HandleFrames and Tick must be called from one goroutine (the subscriber's applier); Trusted,
+// Reason and Stats are safe for concurrent use and cheap enough for the request path. The subscriber's
+// reader goroutine adds to the counters it owns (garbage frames, queue drops, disconnects).
 type Stream struct {
 	ti       *TargetIndex
 	dec      Decoder
@@ -113,6 +133,9 @@ type Stream struct {
 	lastSeq uint64
 	lastMsg time.Time
 	isStale bool
+	// jumped: the last message was an implausible jump to jumpSeq, ignored until a second one confirms it.
+	jumped  bool
+	jumpSeq uint64
 
 	trusted atomic.Bool
 	reason  atomic.Uint32
@@ -160,6 +183,9 @@ func (st *Stream) Stats() StreamStats {
 		StaleTransitions: c.staleTransitions.Load(),
 		SkippedEvents:    c.skipped.Load(),
 		MissedEvents:     c.missedEvents.Load(),
+		ImplausibleJumps: c.implausibleJumps.Load(),
+		QueueDrops:       c.queueDrops.Load(),
+		Disconnects:      c.disconnects.Load(),
 		LastSeq:          st.seq.Load(),
 		HasSeq:           st.hasSeq.Load(),
 		Trusted:          st.Trusted(),
@@ -171,15 +197,41 @@ func (st *Stream) Stats() StreamStats {
 // a garbage frame and ignored: without a trustworthy sequence it cannot be placed in the stream.
 func (st *Stream) HandleFrames(frames [][]byte, now time.Time) {
 	if len(frames) != 3 || len(frames[1]) != 8 {
-		st.c.garbageFrames.Add(1)
+		st.garbage()
 		return
 	}
 	st.Handle(frames[0], binary.BigEndian.Uint64(frames[1]), frames[2], now)
 }
 
 // Handle handles one published batch. topic is not interpreted (the SUB socket filters by prefix).
+//
+// A sequence more than maxSeqJump ahead of the last one is implausible: it is counted (ImplausibleJumps)
+// and, being the only evidence, ignored, with the target untrusted (ReasonGap) until the next message
+// settles it. When the publisher goes on from the last sequence, the implausible message was not part of
+// the stream (forged or corrupt) and the index, untouched, is trusted again. When the next message follows
+// the implausible one, the publisher really is there: the target is cleared as for an unreplayable gap
+// (counted in Gaps but not in LostBatches) and trusted from the message after. So one forged sequence
+// costs one batch interval of trust and leaves every counter but ImplausibleJumps as it was; two in a row
+// make the real publisher's next batch look like a restart, which clears the target and recovers as one
+// (TestSubscriberForgedSequence).
 func (st *Stream) Handle(topic []byte, seq uint64, payload []byte, now time.Time) {
 	_ = topic
+	if st.started && seq > st.lastSeq && seq-st.lastSeq > maxSeqJump {
+		st.c.implausibleJumps.Add(1)
+		if !st.jumped || seq-1 != st.jumpSeq {
+			st.jumped, st.jumpSeq = true, seq
+			st.untrust(ReasonGap)
+			return
+		}
+		st.jumped = false
+		st.lastMsg, st.isStale = now, false
+		st.c.gaps.Add(1)
+		st.untrust(ReasonGap)
+		st.ti.Clear()
+		st.accept(seq, payload, false)
+		return
+	}
+	st.jumped = false
 	st.lastMsg = now
 	st.isStale = false
 	switch {
@@ -196,9 +248,10 @@ func (st *Stream) Handle(topic []byte, seq uint64, payload []byte, now time.Time
 			}
 		}
 		st.accept(seq, payload, true)
-	case seq == st.lastSeq+1:
+	case seq > st.lastSeq && seq-st.lastSeq == 1:
+		// Written without lastSeq+1, which wraps when a forged sequence left lastSeq at 2^64-1.
 		st.accept(seq, payload, true)
-	case seq > st.lastSeq+1:
+	case seq > st.lastSeq:
 		st.c.gaps.Add(1)
 		st.c.lostBatches.Add(seq - st.lastSeq - 1)
 		st.untrust(ReasonGap)
@@ -237,6 +290,23 @@ func (st *Stream) Tick(now time.Time) {
 	st.isStale = true
 	st.c.staleTransitions.Add(1)
 	st.untrust(ReasonStale)
+}
+
+// dropped records that the subscriber dropped batches at this point of the stream (its queue was full;
+// the reader counted them in QueueDrops). Like a sequence gap, the target is untrusted at once, not at the
+// next message, which may never come; that message then decides: a jump is handled as a gap (replayed or
+// cleared), while a sequence that goes on from the last one proves that nothing of this stream was lost.
+func (st *Stream) dropped() {
+	if !st.started {
+		// Nothing applied yet: the first message handled is wherever the publisher is (a late join).
+		return
+	}
+	st.untrust(ReasonGap)
+}
+
+// garbage counts a message without the [topic, seq, payload] shape. Safe from any goroutine.
+func (st *Stream) garbage() {
+	st.c.garbageFrames.Add(1)
 }
 
 // fail resets the stream after a bug surfaced as a panic in its goroutine: the index state is unknown, so

@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -325,6 +326,13 @@ func TestSubscriberConfigValidate(t *testing.T) {
 	f(SubscriberConfig{Endpoint: "ipc:///tmp/kv", Mode: "connect"}, 0)
 	f(SubscriberConfig{}, 1)
 	f(SubscriberConfig{Endpoint: "http://x", ReplayEndpoint: "tcp://", Mode: "listen", StaleAfter: -1, MaxBlocks: -1}, 5)
+	// Size limits: not negative, and the queue holds one message of the largest size.
+	ep := "tcp://127.0.0.1:5557"
+	f(SubscriberConfig{Endpoint: ep, MaxMessageBytes: -1, MaxQueueBytes: -1}, 2)
+	f(SubscriberConfig{Endpoint: ep, MaxQueueBytes: 1 << 20}, 1) // the default message is 16 MiB
+	f(SubscriberConfig{Endpoint: ep, MaxMessageBytes: 1 << 20, MaxQueueBytes: 1 << 20}, 1)
+	f(SubscriberConfig{Endpoint: ep, MaxMessageBytes: 1 << 20, MaxQueueBytes: 1<<20 + queuedOverhead}, 0)
+	f(SubscriberConfig{Endpoint: ep, MaxMessageBytes: DefaultMaxQueueBytes}, 1)
 }
 
 func TestStreamRealisticBatch(t *testing.T) {
@@ -336,4 +344,63 @@ func TestStreamRealisticBatch(t *testing.T) {
 	if !st.Trusted || st.Blocks != 23 || st.UnknownParents != 0 || st.RemovedBlocks != 2 || st.UnknownRemoves != 6 {
 		t.Fatalf("unexpected stats %+v", st)
 	}
+}
+
+func TestStreamImplausibleJump(t *testing.T) {
+	type counts struct{ jumps, gaps, lost, restarts, clears, last uint64 }
+	f := func(name string, seqs []uint64, wantTrusted bool, wantReason Reason, want counts, wantResident ...uint64) {
+		t.Helper()
+		h := newHarness(t, StreamConfig{})
+		h.pub(seqs...)
+		if h.st.Trusted() != wantTrusted || h.st.Reason() != wantReason {
+			t.Fatalf("%s: trusted=%v reason=%s; want %v %s", name, h.st.Trusted(), h.st.Reason(), wantTrusted, wantReason)
+		}
+		s := h.st.Stats()
+		if got := (counts{s.ImplausibleJumps, s.Gaps, s.LostBatches, s.Restarts, s.Clears, s.LastSeq}); got != want {
+			t.Fatalf("%s: got %+v; want %+v", name, got, want)
+		}
+		h.wantResident(wantResident...)
+	}
+	const far = math.MaxUint64 - 4
+	// One forged sequence: ignored, untrusted until the publisher's next batch shows it was not its own.
+	f("forged, pending", []uint64{0, 1, 2, far}, false, ReasonGap, counts{jumps: 1, last: 2}, 0, 1, 2)
+	f("forged, then the publisher", []uint64{0, 1, 2, far, 3}, true, ReasonNone, counts{jumps: 1, last: 3}, 0, 1, 2, 3)
+	f("two forged apart", []uint64{0, 1, far, 2, far - 100, 3}, true, ReasonNone, counts{jumps: 2, last: 3}, 0, 1, 2, 3)
+	// Two in a row: resynchronised to them (cleared, counted as a gap, not as lost batches); the real
+	// publisher's next batch is then a restart.
+	f("forged run", []uint64{0, 1, 2, far, far + 1}, false, ReasonGap, counts{jumps: 2, gaps: 1, clears: 1, last: far + 1})
+	f("forged run, then the publisher", []uint64{0, 1, 2, far, far + 1, 3, 4}, true, ReasonNone,
+		counts{jumps: 2, gaps: 1, restarts: 1, clears: 2, last: 4}, 3, 4)
+	// A publisher really 2^20+ batches ahead: the second batch settles it, the third is trusted.
+	j := uint64(2 + maxSeqJump + 5)
+	f("real far jump", []uint64{0, 1, 2, j, j + 1, j + 2}, true, ReasonNone, counts{jumps: 2, gaps: 1, clears: 1, last: j + 2})
+	// The bound: a jump of maxSeqJump is still a gap, one more is implausible.
+	f("largest gap", []uint64{0, 1, 1 + maxSeqJump}, false, ReasonGap,
+		counts{gaps: 1, lost: maxSeqJump - 1, clears: 1, last: 1 + maxSeqJump})
+	f("smallest implausible jump", []uint64{0, 1, 2 + maxSeqJump}, false, ReasonGap, counts{jumps: 1, last: 1}, 0, 1)
+	// At 2^64-1 the next sequence wraps to 0: that is a restart, not a contiguous batch.
+	f("wrap", []uint64{math.MaxUint64, 0}, true, ReasonNone, counts{restarts: 1, clears: 1, last: 0}, 0)
+}
+
+func TestStreamDropped(t *testing.T) {
+	f := func(name string, before []uint64, after []uint64, wantTrusted bool, wantReason Reason, wantResident ...uint64) {
+		t.Helper()
+		h := newHarness(t, StreamConfig{})
+		h.pub(before...)
+		h.st.dropped()
+		h.pub(after...)
+		if h.st.Trusted() != wantTrusted || h.st.Reason() != wantReason {
+			t.Fatalf("%s: trusted=%v reason=%s; want %v %s", name, h.st.Trusted(), h.st.Reason(), wantTrusted, wantReason)
+		}
+		h.wantResident(wantResident...)
+	}
+	// The target is untrusted at once: the next batch may never come.
+	f("pending", []uint64{0, 1}, nil, false, ReasonGap, 0, 1)
+	// The next batch shows what was lost: a gap (cleared without a replayer)...
+	f("gap", []uint64{0, 1}, []uint64{4}, false, ReasonGap, 4)
+	// ...or nothing of this stream (the sequence goes on).
+	f("nothing lost", []uint64{0, 1}, []uint64{2}, true, ReasonNone, 0, 1, 2)
+	// Before the first batch there is nothing to distrust: the first batch is a late join.
+	f("before the first batch", nil, nil, false, ReasonWaiting)
+	f("late join", nil, []uint64{7}, true, ReasonNone, 7)
 }

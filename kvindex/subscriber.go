@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,8 +21,14 @@ import (
 // (libzmq offers no other way to interrupt it short of terminating the context; research/libraries.md
 // section 4).
 const (
-	recvTimeout     = 250 * time.Millisecond
-	rcvHWM          = 100_000 // vLLM's PUB default hwm
+	recvTimeout = 250 * time.Millisecond
+	// rcvHWM is libzmq's queue in front of the target's msgQueue, in messages: libzmq cannot bound it in
+	// bytes, so it is kept short and the reader drains it continuously into the byte-bounded msgQueue.
+	// While the reader is descheduled it holds at most rcvHWM+1 messages of MaxMessageBytes; then TCP
+	// pushes back and the publisher buffers (vLLM's PUB holds 100,000 batches per subscriber and drops
+	// beyond, which the sequence reveals). BenchmarkSubscriber on 2 cores, publisher included: 16 gives
+	// ~50k realistic batches/s, 4 gives 30k, 1,000 gives 67k (and a 17 GB worst case); vLLM sends hundreds.
+	rcvHWM          = 16
 	heartbeatIvl    = 5 * time.Second
 	heartbeatTTL    = 15 * time.Second
 	reconnectIvl    = 100 * time.Millisecond
@@ -35,9 +42,11 @@ const (
 // endSeq is the sequence of the replay end marker (-1 as signed 8-byte big-endian).
 const endSeq = 0xffff_ffff_ffff_ffff
 
-// Subscriber receives vLLM KV events over ZMQ for several targets of one Index: one goroutine per target,
-// each owning its own SUB socket (and, for replay, a short-lived DEALER socket) created from one zmq
-// context; sockets never cross goroutines (libzmq sockets are not thread-safe).
+// Subscriber receives vLLM KV events over ZMQ for several targets of one Index. Each target has two
+// goroutines: a reader that owns the SUB socket (and its monitor) and does nothing but drain it into a
+// bounded msgQueue, and an applier that owns the Stream (and, for replay, a short-lived DEALER socket) and
+// applies the queued batches, so that a replay or a large batch never stalls the socket. Sockets come from
+// one zmq context and never cross goroutines (libzmq sockets are not thread-safe).
 //
 // All methods are safe for concurrent use.
 type Subscriber struct {
@@ -46,6 +55,8 @@ type Subscriber struct {
 	zctx *zmq.Context
 
 	replayTimeout time.Duration
+	queueMessages int           // maxQueuedMessages; tests lower it
+	monitors      atomic.Uint64 // numbers the sockets' monitor endpoints
 
 	mu      sync.Mutex
 	workers map[int]*worker
@@ -60,6 +71,7 @@ type worker struct {
 	target int
 	cfg    SubscriberConfig
 	st     *Stream
+	q      *msgQueue // from the reader to the applier
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -79,6 +91,7 @@ func NewSubscriber(ix *Index, logger *slog.Logger) (*Subscriber, error) {
 		log:           logger,
 		zctx:          zctx,
 		replayTimeout: defaultReplayTimeout,
+		queueMessages: maxQueuedMessages,
 		workers:       make(map[int]*worker),
 	}, nil
 }
@@ -100,7 +113,7 @@ func (s *Subscriber) Add(t int, cfg SubscriberConfig) (*Stream, error) {
 	if _, ok := s.workers[t]; ok {
 		return nil, fmt.Errorf("cannot add kv events subscription: target %d already subscribed", t)
 	}
-	w := &worker{s: s, target: t, cfg: cfg}
+	w := &worker{s: s, target: t, cfg: cfg, q: newMsgQueue(cfg.maxQueueBytes(), s.queueMessages)}
 	var rp Replayer
 	if cfg.ReplayEndpoint != "" {
 		rp = &zmqReplayer{w: w}
@@ -193,12 +206,21 @@ func (w *worker) mode() string {
 	return w.cfg.Mode
 }
 
+// run is the target's reader goroutine; it owns the applier goroutine and waits for it.
 func (w *worker) run(ctx context.Context) {
 	defer w.s.wg.Done()
 	defer close(w.done)
+	q := w.q
+	var applier sync.WaitGroup
+	applier.Add(1)
+	go func() {
+		defer applier.Done()
+		w.apply(ctx, q)
+	}()
+	defer applier.Wait()
 	delay := reopenDelayMin
 	for ctx.Err() == nil {
-		received, err := w.session(ctx)
+		received, err := w.session(ctx, q)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
@@ -217,32 +239,47 @@ func (w *worker) run(ctx context.Context) {
 	}
 }
 
-// session opens the SUB socket and handles messages until ctx is done (nil) or the socket fails.
-func (w *worker) session(ctx context.Context) (received bool, err error) {
+// monitorEvery is how many messages the reader receives between two looks at the socket monitor (it also
+// looks whenever the socket is idle for recvTimeout).
+const monitorEvery = 64
+
+// session opens the SUB socket and queues messages until ctx is done (nil) or the socket fails or, in
+// connect mode, loses its publisher.
+func (w *worker) session(ctx context.Context, q *msgQueue) (received bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-			w.st.fail()
 		}
 	}()
 	sock, err := w.s.zctx.NewSocket(zmq.SUB)
 	if err != nil {
 		return false, fmt.Errorf("cannot create SUB socket: %w", err)
 	}
-	defer sock.Close()
+	var mon *zmq.Socket
+	defer func() {
+		// The SUB first: closing it stops its monitor, which must still have a peer to send to.
+		_ = sock.Close()
+		if mon != nil {
+			_ = mon.Close()
+		}
+	}()
+	if mon, err = w.monitor(sock); err != nil {
+		return false, err
+	}
 	if err := w.configure(sock); err != nil {
 		return false, err
 	}
-	for {
+	for n := 0; ; n++ {
 		if ctx.Err() != nil {
 			return received, nil
 		}
-		frames, err := sock.RecvMessageBytes(0)
-		now := time.Now()
+		seq, payload, ok, err := recvBatch(sock)
 		if err != nil {
 			switch zmq.AsErrno(err) {
 			case zmq.Errno(syscall.EAGAIN), zmq.Errno(syscall.EINTR):
-				w.st.Tick(now)
+				if err := w.checkMonitor(mon); err != nil {
+					return received, err
+				}
 				continue
 			case zmq.ETERM:
 				return received, nil
@@ -250,9 +287,160 @@ func (w *worker) session(ctx context.Context) (received bool, err error) {
 			return received, fmt.Errorf("cannot receive: %w", err)
 		}
 		received = true
-		w.st.HandleFrames(frames, now)
-		w.st.Tick(now)
+		switch {
+		case !ok:
+			w.st.garbage()
+		case !q.push(seq, payload, time.Now()):
+			w.st.c.queueDrops.Add(1)
+		}
+		if n%monitorEvery == 0 {
+			if err := w.checkMonitor(mon); err != nil {
+				return received, err
+			}
+		}
 	}
+}
+
+// recvBatch receives one message and returns its sequence and payload; ok is false for a message without
+// the [topic, 8-byte sequence, payload] shape.
+func recvBatch(sock *zmq.Socket) (seq uint64, payload []byte, ok bool, err error) {
+	var parts [3][]byte
+	n, err := recvParts(sock, parts[:])
+	if err != nil || n != 3 || len(parts[1]) != 8 {
+		return 0, nil, false, err
+	}
+	return binary.BigEndian.Uint64(parts[1]), parts[2], true, nil
+}
+
+// recvParts receives one message frame by frame into dst and returns its number of frames; frames past
+// len(dst) are dropped as they arrive. RecvMessageBytes would copy every frame into Go memory first, and a
+// message may have any number of frames, each up to MaxMessageBytes (libzmq itself buffers the whole
+// message before its first frame is readable; see doc.go).
+func recvParts(sock *zmq.Socket, dst [][]byte) (int, error) {
+	for n := 0; ; n++ {
+		f, err := sock.RecvBytes(0)
+		if err != nil {
+			return n, err
+		}
+		if n < len(dst) {
+			dst[n] = f
+		}
+		more, err := sock.GetRcvmore()
+		if err != nil {
+			return n + 1, err
+		}
+		if !more {
+			return n + 1, nil
+		}
+	}
+}
+
+// monitor attaches a monitor to sock that reports closed connections, and returns the PAIR socket that
+// reads it. Its queue is unbounded (rcvhwm 0): libzmq's I/O thread blocks when a monitor's queue is full,
+// which would stall every socket of the context; the reader drains it every monitorEvery messages and
+// whenever the socket is idle, and only a closed connection adds to it.
+func (w *worker) monitor(sock *zmq.Socket) (*zmq.Socket, error) {
+	addr := fmt.Sprintf("inproc://kvindex-monitor-%d", w.s.monitors.Add(1))
+	if err := sock.Monitor(addr, zmq.EVENT_DISCONNECTED); err != nil {
+		return nil, fmt.Errorf("cannot monitor SUB socket: %w", err)
+	}
+	mon, err := w.s.zctx.NewSocket(zmq.PAIR)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create monitor socket: %w", err)
+	}
+	if err := mon.SetLinger(0); err != nil {
+		_ = mon.Close()
+		return nil, fmt.Errorf("cannot set monitor linger: %w", err)
+	}
+	if err := mon.SetRcvhwm(0); err != nil {
+		_ = mon.Close()
+		return nil, fmt.Errorf("cannot set monitor rcvhwm: %w", err)
+	}
+	if err := mon.Connect(addr); err != nil {
+		_ = mon.Close()
+		return nil, fmt.Errorf("cannot connect monitor to %q: %w", addr, err)
+	}
+	return mon, nil
+}
+
+// checkMonitor counts the publisher connections closed since the last look. In connect mode it returns an
+// error when one was: libzmq reconnects after a connection error but not after a protocol error, and a
+// frame over ZMQ_MAXMSGSIZE is one (session_base_t::engine_error, libzmq 4.3), so the socket would stay
+// connected to nothing for good. The session ends and run reopens it. In bind mode the publisher
+// reconnects by itself.
+func (w *worker) checkMonitor(mon *zmq.Socket) error {
+	lost := 0
+	for {
+		ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
+		if err != nil {
+			break
+		}
+		if ev == zmq.EVENT_DISCONNECTED {
+			lost++
+		}
+	}
+	if lost == 0 {
+		return nil
+	}
+	w.st.c.disconnects.Add(uint64(lost))
+	if w.mode() == "connect" {
+		return errors.New("publisher disconnected (it went away, heartbeats timed out, or it sent a frame over max_message_bytes)")
+	}
+	return nil
+}
+
+// apply is the target's applier goroutine, the Stream's only writer: it applies the queued batches in
+// order and ticks the stream for staleness.
+func (w *worker) apply(ctx context.Context, q *msgQueue) {
+	tick := time.NewTicker(recvTimeout)
+	defer tick.Stop()
+	var items []queued
+	pos := 0
+	for ctx.Err() == nil {
+		if pos == len(items) {
+			if cap(items) > 4096 {
+				// Let a burst's queue go instead of keeping its slots for good.
+				items = nil
+			}
+			items, pos = q.take(items), 0
+		}
+		if pos < len(items) {
+			pos = w.applyItems(q, items, pos)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.signal:
+		case <-tick.C:
+		}
+		w.st.Tick(time.Now())
+	}
+}
+
+// applyItems applies items[pos:] and returns len(items). A panic (a bug) is logged, resets the stream
+// (Stream.fail: its state is unknown) and ends the call with the position after the item that panicked.
+func (w *worker) applyItems(q *msgQueue, items []queued, pos int) (next int) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.s.log.Error("BUG: kv events batch panicked; target reset", w.logArgs("panic", r, "stack", string(debug.Stack()))...)
+			w.st.fail()
+			next = pos
+		}
+	}()
+	for pos < len(items) {
+		it := items[pos]
+		items[pos] = queued{} // the payload is the applier's alone from here; drop the queue's reference
+		pos++
+		q.release(&it)
+		if it.lost > 0 {
+			w.st.dropped()
+			continue
+		}
+		w.st.Handle(nil, it.seq, it.payload, it.at)
+	}
+	w.st.Tick(time.Now())
+	return pos
 }
 
 func (w *worker) configure(sock *zmq.Socket) error {
@@ -272,6 +460,11 @@ func (w *worker) configure(sock *zmq.Socket) error {
 		return err
 	}
 	if err := set("rcvtimeo", sock.SetRcvtimeo(recvTimeout)); err != nil {
+		return err
+	}
+	// libzmq checks each frame's announced size before allocating it and disconnects the sender of a
+	// larger one (one 300 MiB frame cost 900 MB of process memory without it).
+	if err := set("maxmsgsize", sock.SetMaxmsgsize(w.cfg.maxMessageBytes())); err != nil {
 		return err
 	}
 	if err := set("reconnect_ivl", sock.SetReconnectIvl(reconnectIvl)); err != nil {
@@ -304,7 +497,7 @@ func (w *worker) configure(sock *zmq.Socket) error {
 }
 
 // zmqReplayer asks the engine's ROUTER for buffered batches through a DEALER socket created, used and
-// closed by the worker goroutine that calls Replay (from inside Stream.Handle).
+// closed by the applier goroutine that calls Replay (from inside Stream.Handle).
 type zmqReplayer struct {
 	w *worker
 }
@@ -333,6 +526,10 @@ func (w *worker) replay(start uint64, fn func(seq uint64, payload []byte)) error
 	if err := sock.SetRcvtimeo(recvTimeout); err != nil {
 		return fmt.Errorf("cannot set rcvtimeo: %w", err)
 	}
+	// A reply frame over the limit disconnects the replay server; the replay then fails at its deadline.
+	if err := sock.SetMaxmsgsize(w.cfg.maxMessageBytes()); err != nil {
+		return fmt.Errorf("cannot set maxmsgsize: %w", err)
+	}
 	if err := sock.SetSndtimeo(w.s.replayTimeout); err != nil {
 		return fmt.Errorf("cannot set sndtimeo: %w", err)
 	}
@@ -355,7 +552,8 @@ func (w *worker) replay(start uint64, fn func(seq uint64, payload []byte)) error
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no end marker within %s", w.s.replayTimeout)
 		}
-		frames, err := sock.RecvMessageBytes(0)
+		var parts [4][]byte
+		n, err := recvParts(sock, parts[:])
 		if err != nil {
 			switch zmq.AsErrno(err) {
 			case zmq.Errno(syscall.EAGAIN), zmq.Errno(syscall.EINTR):
@@ -363,9 +561,13 @@ func (w *worker) replay(start uint64, fn func(seq uint64, payload []byte)) error
 			}
 			return fmt.Errorf("cannot receive replay: %w", err)
 		}
+		frames := parts[:min(n, len(parts))]
 		// Drop the DEALER's empty delimiter; a sequence frame is never empty.
 		if len(frames) > 0 && len(frames[0]) == 0 {
-			frames = frames[1:]
+			frames, n = frames[1:], n-1
+		}
+		if n > len(frames) {
+			return fmt.Errorf("cannot parse replay reply: %d frames", n)
 		}
 		var seqf, payload []byte
 		switch len(frames) {

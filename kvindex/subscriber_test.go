@@ -8,14 +8,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+	"github.com/tinylib/msgp/msgp"
 )
 
 var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -32,7 +35,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func newTestContext(t *testing.T) *zmq.Context {
+func newTestContext(t testing.TB) *zmq.Context {
 	t.Helper()
 	zctx, err := zmq.NewContext()
 	if err != nil {
@@ -45,14 +48,14 @@ func newTestContext(t *testing.T) *zmq.Context {
 // testPub is an XPUB socket, used only by the test goroutine: unlike PUB it reports subscriptions, so the
 // test publishes only once the subscriber's filter has arrived (no slow-joiner loss).
 type testPub struct {
-	t        *testing.T
+	t        testing.TB
 	sock     *zmq.Socket
 	endpoint string
 }
 
 // newTestPub binds on 127.0.0.1 (connect mode) or, when connectTo is set, connects to the gateway's bound
 // SUB (bind mode).
-func newTestPub(t *testing.T, zctx *zmq.Context, connectTo string) *testPub {
+func newTestPub(t testing.TB, zctx *zmq.Context, connectTo string) *testPub {
 	t.Helper()
 	sock, err := zctx.NewSocket(zmq.XPUB)
 	if err != nil {
@@ -61,6 +64,9 @@ func newTestPub(t *testing.T, zctx *zmq.Context, connectTo string) *testPub {
 	t.Cleanup(func() { _ = sock.Close() })
 	_ = sock.SetLinger(0)
 	_ = sock.SetRcvtimeo(10 * time.Second)
+	// Report every subscription: a publisher that reconnects keeps its pipe, and with it the old
+	// subscription, so the new one would otherwise pass unseen.
+	_ = sock.SetXpubVerbose(1)
 	p := &testPub{t: t, sock: sock}
 	if connectTo != "" {
 		if err := sock.Connect(connectTo); err != nil {
@@ -77,11 +83,17 @@ func newTestPub(t *testing.T, zctx *zmq.Context, connectTo string) *testPub {
 	return p
 }
 
+// waitSubscribed waits for a subscription, skipping the unsubscriptions of subscribers that went away.
 func (p *testPub) waitSubscribed() {
 	p.t.Helper()
-	msg, err := p.sock.RecvBytes(0)
-	if err != nil || len(msg) == 0 || msg[0] != 1 {
-		p.t.Fatalf("no subscription arrived: %q %v", msg, err)
+	for {
+		msg, err := p.sock.RecvBytes(0)
+		if err != nil || len(msg) == 0 {
+			p.t.Fatalf("no subscription arrived: %q %v", msg, err)
+		}
+		if msg[0] == 1 {
+			return
+		}
 	}
 }
 
@@ -105,6 +117,17 @@ func (p *testPub) publish(topic string, seqs ...uint64) {
 	}
 }
 
+// paddedPayload is seqPayload(seq) (the same block) with a trailing batch element of pad bytes, which
+// the decoder skips.
+func paddedPayload(seq uint64, pad int) []byte {
+	b := msgp.AppendArrayHeader(nil, 4)
+	b = msgp.AppendFloat64(b, 1700000000.5)
+	b = msgp.AppendArrayHeader(b, 1)
+	b = append(b, storedEvent([]uint64{1000 + seq}, 0, []uint32{uint32(seq), uint32(seq)}, 2)...)
+	b = msgp.AppendInt(b, 0)
+	return msgp.AppendBytes(b, make([]byte, pad))
+}
+
 // replayServer is a ROUTER answering replay requests like vLLM, owned by its own goroutine.
 type replayServer struct {
 	endpoint string
@@ -117,6 +140,25 @@ type replayServer struct {
 // (["", topic, seq, payload], vllm-project/vllm#45177) layout.
 func startReplayServer(t *testing.T, zctx *zmq.Context, layout, topic string, seqs ...uint64) *replayServer {
 	t.Helper()
+	return serveReplay(t, zctx, replayOpts{layout: layout, topic: topic, seqs: seqs})
+}
+
+type replayOpts struct {
+	layout, topic string
+	seqs          []uint64
+	// payload returns the batch of seq; nil means seqPayload.
+	payload func(seq uint64) []byte
+	// hold, when set, delays every answer until it is closed: the subscriber's applier waits in Replay.
+	hold <-chan struct{}
+}
+
+func serveReplay(t *testing.T, zctx *zmq.Context, o replayOpts) *replayServer {
+	t.Helper()
+	layout, topic, seqs := o.layout, o.topic, o.seqs
+	payload := o.payload
+	if payload == nil {
+		payload = seqPayload
+	}
 	rs := &replayServer{}
 	ready := make(chan error, 1)
 	rs.wg.Add(1)
@@ -147,6 +189,15 @@ func startReplayServer(t *testing.T, zctx *zmq.Context, layout, topic string, se
 				continue
 			}
 			rs.requests.Add(1)
+			if o.hold != nil {
+				for held := true; held && !rs.stop.Load(); {
+					select {
+					case <-o.hold:
+						held = false
+					case <-time.After(50 * time.Millisecond):
+					}
+				}
+			}
 			start := binary.BigEndian.Uint64(msg[2])
 			id := msg[0]
 			for _, s := range seqs {
@@ -154,9 +205,9 @@ func startReplayServer(t *testing.T, zctx *zmq.Context, layout, topic string, se
 					continue
 				}
 				if layout == "post" {
-					_, _ = sock.SendMessage(id, []byte{}, []byte(topic), be64(s), seqPayload(s))
+					_, _ = sock.SendMessage(id, []byte{}, []byte(topic), be64(s), payload(s))
 				} else {
-					_, _ = sock.SendMessage(id, []byte{}, be64(s), seqPayload(s))
+					_, _ = sock.SendMessage(id, []byte{}, be64(s), payload(s))
 				}
 			}
 			if layout == "post" {
@@ -394,4 +445,300 @@ func TestSubscriberLifecycle(t *testing.T) {
 		t.Fatalf("expected an error after Stop")
 	}
 	waitFor(t, "goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// addTarget subscribes target 0 of ix and starts s; in bind mode it returns the endpoint publishers
+// connect to, in connect mode the publisher's.
+func addTarget(t *testing.T, zctx *zmq.Context, s *Subscriber, cfg SubscriberConfig) (*Stream, *testPub) {
+	t.Helper()
+	var pub *testPub
+	if cfg.Mode == "bind" {
+		cfg.Endpoint = "tcp://127.0.0.1:" + freePort(t)
+	} else {
+		pub = newTestPub(t, zctx, "")
+		cfg.Endpoint = pub.endpoint
+	}
+	st, err := s.Add(0, cfg)
+	if err != nil {
+		t.Fatalf("cannot add: %s", err)
+	}
+	s.Start(context.Background())
+	if pub == nil {
+		pub = newTestPub(t, zctx, cfg.Endpoint)
+	}
+	pub.waitSubscribed()
+	return st, pub
+}
+
+func TestSubscriberMaxMessageBytes(t *testing.T) {
+	// A frame over MaxMessageBytes never reaches the index: libzmq disconnects its sender. In connect mode
+	// libzmq would not reconnect after that (a protocol error), so the subscriber reopens its socket; in
+	// bind mode the publisher reconnects. Either way the stream goes on and the lost batch is a gap.
+	const limit = 64 << 10
+	f := func(mode, oversized string) {
+		t.Helper()
+		zctx := newTestContext(t)
+		ix := NewIndex(1)
+		s := newTestSubscriber(t, ix)
+		st, pub := addTarget(t, zctx, s, SubscriberConfig{Mode: mode, MaxMessageBytes: limit})
+		pub.publish("", 0, 1)
+		waitFor(t, "seq 1", func() bool { return st.Stats().LastSeq == 1 })
+		if oversized == "topic" {
+			pub.send(make([]byte, limit+1), be64(2), seqPayload(2))
+		} else {
+			pub.send(nil, be64(2), paddedPayload(2, limit))
+		}
+		waitFor(t, "a disconnect", func() bool { return st.Stats().Disconnects == 1 })
+		pub.waitSubscribed() // the subscriber is back
+		pub.publish("", 3, 4)
+		waitFor(t, "seq 4", func() bool { return st.Stats().LastSeq == 4 })
+		stats := st.Stats()
+		if !stats.Trusted || stats.Batches != 4 || stats.Gaps != 1 || stats.LostBatches != 1 || stats.Disconnects != 1 {
+			t.Fatalf("%s %s: unexpected stats %+v", mode, oversized, stats)
+		}
+		if residentOn(ix, 0, 2) || !residentOn(ix, 0, 3) || !residentOn(ix, 0, 4) {
+			t.Fatalf("%s %s: the oversized batch was applied or the stream did not go on", mode, oversized)
+		}
+	}
+	f("connect", "payload")
+	f("connect", "topic")
+	f("bind", "payload")
+	f("bind", "topic")
+}
+
+// zmtpPeer speaks just enough ZMTP 3.0 (NULL mechanism, PUB) over a plain TCP connection to announce a
+// frame without sending it.
+func zmtpPeer(t *testing.T, endpoint string) net.Conn {
+	t.Helper()
+	var conn net.Conn
+	// Until the subscriber has bound its socket.
+	waitFor(t, "a connection", func() bool {
+		var err error
+		conn, err = net.Dial("tcp", strings.TrimPrefix(endpoint, "tcp://"))
+		return err == nil
+	})
+	t.Cleanup(func() { _ = conn.Close() })
+	greeting := make([]byte, 64)
+	greeting[0], greeting[9], greeting[10] = 0xff, 0x7f, 3 // signature, version 3.0
+	copy(greeting[12:], "NULL")
+	ready := []byte{0x04, 25, 5, 'R', 'E', 'A', 'D', 'Y', 11}
+	ready = append(ready, "Socket-Type"...)
+	ready = append(ready, 0, 0, 0, 3, 'P', 'U', 'B')
+	if _, err := conn.Write(append(greeting, ready...)); err != nil {
+		t.Fatalf("cannot send the greeting: %s", err)
+	}
+	// Wait for the subscriber's greeting and READY (and its subscription) before announcing the frame.
+	buf := make([]byte, 64+27)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(conn, buf); err != nil {
+		t.Fatalf("no ZMTP handshake: %s", err)
+	}
+	return conn
+}
+
+func TestSubscriberOversizedFrameHeader(t *testing.T) {
+	// A peer announcing a 300 MiB frame is disconnected after the 9-byte frame header: libzmq checks the
+	// announced size against ZMQ_MAXMSGSIZE before allocating anything. Without the limit the connection
+	// stays open and libzmq allocates the frame and buffers whatever arrives.
+	ix := NewIndex(1)
+	s := newTestSubscriber(t, ix)
+	endpoint := "tcp://127.0.0.1:" + freePort(t)
+	st, err := s.Add(0, SubscriberConfig{Endpoint: endpoint, Mode: "bind"})
+	if err != nil {
+		t.Fatalf("cannot add: %s", err)
+	}
+	s.Start(context.Background())
+	conn := zmtpPeer(t, endpoint)
+	header := []byte{0x02, 0, 0, 0, 0, 0, 0, 0, 0} // long frame, last
+	binary.BigEndian.PutUint64(header[1:], 300<<20)
+	if _, err := conn.Write(header); err != nil {
+		t.Fatalf("cannot announce the frame: %s", err)
+	}
+	// The subscriber closes the connection: the read ends with EOF or a reset, not with the deadline.
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = io.Copy(io.Discard, conn)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the subscriber kept the connection of a peer announcing a 300 MiB frame")
+	}
+	waitFor(t, "a disconnect", func() bool { return st.Stats().Disconnects == 1 })
+	if stats := st.Stats(); stats.Batches != 0 || stats.GarbageFrames != 0 {
+		t.Fatalf("unexpected stats %+v", stats)
+	}
+}
+
+func TestSubscriberReplayMaxMessageBytes(t *testing.T) {
+	// A replayed batch over MaxMessageBytes is refused too: the replay fails and the target is cleared.
+	const limit = 32 << 10
+	zctx := newTestContext(t)
+	rs := serveReplay(t, zctx, replayOpts{layout: "post", topic: "kv", seqs: []uint64{2}, payload: func(seq uint64) []byte {
+		return paddedPayload(seq, limit)
+	}})
+	ix := NewIndex(1)
+	s := newTestSubscriber(t, ix)
+	s.replayTimeout = 500 * time.Millisecond
+	st, pub := addTarget(t, zctx, s, SubscriberConfig{ReplayEndpoint: rs.endpoint, MaxMessageBytes: limit})
+	pub.publish("kv", 0, 1, 3)
+	waitFor(t, "seq 3", func() bool { return st.Stats().LastSeq == 3 })
+	stats := st.Stats()
+	if stats.Trusted || stats.ReplaysFailed != 1 || stats.ReplaysOK != 0 || residentOn(ix, 0, 2) || !residentOn(ix, 0, 3) {
+		t.Fatalf("unexpected stats %+v", stats)
+	}
+}
+
+func TestSubscriberQueueBound(t *testing.T) {
+	// While the applier waits for a replay, the reader goes on draining the socket into the queue, which
+	// holds at most MaxQueueBytes (payload plus queuedOverhead per message) and the message bound. What does
+	// not fit is dropped and counted, and the applier meets a loss marker where the batches would have
+	// been: the target is untrusted at once, and the next batch's gap is replayed.
+	f := func(name string, maxQueueBytes int64, maxMsgs, pad, n int) {
+		t.Helper()
+		zctx := newTestContext(t)
+		pub := newTestPub(t, zctx, "")
+		payload := func(seq uint64) []byte { return paddedPayload(seq, pad) }
+		last := uint64(4 + n) // 0, 1, 3 | 4..4+n-1 while the replay waits | 4+n after it
+		var all []uint64
+		for seq := uint64(0); seq <= last; seq++ {
+			all = append(all, seq)
+		}
+		hold := make(chan struct{})
+		rs := serveReplay(t, zctx, replayOpts{layout: "post", seqs: all, payload: payload, hold: hold})
+		ix := NewIndex(1)
+		s := newTestSubscriber(t, ix)
+		s.replayTimeout = 20 * time.Second
+		if maxMsgs > 0 {
+			s.queueMessages = maxMsgs
+		}
+		st, err := s.Add(0, SubscriberConfig{Endpoint: pub.endpoint, ReplayEndpoint: rs.endpoint,
+			MaxMessageBytes: int64(pad) + 1024, MaxQueueBytes: maxQueueBytes})
+		if err != nil {
+			t.Fatalf("%s: cannot add: %s", name, err)
+		}
+		s.Start(context.Background())
+		pub.waitSubscribed()
+		publish := func(seqs ...uint64) {
+			for _, seq := range seqs {
+				pub.send(nil, be64(seq), payload(seq))
+			}
+		}
+		publish(0, 1, 3)
+		waitFor(t, "the replay request", func() bool { return rs.requests.Load() == 1 })
+		// What fits: the queue is FIFO and nothing leaves it while the applier waits.
+		maxBytes := maxQueueBytes
+		if maxBytes == 0 {
+			maxBytes = DefaultMaxQueueBytes
+		}
+		fits, bytes := 0, int64(0)
+		for seq := uint64(4); seq < 4+uint64(n); seq++ {
+			c := charge(payload(seq))
+			if fits == s.queueMessages || bytes+c > maxBytes {
+				break
+			}
+			fits, bytes = fits+1, bytes+c
+		}
+		if fits == n {
+			t.Fatalf("%s: BUG in the test: everything fits", name)
+		}
+		for seq := uint64(4); seq < 4+uint64(n); seq++ {
+			publish(seq)
+		}
+		waitFor(t, "the drops", func() bool { return st.Stats().QueueDrops == uint64(n-fits) })
+		q := s.workers[0].q
+		if msgs, b := q.usage(); msgs != fits || b != bytes {
+			t.Fatalf("%s: queue holds %d messages, %d bytes; want %d, %d", name, msgs, b, fits, bytes)
+		}
+		if st.Trusted() || st.Reason() != ReasonGap {
+			// Untrusted by the replay in progress.
+			t.Fatalf("%s: trusted=%v reason=%s during the replay", name, st.Trusted(), st.Reason())
+		}
+		close(hold)
+		lastKept := 4 + uint64(fits) - 1
+		// The batches that fit are applied (each one trusts the target again), then the loss marker after
+		// them untrusts it, although every batch applied so far was contiguous.
+		waitFor(t, "the loss marker", func() bool { return st.Stats().LastSeq == lastKept && st.Reason() == ReasonGap })
+		if st.Trusted() {
+			t.Fatalf("%s: trusted after the queue dropped batches", name)
+		}
+		publish(last)
+		waitFor(t, "trusted after replaying the drops", func() bool { return st.Stats().LastSeq == last && st.Trusted() })
+		stats := st.Stats()
+		if stats.Gaps != 2 || stats.ReplaysOK != 2 || stats.LostBatches != 1+uint64(n-fits) || stats.QueueDrops != uint64(n-fits) {
+			t.Fatalf("%s: unexpected stats %+v", name, stats)
+		}
+		for seq := uint64(0); seq <= last; seq++ {
+			if !residentOn(ix, 0, seq) {
+				t.Fatalf("%s: block of seq %d is not resident", name, seq)
+			}
+		}
+	}
+	f("bytes", 1<<20, 0, 64<<10, 40)
+	f("messages", 0, 50, 16, 200)
+}
+
+func TestSubscriberForgedSequence(t *testing.T) {
+	// A peer that reaches a bound SUB can publish with any sequence. One forged message near 2^64 between
+	// two batches of the real publisher costs one batch interval of trust and no counter but
+	// ImplausibleJumps; two in a row make the real publisher's next batch look like a restart, which
+	// clears the target and recovers. lost_batches never moves.
+	forgedBlock := []uint32{66, 66}
+	f := func(forged []uint64, wantResidentFrom uint64, wantGaps, wantRestarts uint64) {
+		t.Helper()
+		zctx := newTestContext(t)
+		ix := NewIndex(1)
+		s := newTestSubscriber(t, ix)
+		st, real := addTarget(t, zctx, s, SubscriberConfig{Mode: "bind"})
+		forger := newTestPub(t, zctx, s.workers[0].cfg.Endpoint)
+		forger.waitSubscribed()
+		var seqs []uint64
+		for seq := uint64(0); seq < 20; seq++ {
+			seqs = append(seqs, seq)
+		}
+		real.publish("", seqs[:10]...)
+		waitFor(t, "seq 9", func() bool { return st.Stats().LastSeq == 9 })
+		for _, seq := range forged {
+			forger.send(nil, be64(seq), batchOf(storedEvent([]uint64{666}, 0, forgedBlock, 2)))
+		}
+		waitFor(t, "the forged messages", func() bool { return st.Stats().ImplausibleJumps == uint64(len(forged)) })
+		real.publish("", seqs[10:]...)
+		waitFor(t, "trusted at seq 19", func() bool { return st.Stats().LastSeq == 19 && st.Trusted() })
+		stats := st.Stats()
+		if stats.LostBatches != 0 || stats.Gaps != wantGaps || stats.Restarts != wantRestarts || stats.ImplausibleJumps != uint64(len(forged)) {
+			t.Fatalf("forged %v: unexpected stats %+v", forged, stats)
+		}
+		for seq := uint64(0); seq < 20; seq++ {
+			if got, want := residentOn(ix, 0, seq), seq >= wantResidentFrom; got != want {
+				t.Fatalf("forged %v: block of seq %d resident=%v; want %v", forged, seq, got, want)
+			}
+		}
+		if out, _ := matchAll(ix, forgedBlock, 1); out[0] != 0 {
+			t.Fatalf("forged %v: the forged block is resident", forged)
+		}
+	}
+	// Ignored: the real publisher goes on from 9 and the index never changed.
+	f([]uint64{math.MaxUint64 - 4}, 0, 0, 0)
+	// Followed: the stream resynchronises to the forged run (cleared), then the real publisher's 10 is a
+	// restart (cleared again) and 11 trusts the target.
+	f([]uint64{math.MaxUint64 - 4, math.MaxUint64 - 3}, 10, 1, 1)
+	// Up to 2^64-1, where lastSeq+1 wraps to 0.
+	f([]uint64{math.MaxUint64 - 1, math.MaxUint64}, 10, 1, 1)
+}
+
+func TestSubscriberFramesAndTopics(t *testing.T) {
+	// A message of many frames is garbage and only one frame of it is held at a time; a long topic under
+	// MaxMessageBytes is received, not queued, and ignored.
+	zctx := newTestContext(t)
+	ix := NewIndex(1)
+	s := newTestSubscriber(t, ix)
+	st, pub := addTarget(t, zctx, s, SubscriberConfig{MaxMessageBytes: 64 << 10})
+	pub.publish("", 0)
+	frames := [][]byte{nil, be64(1), seqPayload(1)}
+	for i := 0; i < 100; i++ {
+		frames = append(frames, make([]byte, 32<<10))
+	}
+	pub.send(frames...)
+	pub.send(make([]byte, 60<<10), be64(1), seqPayload(1))
+	waitFor(t, "seq 1", func() bool { return st.Stats().LastSeq == 1 })
+	stats := st.Stats()
+	if !stats.Trusted || stats.GarbageFrames != 1 || stats.Batches != 2 || stats.Disconnects != 0 || !residentOn(ix, 0, 1) {
+		t.Fatalf("unexpected stats %+v", stats)
+	}
 }
