@@ -108,14 +108,6 @@ func TestAllocsPrecisePick(t *testing.T) {
 	}
 }
 
-// readAndPrepare runs the request path up to the pick on a call: body read, parse, route, rank.
-func readAndPrepare(c *call, ctx *fasthttp.RequestCtx) *apiError {
-	if e := c.readBody(ctx); e != nil {
-		return e
-	}
-	return c.prepare(ctx)
-}
-
 // TestHugeRequestBuffersNotPooled: a call that handled a huge body goes back to the pool without its large
 // buffers, so the pool never pins them.
 func TestHugeRequestBuffersNotPooled(t *testing.T) {

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // fakeUpstream is an OpenAI-compatible upstream on loopback built on net/http, whose request context is
@@ -236,3 +238,14 @@ func fire(url, body string) {
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// readAndPrepare runs the request path up to the pick on a call: body read, parse, route, rank.
+// Memory the call held for the previous run is given back first, as release would.
+func readAndPrepare(c *call, ctx *fasthttp.RequestCtx) *apiError {
+	c.g.bodyMem.Add(-c.held)
+	c.held = 0
+	if e := c.readBody(ctx); e != nil {
+		return e
+	}
+	return c.prepare(ctx)
+}

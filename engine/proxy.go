@@ -69,6 +69,9 @@ type call struct {
 
 	watch  clientWatch
 	errBuf []byte
+	// scratch formats numbers and addresses for the upstream request (a stack array would escape through
+	// the bufio.Writer's io.Writer).
+	scratch []byte
 
 	tokens    []uint32 // x-rolter-vllm-token-ids
 	kvScratch kvindex.Scratch
@@ -767,8 +770,8 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) er
 			bw.Write(xff)
 			bw.WriteString(", ")
 		}
-		var ip [64]byte
-		bw.Write(appendClientIP(ip[:0], ctx))
+		c.scratch = appendClientIP(c.scratch[:0], ctx)
+		bw.Write(c.scratch)
 		bw.WriteString("\r\n")
 	}
 	bw.WriteString("X-Request-Id: ")
@@ -781,8 +784,8 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) er
 		size += len(t.modelJSON) - (me - ms)
 	}
 	bw.WriteString("\r\nContent-Length: ")
-	var num [20]byte
-	bw.Write(strconv.AppendInt(num[:0], int64(size), 10))
+	c.scratch = strconv.AppendInt(c.scratch[:0], int64(size), 10)
+	bw.Write(c.scratch)
 	bw.WriteString("\r\n\r\n")
 	if splice {
 		bw.Write(body[:ms])

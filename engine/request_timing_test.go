@@ -51,7 +51,7 @@ func BenchmarkRoutingPath(b *testing.B) {
 			b.SetBytes(int64(len(chat20)))
 			for b.Loop() {
 				c.route = nil
-				if e := c.prepare(ctx); e != nil {
+				if e := readAndPrepare(c, ctx); e != nil {
 					b.Fatal(e.message)
 				}
 			}
