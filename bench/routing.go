@@ -110,7 +110,7 @@ const (
 	engineBlocks                      = 2048 // per engine: the GSP working set (64 × 128 blocks) is 4× one engine
 	mtUsers, mtRounds                 = 32, 8
 	mtHistory                         = 1024
-	hotPrefix, hotRequests            = 8192, 512 // routing-anchors.md "Implications" 6: one 8k-token prefix
+	hotPrefix, hotRequests            = 8192, 512 // docs/architecture.md, "Goals the benchmarks check", goal 2
 )
 
 // RoutingWorkload returns the workload of a scenario at a scale.

@@ -7,7 +7,8 @@ import (
 
 // admission caps the requests in flight to one provider ([queue] max_inflight_per_target) with a bounded
 // wait queue (max_waiting_per_target, wait_timeout_secs). A full queue is answered at once with 429, never
-// an unbounded pile-up (gateway-anchors.md section 4: LiteLLM and Bifrost queues that grow without bound).
+// an unbounded pile-up (peer gateways grew memory to OOM under sustained load, e.g. BerriAI/litellm#12685;
+// docs/architecture.md, "Peer gateways' failure reports we design against").
 // The slot counter is the provider's in-flight counter itself, so the cap and the load strategies see the
 // same number.
 type admission struct {

@@ -11,7 +11,7 @@ import (
 	"github.com/rolter-ai/rolter/kvindex"
 )
 
-// TestAllocsRoutingPath pins ../shared/STYLE.md habit 1 for the request path up to the pick: body parse,
+// TestAllocsRoutingPath pins the allocation contract of the request path up to the pick: body parse,
 // prompt key, route lookup, eligibility and strategy ranking allocate nothing for a 20-message chat body.
 func TestAllocsRoutingPath(t *testing.T) {
 	for _, strategy := range []string{"round_robin", "random", "weighted", "least_load", "power_of_two"} {
@@ -133,9 +133,9 @@ func TestHugeRequestBuffersNotPooled(t *testing.T) {
 	}
 }
 
-// TestAllocsScanRequest pins ../shared/STYLE.md habit 1 for the request scan: validating a body and reading
+// TestAllocsScanRequest pins the allocation contract of the request scan: validating a body and reading
 // its model and prompt key allocate nothing once the key buffer and the model scratch have grown, whatever
-// the body's size or number of values (no value tree: ../shared/DESIGN.md "Prompt key").
+// the body's size or number of values (no value tree: docs/architecture.md, "Request path").
 func TestAllocsScanRequest(t *testing.T) {
 	f := func(name, body string, ep endpoint) {
 		t.Helper()

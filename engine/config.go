@@ -16,7 +16,7 @@ import (
 	"github.com/rolter-ai/rolter/kvindex"
 )
 
-// Config is the decoded rolter.toml. Field names are the TOML keys (../shared/DESIGN.md section 2);
+// Config is the decoded rolter.toml. Field names are the TOML keys (configs/rolter.example.toml);
 // defaults are applied by ParseConfig, so a Config returned from it is complete and valid.
 type Config struct {
 	Server        ServerConfig     `toml:"server"`
@@ -70,7 +70,7 @@ type ProviderConfig struct {
 	LMCache   *LMCacheConfig    `toml:"lmcache"`
 }
 
-// KVEventsConfig is a provider's vLLM KV-event stream (../shared/DESIGN.md section 4).
+// KVEventsConfig is a provider's vLLM KV-event stream (docs/architecture.md, "KV-event path").
 type KVEventsConfig struct {
 	Endpoint       string  `toml:"endpoint"`
 	Topic          string  `toml:"topic"`
@@ -189,7 +189,8 @@ type QueueConfig struct {
 	RetryAfterSecs       float64 `toml:"retry_after_secs"`
 }
 
-// DefaultConfig returns a config with every default of ../shared/DESIGN.md section 2 and no providers or routes.
+// DefaultConfig returns a config with every default (configs/rolter.example.toml lists them) and no providers
+// or routes.
 func DefaultConfig() *Config {
 	return &Config{
 		Server: ServerConfig{

@@ -11,7 +11,7 @@ import (
 
 // apiError is an error answered to a client in OpenAI's shape:
 // {"error":{"message":...,"type":...,"param":...,"code":"..."}} with a string code
-// (../shared/DESIGN.md section 2 "HTTP"; research/gateway-anchors.md section 3).
+// (README "Reliability"; OpenAI's shape: developers.openai.com/docs/guides/error-codes).
 type apiError struct {
 	status  int
 	typ     string

@@ -15,7 +15,7 @@ import (
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
-// Target states behind eligibility (../shared/DESIGN.md section 3): Eligible = healthy AND not cooling
+// Target states behind eligibility (docs/architecture.md, "Eligibility"): Eligible = healthy AND not cooling
 // down AND circuit not open. All three are per provider (one engine), flat atomics read on every request;
 // transitions happen on the failure path or in the health checker and are logged and counted.
 //

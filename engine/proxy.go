@@ -18,7 +18,8 @@ import (
 
 // call is the state of one proxied request. It is pooled: acquired when a request arrives and released
 // when its response is finished - after the handler returns for a streamed body, since it is the body
-// stream the server reads (Read + CloseWithError, libraries.md section 1 "Metering").
+// stream the server reads (Read + CloseWithError; docs/architecture.md, "fasthttp behaviours we work
+// around").
 type call struct {
 	g       *Gateway
 	snap    *Snapshot
@@ -212,9 +213,10 @@ type attemptResult struct {
 }
 
 // run sends the request to the ranked targets until one answers, retrying connect errors, resets and
-// 5xx/429 answers on the next candidate - only before any byte reached the client, never after the client
-// left (../shared/STYLE.md habit 7). A candidate that became ineligible meanwhile (just marked down, cooling,
-// circuit open) is skipped, as is one whose concurrency cap and wait queue are full.
+// 5xx/429 answers on the next candidate - only before any byte reached the client (a retry after it would
+// duplicate output), never after the client left (nobody would read the answer). A candidate that became
+// ineligible meanwhile (just marked down, cooling, circuit open) is skipped, as is one whose concurrency cap
+// and wait queue are full.
 func (c *call) run(ctx *fasthttp.RequestCtx) {
 	cfg := &c.snap.cfg.Retry
 	var last attemptResult
@@ -920,7 +922,7 @@ var reasonBytes = func() (b [numReasons][]byte) {
 	return b
 }()
 
-// setDecisionHeaders adds the x-rolter-* headers (../shared/DESIGN.md section 2).
+// setDecisionHeaders adds the x-rolter-* headers (README "Routing").
 func (c *call) setDecisionHeaders(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Response.Header
 	h.SetCanonical(hdrRequestID, c.reqID)
@@ -960,9 +962,9 @@ func (c *call) finishUnstreamed(ctx *fasthttp.RequestCtx) {
 
 // Read is the body stream the server copies to the client. Each upstream read is returned as is, so the
 // server writes and flushes it as one chunk: SSE events reach the client as the engine produces them.
-// A stream that fails after its first byte ends with an SSE error event and no [DONE]
-// (../shared/DESIGN.md section 2); a non-SSE body that fails ends with an error, so the server closes the
-// connection and the client sees a truncated response rather than a clean one.
+// A stream that fails after its first byte ends with an SSE error event and no [DONE], on which the OpenAI
+// SDKs raise (openai-python src/openai/_streaming.py); a non-SSE body that fails ends with an error, so the
+// server closes the connection and the client sees a truncated response rather than a clean one.
 func (c *call) Read(p []byte) (int, error) {
 	if c.respOff < len(c.respBuf) {
 		n := copy(p, c.respBuf[c.respOff:])
@@ -1018,7 +1020,7 @@ func (c *call) Read(p []byte) (int, error) {
 func (c *call) endOfStream() (int, error) {
 	if c.sse && !c.sawDone() {
 		// The upstream ended the body but the SSE stream never finished: a truncated stream must not look
-		// like a successful one (gateway-anchors.md section 4, LiteLLM and Bifrost reports).
+		// like a successful one (Portkey-AI/gateway#1797 ended such streams with a clean 200).
 		return c.sseError(failReset, "upstream stream ended before its last event")
 	}
 	return 0, io.EOF

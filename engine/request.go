@@ -20,7 +20,7 @@ const (
 
 var endpointPaths = [numEndpoints]string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
 
-// Prompt key separators (../shared/DESIGN.md "Prompt key"): the role and the text of a message are split by
+// Prompt key separators (docs/architecture.md, "Prompt key"): the role and the text of a message are split by
 // keyRoleSep and every message ends with keyMsgEnd, so "user: a" + "b" and "user: ab" differ, and roles
 // cannot be confused with text. Both are ASCII control characters that JSON text would have to escape.
 const (
@@ -76,7 +76,7 @@ var promptField = [numEndpoints]string{epChat: "messages", epCompletions: "promp
 // scan validates body as JSON the way Python's json.loads (vLLM's parser, through FastAPI) accepts it and
 // fills info in one pass: the model value and its span, stream, and the prompt key appended to keyDst.
 //
-// The prompt key is the conversation itself, not the JSON (../shared/DESIGN.md "Prompt key"): for chat,
+// The prompt key is the conversation itself, not the JSON (docs/architecture.md, "Prompt key"): for chat,
 // each element of "messages" in order gives its role, keyRoleSep, its text (a string content, or the "text"
 // of each part of an array content whose "type" is "text", in order) and keyMsgEnd; for completions the
 // "prompt" string, or for a prompt array each string followed by keyMsgEnd, each number (a token id: its

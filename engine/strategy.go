@@ -20,8 +20,8 @@ const maxTargets = 64
 // the least-loaded eligible targets not tried yet.
 //
 // Implementations are safe for concurrent use and must not block, allocate, log, or keep p or out after
-// returning (../shared/STYLE.md habit 9). Ineligible targets are not in p.Eligible, so a strategy can never
-// compare them (../shared/DESIGN.md section 3).
+// returning: Rank runs on every request's routing path. Ineligible targets are not in p.Eligible, so a
+// strategy can never compare them (docs/architecture.md, "Eligibility").
 type Strategy interface {
 	Rank(p *Pick, out []int) (int, Decision)
 }
@@ -46,7 +46,7 @@ type Pick struct {
 	// circuit not open), in target order; EligibleMask has bit i set for each.
 	Eligible     []int
 	EligibleMask uint64
-	// Key is the prompt key (../shared/DESIGN.md "Prompt key").
+	// Key is the prompt key (docs/architecture.md, "Prompt key").
 	Key []byte
 	// SessionID is the x-session-id header, if any.
 	SessionID []byte
@@ -134,7 +134,8 @@ type buildEnv struct {
 	kv  *kvState
 }
 
-// strategies is the name -> constructor table (no registry magic: ../shared/research/aesthetics-anchors.md 6.3).
+// strategies is the name -> constructor table: a plain map, no registration from init functions, so every
+// strategy is listed here and config validation knows them all.
 var strategies = map[string]strategySpec{
 	"round_robin":  {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return &roundRobin{}, nil }},
 	"random":       {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return randomPick{}, nil }},
@@ -179,7 +180,7 @@ var strategies = map[string]strategySpec{
 }
 
 // leastLoaded returns the eligible target with the smallest Load, breaking ties uniformly at random so a
-// burst of requests at equal load does not all go to the first target (routing-anchors.md section 8.6).
+// burst of requests at equal load does not all go to the first target (sgl-project/sglang#6164).
 func leastLoaded(p *Pick) (best int, minLoad int64) {
 	targets := p.Route.Targets
 	best, minLoad = -1, 0

@@ -7,12 +7,12 @@ import (
 	"github.com/rolter-ai/rolter/trie"
 )
 
-// Defaults of the cache strategies (../shared/seed/cache-aware-routing.txt).
+// Defaults of the cache strategies (docs/architecture.md, "Routing rules").
 const (
 	defaultThreshold    = 0.5
 	defaultMaxTrieNodes = trie.DefaultMaxNodes
 	// defaultMaxTrieBytes bounds each target's trie in stored prompt bytes as well as nodes, so memory has a
-	// ceiling in bytes per target whatever the prompt sizes (routing-anchors.md "Implications", goal 9).
+	// ceiling in bytes per target whatever the prompt sizes (docs/architecture.md, "Memory bounds").
 	// A gateway's routes get smaller ceilings from trieShare; these apply where no config sized them.
 	defaultMaxTrieBytes = 256 << 20
 )
@@ -48,7 +48,7 @@ func newTries(n int, p RouteParams) []*trie.Trie {
 // queue at the replica that holds the cache is worth waiting in, a long one is not, so a burst sharing one
 // system prompt spreads over the fleet while each conversation's turns keep their replica. Ties (equal best
 // scores, equal loads, equal trie sizes) are broken at random so bursts do not all land on the first target
-// (routing-anchors.md section 8.6). Only eligible targets are compared.
+// (sgl-project/sglang#6164). Only eligible targets are compared.
 type cacheAware struct {
 	threshold float64
 	tries     []*trie.Trie // one per target, same index as Route.Targets
@@ -89,8 +89,8 @@ func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
 		// The longest match among the targets that clear the threshold and are not overloaded; equal
 		// matches go to the less loaded, then by chance. When the best match is not overloaded this is the
 		// seed rule's pin; when it is, a second replica that already holds the prefix takes the request
-		// before a cold one (affinity-preserving rebalancing: routing-anchors.md "Implications", features 2
-		// and 3; sglang #32195), so a hot group does not scatter over the fleet.
+		// before a cold one (affinity-preserving rebalancing, asked for in sgl-project/sglang#32195), so a
+		// hot group does not scatter over the fleet.
 		best, bestM, bestLoad, ties := -1, 0, int64(0), uint64(0)
 		for k, i := range p.Eligible {
 			m, l := mbuf[k], lbuf[k]

@@ -39,7 +39,7 @@ func (s *lmcacheSource) get(now int64) (occupancy float64, available, ok bool) {
 // lmcacheAware prefers eligible targets whose LMCache reports cache_available, the lowest occupancy first
 // (ties by load), unless that target is overloaded (cache_aware's rule). Targets without a source, or with a
 // failed or stale one, are neutral: they neither win nor lose on cache. With no available target it is least
-// load over the targets not known to be unavailable (../shared/seed/cache-aware-routing.txt).
+// load over the targets not known to be unavailable (docs/architecture.md, "Routing rules").
 type lmcacheAware struct{}
 
 func (lmcacheAware) Rank(p *Pick, out []int) (int, Decision) {

@@ -136,7 +136,7 @@ func registerKVMetrics(set *telemetry.Set, target string, st *kvindex.Stream) {
 // on its GPU, from vLLM's KV events (x-rolter-vllm-token-ids carries the ids). Same threshold and overload
 // rule as cache_aware. A target whose event stream is not trusted (gap, restart, malformed, stale) scores
 // as unknown and cannot win on cache; with no trusted target, no ids or malformed ids it is least load, and
-// x-rolter-decision says which (../shared/DESIGN.md section 3).
+// x-rolter-decision says which (docs/architecture.md, "Routing rules").
 type preciseCacheAware struct {
 	threshold float64
 	kv        *kvState

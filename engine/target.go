@@ -16,7 +16,8 @@ import (
 
 // Provider is the state shared by every target that points at one upstream engine: its connection pool,
 // its in-flight counter (the load every strategy reads), and later its health. Config is in cfg; the
-// mutable state is flat, padded atomics (../shared/STYLE.md habit 6).
+// mutable state is flat, padded atomics, read on every routing decision (docs/architecture.md,
+// "Concurrency rules").
 type Provider struct {
 	Name      string
 	nameBytes []byte
@@ -48,10 +49,10 @@ type Provider struct {
 
 // Load is the number of requests in flight from this gateway to the provider, plus - with [metrics_scrape]
 // on and fresh - the engine's queue beyond them: its running + waiting requests minus this gateway's
-// in-flight count when that scrape was read, i.e. other clients' load (../shared/DESIGN.md section 3). Our
+// in-flight count when that scrape was read, i.e. other clients' load (docs/architecture.md, "Load"). Our
 // own requests are counted once, by the fresh in-flight counter (updated at dispatch, not every scrape
-// interval: routing-anchors.md section 8.2), so a stale scrape never makes a replica look busier than our
-// own traffic made it.
+// interval: routers whose load counters lagged sent every request to one worker, smg-project/smg#1714),
+// so a stale scrape never makes a replica look busier than our own traffic made it.
 func (p *Provider) Load() int64 {
 	l := p.inflight.Load()
 	if p.engineLoad != nil {

@@ -22,8 +22,9 @@ import (
 // non-streaming request goes away, while the handler is still waiting for the response headers, so the
 // engine stops generating (HostClient never exposes the connection of an in-flight request), and (2) bound
 // the wait for headers and each gap between body reads separately (HostClient's read deadline stays active
-// for the whole streamed body, capping long generations; libraries.md section 1 "Timeouts"). So this pool
-// owns the connections and reuses fasthttp's HTTP/1.1 response parser and body streams on them.
+// for the whole streamed body, capping long generations: fasthttp client.go field docs of ReadTimeout and
+// DoDeadline; docs/architecture.md, "fasthttp behaviours we work around"). So this pool owns the
+// connections and reuses fasthttp's HTTP/1.1 response parser and body streams on them.
 //
 // upstream is safe for concurrent use.
 type upstream struct {
@@ -65,7 +66,7 @@ func newUpstream(name, apiBase string, maxConns int, t TimeoutsConfig) (*upstrea
 		headersWait: secs(t.HeadersSecs),
 		idleGap:     secs(t.IdleSecs),
 		// Below uvicorn's default keep-alive of 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE), so a pooled connection is
-		// not reused just as vLLM closes it (libraries.md section 1, fasthttp issues #818, #1892).
+		// not reused just as vLLM closes it (vLLM vllm/envs.py; fasthttp issues #818, #1892).
 		maxIdleAge: 4 * time.Second,
 		maxConns:   int64(maxConns),
 	}

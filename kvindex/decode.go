@@ -329,8 +329,8 @@ func (d *Decoder) readEvent(b []byte) (_ []byte, skipped bool, err error) {
 	}
 }
 
-// readArrayEvent decodes a tagged positional event: [tag, fields...] (msgspec array_like, section 2.4 of
-// research/vllm-wire.md). Missing trailing fields are nil; unknown trailing fields are skipped.
+// readArrayEvent decodes a tagged positional event: [tag, fields...] (msgspec array_like; the eras are in
+// doc.go). Missing trailing fields are nil; unknown trailing fields are skipped.
 func (d *Decoder) readArrayEvent(b []byte) ([]byte, bool, error) {
 	n, b, err := readArrayHeader(b)
 	if err != nil {

@@ -12,7 +12,7 @@
 //	Index.Match(tokens) walks the request's blocks once for all targets.
 //
 // Own keys. vLLM's block hashes depend on PYTHONHASHSEED, the hash algorithm and the vLLM version, and are
-// random per process by default (research/vllm-wire.md section 3), so the index never uses them as keys.
+// random per process by default (vllm/v1/core/kv_cache_utils.py), so the index never uses them as keys.
 // Every BlockStored event carries the blocks' token ids; the index keys a block by its own chain
 // key_i = xxhash64(key_{i-1} as 8 little-endian bytes ++ the block's token ids as 4 little-endian bytes
 // each), key_{-1} = RootKey, full blocks only (BlockKeys). The request path computes the same keys from the

@@ -336,8 +336,8 @@ func (ti *TargetIndex) BlockStored(ev *BlockStored) {
 	if ev.HasParent {
 		idx, ok := ti.lookup(ev.Parent ^ salt)
 		if !ok {
-			// DESIGN.md section 4: never guess a key. If the index did not drop the parent itself, events
-			// were missed and the Stream treats the target like one with a gap.
+			// Never guess a key (docs/architecture.md, "KV-event path"). If the index did not drop the
+			// parent itself, events were missed and the Stream treats the target like one with a gap.
 			ti.c.unknownParents.Add(1)
 			if ti.synced && !ti.wasDropped(ev.Parent^salt) {
 				ti.missed = true

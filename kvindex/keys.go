@@ -9,8 +9,8 @@ import (
 // RootKey is the parent key of the first block of every sequence.
 //
 // Own keys never use vLLM's hashes: those depend on PYTHONHASHSEED, the hash algorithm and the vLLM
-// version (research/vllm-wire.md section 3); the token ids in every BlockStored event let us compute a key
-// that is the same for every engine and for the request path.
+// version (vllm/v1/core/kv_cache_utils.py; docs/architecture.md, "KV-event path"); the token ids in every
+// BlockStored event let us compute a key that is the same for every engine and for the request path.
 const RootKey uint64 = 0x726f6c7465726b76 // "rolterkv"
 
 // keyBufTokens is the number of tokens hashed per Digest.Write; it bounds the on-stack chunk buffer.

@@ -18,8 +18,8 @@ import (
 )
 
 // Socket tuning. The receive timeout bounds how long Stop waits for a goroutine blocked in Recv
-// (libzmq offers no other way to interrupt it short of terminating the context; research/libraries.md
-// section 4).
+// (libzmq offers no other way to interrupt it short of terminating the context, which waits for every
+// socket to close; docs/architecture.md, "libzmq and pebbe/zmq4 facts").
 const (
 	recvTimeout = 250 * time.Millisecond
 	// rcvHWM is libzmq's queue in front of the target's msgQueue, in messages: libzmq cannot bound it in
@@ -503,8 +503,8 @@ type zmqReplayer struct {
 }
 
 // Replay implements Replayer: it sends ["", start as 8-byte big-endian] and reads replies until the end
-// marker, accepting both layouts (research/vllm-wire.md section 1.3): ["", seq, payload] before
-// vllm-project/vllm#45177 and ["", topic, seq, payload] since.
+// marker, accepting both layouts (docs/architecture.md, "Facts about vLLM's KV-event wire format"):
+// ["", seq, payload] before vllm-project/vllm#45177 and ["", topic, seq, payload] since.
 func (r *zmqReplayer) Replay(start uint64, fn func(seq uint64, payload []byte)) error {
 	w := r.w
 	err := w.replay(start, fn)

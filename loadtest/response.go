@@ -10,7 +10,7 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// Response headers the harness reads (../shared/DESIGN.md section 2).
+// Response headers the harness reads (README "Routing").
 const (
 	TargetHeader      = "X-Rolter-Target"
 	DecisionHeader    = "X-Rolter-Decision"

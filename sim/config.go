@@ -9,7 +9,8 @@ import (
 	"time"
 )
 
-// Era selects the KV-event encoding of one vLLM generation (research/vllm-wire.md §2.4).
+// Era selects the KV-event encoding of one vLLM generation (docs/architecture.md, "Facts about
+// vLLM's KV-event wire format").
 //
 // The zero value is EraMap, the newest format.
 type Era int
@@ -69,7 +70,8 @@ func ParseEra(s string) (Era, error) {
 	return 0, fmt.Errorf("cannot parse kv event era %q: want one of %s", s, strings.Join(eraNames[:], ", "))
 }
 
-// HashMode selects how block hashes travel on the wire (research/vllm-wire.md §2.5).
+// HashMode selects how block hashes travel on the wire (docs/architecture.md, "Facts about
+// vLLM's KV-event wire format").
 type HashMode int
 
 const (
@@ -91,7 +93,8 @@ func (m HashMode) String() string {
 	return fmt.Sprintf("HashMode(%d)", int(m))
 }
 
-// ReplayLayout selects the frames of a replay reply (research/vllm-wire.md §1.3).
+// ReplayLayout selects the frames of a replay reply (docs/architecture.md, "Facts about vLLM's
+// KV-event wire format").
 type ReplayLayout int
 
 const (

@@ -59,8 +59,8 @@
 // by running requests / NumBlocks, as vLLM counts unpinned cached blocks as free),
 // vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (tokens, with *_created
 // families) and vllm:cache_config_info, labelled engine (EngineLabel) and model_name, with
-// # HELP / # TYPE lines and Python-style floats like prometheus_client (research/vllm-wire.md
-// §5, TV9).
+// # HELP / # TYPE lines and Python-style floats like prometheus_client (docs/architecture.md,
+// "Facts about engine metrics"; test vector TV9).
 //
 // # KV events
 //
@@ -69,9 +69,9 @@
 // events (events within BatchWindow, default 2ms, share a batch). The PUB binds for endpoints
 // with "*" or "::" (and ipc://, inproc://) and connects otherwise, like vLLM. Hashes are the
 // last 8 digest bytes as a msgpack uint (HashInt, default) or the 32-byte digest as bin
-// (HashBytes). The encoder writes msgspec's bytes exactly (tests hold research/vllm-wire.md
-// TV2-TV7): smallest int forms, float64 ts, map headers sized for the written keys. Eras
-// (--kv-era), newest first, with positional BlockStored/BlockRemoved lengths:
+// (HashBytes). The encoder writes msgspec's bytes exactly (tests hold the test vectors TV2-TV7
+// of docs/architecture.md): smallest int forms, float64 ts, map headers sized for the written
+// keys. Eras (--kv-era), newest first, with positional BlockStored/BlockRemoved lengths:
 //
 //	map          tagged maps (#42892, v0.26): BlockStored 11 keys, BlockRemoved 4
 //	map-minimal  tagged maps without extra_keys/group_idx/kv_cache_spec_kind (8 / 3 keys)

@@ -6,11 +6,12 @@ import (
 	"github.com/tinylib/msgp/msgp"
 )
 
-// The KV event encoder. It writes what msgspec writes for vLLM's structs
-// (research/vllm-wire.md §2.1-2.4): the batch is always a positional array; events are tagged
-// arrays carrying every field of their era, or tagged maps that always carry the fields without
-// defaults and skip defaulted fields equal to their default (nil). Ints take the smallest form,
-// non-negative ones unsigned; floats are float64.
+// The KV event encoder. It writes what msgspec writes for vLLM's structs (jcrist/msgspec
+// src/msgspec/_core.c; docs/architecture.md, "Facts about vLLM's KV-event wire format"): the
+// batch is always a positional array; events are tagged arrays carrying every field of their
+// era, or tagged maps that always carry the fields without defaults and skip defaulted fields
+// equal to their default (nil). Ints take the smallest form, non-negative ones unsigned; floats
+// are float64.
 
 // format lists which fields an era's structs declare.
 type format struct {

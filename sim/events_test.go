@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// Vectors from research/vllm-wire.md §8 (derived with python3-msgpack, which makes msgspec's
-// byte choices).
+// Test vectors of docs/architecture.md, "Test vectors" (derived with python3-msgpack, which makes
+// msgspec's byte choices).
 const (
 	tv2 = "92cb41d954fc402000009396ab426c6f636b53746f726564912ac092010202c092ac426c6f636b52656d6f766564912a" +
 		"91b0416c6c426c6f636b73436c6561726564"
@@ -153,7 +153,7 @@ func TestEraNames(t *testing.T) {
 	if _, err := ParseEra("bogus"); err == nil || !strings.Contains(err.Error(), "positional") {
 		t.Fatalf("ParseEra(bogus) error = %v", err)
 	}
-	// Positional lengths of research/vllm-wire.md §2.4.
+	// Positional lengths of each era (docs/architecture.md, "Facts about vLLM's KV-event wire format").
 	f := func(e Era, stored, removed int) {
 		t.Helper()
 		h := []blockHash{intHash(1)}

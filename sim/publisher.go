@@ -224,9 +224,9 @@ func (p *publisher) send(s *zmq.Socket, frames ...[]byte) error {
 
 // serveReplay answers replay requests: the ROUTER receives [identity, "", start seq (big
 // endian)] and sends every buffered batch with seq >= start, then the end marker. Layouts
-// (research/vllm-wire.md §1.3): new [identity, "", topic, seq, payload] … [identity, "", "",
-// END, ""]; old [identity, "", seq, payload] … [identity, "", END, ""]. Other requests are
-// ignored, as vLLM logs and ignores them.
+// (vllm/distributed/kv_events.py; the new one since vllm-project/vllm#45177): new [identity,
+// "", topic, seq, payload] … [identity, "", "", END, ""]; old [identity, "", seq, payload] …
+// [identity, "", END, ""]. Other requests are ignored, as vLLM logs and ignores them.
 func (p *publisher) serveReplay() {
 	e := p.e
 	defer e.wg.Done()

@@ -2,17 +2,17 @@
 // gateway's own metrics.
 //
 // Engine load: a Scraper polls an engine's Prometheus /metrics (vLLM names first, SGLang names as a
-// fallback; research/vllm-wire.md §5) and stores running and waiting requests and KV-cache usage in an
-// EngineLoad, which routing folds into Load(t) when `[metrics_scrape]` is on. The body is read with a
-// zero-allocation Prometheus text parser (ParseLine, Scanner) in the style of VictoriaMetrics
-// lib/protoparser/prometheus.
+// fallback; docs/architecture.md, "Facts about engine metrics") and stores running and waiting requests
+// and KV-cache usage in an EngineLoad, which routing folds into Load(t) when `[metrics_scrape]` is on. The
+// body is read with a zero-allocation Prometheus text parser (ParseLine, Scanner) in the style of
+// VictoriaMetrics lib/protoparser/prometheus.
 //
 // LMCache: an LMCachePoller polls a status endpoint returning {"occupancy": 0..1, "cache_available":
 // bool} into a CacheStatus for the `lmcache_aware` strategy.
 //
 // Both pollers share one shape: one goroutine per target with Start and Stop, at most one request in
-// flight, a timeout on every request, the egress policy checked before every request, and a failed
-// poll that invalidates the target's state at once. State readers (EngineLoad.Queue, CacheStatus.Get)
-// take the caller's clock and a maximum age, so a failed or stale source contributes nothing rather
-// than a stale number.
+// flight, a timeout on every request, an optional Check hook called with the URL before every request (for
+// an egress policy; the engine sets none yet), and a failed poll that invalidates the target's state at
+// once. State readers (EngineLoad.Queue, CacheStatus.Get) take the caller's clock and a maximum age, so a
+// failed or stale source contributes nothing rather than a stale number.
 package telemetry

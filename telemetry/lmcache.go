@@ -12,8 +12,9 @@ import (
 )
 
 // CacheStatus is the state of one target's LMCache controller as last polled: how full the cache is
-// and whether it takes new entries. It feeds the `lmcache_aware` strategy (seed/cache-aware-routing.txt:
-// "prefer available targets with more free cache capacity; failed and stale controllers are neutral").
+// and whether it takes new entries. It feeds the `lmcache_aware` strategy, which prefers available targets
+// with more free cache capacity and treats failed and stale controllers as neutral (docs/architecture.md,
+// "Routing rules").
 // One LMCachePoller writes it; routing reads it.
 //
 // All methods are safe for concurrent use and do not allocate. A CacheStatus must not be copied.

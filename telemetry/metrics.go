@@ -15,7 +15,7 @@ import (
 
 // Every metric the gateway exports is named here, once (the README's Metrics section lists the same names
 // and labels). Handles are created when a config snapshot is built and kept by the route or target, so the
-// request path never looks a metric up by name (../shared/STYLE.md habit 6).
+// request path never looks a metric up by name.
 const (
 	// Per route and target (target = provider name).
 	mRequests        = "rolter_requests_total"              // {route,target,code}
@@ -281,6 +281,7 @@ type Global struct {
 	badRequests     *lazyCounters
 	admissionGlobal *metrics.Counter
 	admissionTarget *metrics.Counter
+	admissionMemory *metrics.Counter
 
 	clientConns    atomic.Int64
 	clientRejected *lazyCounters
@@ -297,11 +298,15 @@ var badRequestCodes = []string{
 	"request_too_large", "unsupported_media_type", "header_too_large", "not_found", "duplicate_model", "bad_request",
 }
 
-// Admission counts a request refused by admission control ("global" or "target").
+// Admission counts a request refused by admission control: "global" (queue.max_inflight), "target" (a
+// target's cap and queue) or "body_memory" (server.max_body_memory_bytes).
 func (g *Global) Admission(scope string) {
-	if scope == "global" {
+	switch scope {
+	case "global":
 		g.admissionGlobal.Inc()
-	} else {
+	case "body_memory":
+		g.admissionMemory.Inc()
+	default:
 		g.admissionTarget.Inc()
 	}
 }
@@ -323,6 +328,7 @@ func NewGlobal(version string, start time.Time, draining func() bool) *Global {
 		badRequests:     newLazyCounters(metrics.GetDefaultSet(), mBadRequests, "", "code", badRequestCodes),
 		admissionGlobal: metrics.GetOrCreateCounter(mAdmission + `{scope="global"}`),
 		admissionTarget: metrics.GetOrCreateCounter(mAdmission + `{scope="target"}`),
+		admissionMemory: metrics.GetOrCreateCounter(mAdmission + `{scope="body_memory"}`),
 		clientRejected:  newLazyCounters(metrics.GetDefaultSet(), mClientRejected, "", "reason", ClientRejectReasons),
 		acceptErrors:    metrics.GetOrCreateCounter(mAcceptErrors),
 	}

@@ -30,7 +30,7 @@ const (
 
 // padBytes keeps a target's scraped state on cache lines of its own: it is read on every routing
 // decision, and it usually sits in a struct next to per-request counters (in-flight, errors) that are
-// written all the time (STYLE.md habit 6).
+// written all the time.
 const padBytes = 64
 
 // EngineLoad is the engine-side load of one target as last scraped from its /metrics: requests
@@ -117,7 +117,8 @@ type LoadSample struct {
 	Source string
 }
 
-// ParseEngineLoad reads the engine load from a Prometheus text body (see research/vllm-wire.md §5).
+// ParseEngineLoad reads the engine load from a Prometheus text body (docs/architecture.md, "Facts about
+// engine metrics").
 //
 // vLLM names come first: vllm:num_requests_running, vllm:num_requests_waiting and
 // vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc of older versions when the new gauge is absent).

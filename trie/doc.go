@@ -1,7 +1,7 @@
 // Package trie holds the prompts one upstream target has served, for the
-// cache_aware strategy (DESIGN.md section 3, issue 4): a compressed (radix)
-// byte trie per target, matched lock-free on every request and updated after
-// forwarding.
+// cache_aware strategy (docs/architecture.md, "Routing rules"): a compressed
+// (radix) byte trie per target, matched lock-free on every request and
+// updated after forwarding.
 //
 //	tr := trie.New(maxNodes)       // one per target
 //	score := float64(tr.Match(key)) / float64(len(key))
