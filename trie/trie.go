@@ -116,15 +116,15 @@ func (t *Trie) Insert(key []byte) {
 	if len(key) == 0 {
 		return
 	}
-	if t.maxBytes > 0 && len(key) > t.maxBytes {
-		key = key[:t.maxBytes]
-	}
 	if len(key) > maxKeyLen {
 		key = key[:maxKeyLen]
 	}
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.maxBytes > 0 && len(key) > t.maxBytes {
+		key = key[:t.maxBytes]
+	}
 	s := t.st.Load()
 	s.reclaim(&t.readers)
 
@@ -148,6 +148,37 @@ func (t *Trie) Insert(key []byte) {
 	}
 	s.insertAt(p, key)
 	t.publish(s)
+}
+
+// SetLimits changes the ceilings (as NewLimited takes them) of a trie in use - a gateway reload that keeps a
+// target's routing memory but gives it another share - pruning the least recently inserted prompts at once
+// until the trie fits. It is safe for concurrent use; it never blocks Match.
+func (t *Trie) SetLimits(maxNodes, maxEdgeBytes int) {
+	if maxNodes <= 0 {
+		maxNodes = DefaultMaxNodes
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.maxNodes = min(maxNodes, maxNodesLimit)
+	t.maxBytes = max(maxEdgeBytes, 0)
+	s := t.st.Load()
+	s.reclaim(&t.readers)
+	pruned := false
+	for s.promptCount > 0 && (s.nodeCount > t.maxNodes || (t.maxBytes > 0 && s.edgeBytes > t.maxBytes)) {
+		s.evictOldest(rootNode)
+		t.evictions.Add(1)
+		pruned = true
+	}
+	if pruned {
+		t.publish(s)
+	}
+}
+
+// Limits returns the ceilings: nodes, and stored edge bytes (0: none).
+func (t *Trie) Limits() (maxNodes, maxEdgeBytes int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.maxNodes, t.maxBytes
 }
 
 // fits reports whether inserting key at p keeps the trie within its ceilings.

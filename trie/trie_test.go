@@ -278,3 +278,31 @@ func TestMergeJoinsEdges(t *testing.T) {
 	f("ab", "abcd", "abef", "abcdgh")    // several levels
 	f("x", "xy", "xyz", "xyzw", "xyzwv") // a chain of prompts
 }
+
+// TestSetLimits: lowering the ceilings of a trie in use prunes its oldest prompts at once, keeps the newest,
+// and later inserts obey the new ceilings.
+func TestSetLimits(t *testing.T) {
+	tr := NewLimited(1000, 0)
+	keys := []string{"alpha one", "bravo two", "charlie three", "delta four"}
+	for _, k := range keys {
+		tr.Insert([]byte(k))
+	}
+	tr.SetLimits(1000, 24)
+	if n, b := tr.Limits(); n != 1000 || b != 24 {
+		t.Fatalf("limits %d, %d", n, b)
+	}
+	st := tr.Stats()
+	if st.EdgeBytes > 24 || st.Evictions == 0 {
+		t.Fatalf("after SetLimits: %+v", st)
+	}
+	if got := tr.Match([]byte("delta four")); got != len("delta four") {
+		t.Fatalf("the newest prompt was pruned: match %d", got)
+	}
+	if got := tr.Match([]byte("alpha one")); got == len("alpha one") {
+		t.Fatal("the oldest prompt survived")
+	}
+	tr.Insert([]byte("echo five and a long tail"))
+	if st := tr.Stats(); st.EdgeBytes > 24 {
+		t.Fatalf("insert after SetLimits went over: %+v", st)
+	}
+}
