@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/sim"
 )
 
@@ -54,7 +55,7 @@ func startFleet(n int, simCfg sim.Config, strategy string, log *slog.Logger) (*f
 		c := simCfg
 		c.EngineLabel = fmt.Sprint(i)
 		c.Port = 0
-		if kvEventsBuild {
+		if kvindex.Supported {
 			c.KVEvents = "tcp://127.0.0.1:*"
 		}
 		e, err := sim.New(c)
@@ -105,7 +106,7 @@ func checkStrategy(n int, strategy string) error {
 	kv := make([]string, n)
 	for i := range urls {
 		urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 1+i)
-		if kvEventsBuild {
+		if kvindex.Supported {
 			kv[i] = fmt.Sprintf("tcp://127.0.0.1:%d", 1+i)
 		}
 	}

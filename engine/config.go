@@ -305,6 +305,15 @@ func ParseConfig(data []byte, file string) (*Config, error) {
 	return cfg, nil
 }
 
+// validateConfig checks a config, as ParseConfig does after decoding, and applies the defaults that
+// validation fills in. Problems are returned all at once; the lines of a config that did not come from a
+// file are unknown.
+func validateConfig(cfg *Config) ConfigErrors {
+	v := &validator{file: cfg.File}
+	v.validate(cfg)
+	return v.errs
+}
+
 type validator struct {
 	file  string
 	lines keyLines
@@ -518,7 +527,7 @@ func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
 		kv.StaleSecs = 30
 	}
 	v.positive(key+".stale_secs", kv.StaleSecs)
-	if !kvEventsSupported {
+	if !kvindex.Supported {
 		v.addf(key, "kv_events needs a build with cgo and libzmq; this binary was built with CGO_ENABLED=0")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rolter-ai/rolter/kvindex"
 )
 
 const goodConfig = `
@@ -218,7 +220,7 @@ strategy = "precise_cache_aware"
 provider = "a"
 `
 	_, err := ParseConfig([]byte(src), "kv.toml")
-	if kvEventsSupported {
+	if kvindex.Supported {
 		if err != nil {
 			t.Fatalf("cgo build refused kv_events: %s", err)
 		}
@@ -248,7 +250,7 @@ provider = "a"
 
 // TestKVEventsValidation: kv_events values the subscriber would refuse are refused by the config already.
 func TestKVEventsValidation(t *testing.T) {
-	if !kvEventsSupported {
+	if !kvindex.Supported {
 		t.Skip("kv_events needs cgo")
 	}
 	f := func(kv, want string) {
@@ -264,4 +266,54 @@ func TestKVEventsValidation(t *testing.T) {
 	f("endpoint = \"tcp://x:1\"\nreplay_endpoint = \"tcp://\"", "kv.toml:6: providers[0].kv_events.replay_endpoint")
 	f("endpoint = \"tcp://x:1\"\nmax_blocks = 99999999", "kv.toml:6: providers[0].kv_events.max_blocks: must be between 1 and")
 	f("endpoint = \"tcp://x:1\"\nmode = \"pull\"", "kv.toml:6: providers[0].kv_events.mode")
+}
+
+// TestEffectiveConfigRoundTrips: `rolter check -print` prints every default, strategy parameters included,
+// and what it prints loads back as the same config.
+func TestEffectiveConfigRoundTrips(t *testing.T) {
+	for _, path := range []string{"../configs/rolter.example.toml", "../configs/cache-aware.toml", "../configs/pipeline.toml"} {
+		cfg, err := LoadConfig(path)
+		if err != nil {
+			if !kvindex.Supported && strings.Contains(err.Error(), "needs a build with cgo") {
+				continue
+			}
+			t.Fatal(err)
+		}
+		eff := cfg.Effective()
+		var b strings.Builder
+		if err := eff.WriteTOML(&b); err != nil {
+			t.Fatal(err)
+		}
+		text := b.String()
+		for _, want := range []string{"max_body_bytes = 16777216", "[cooldown]", "consecutive_5xx = 5"} {
+			if !strings.Contains(text, want) {
+				t.Fatalf("%s: the effective config lacks %q:\n%s", path, want, text)
+			}
+		}
+		again, err := ParseConfig([]byte(text), "printed.toml")
+		if err != nil {
+			t.Fatalf("%s: the printed config does not load: %s\n%s", path, err, text)
+		}
+		again.File = eff.File
+		var b2 strings.Builder
+		if err := again.Effective().WriteTOML(&b2); err != nil {
+			t.Fatal(err)
+		}
+		if b2.String() != text {
+			t.Fatalf("%s: printing the printed config gives another config:\n%s\n---\n%s", path, text, b2.String())
+		}
+	}
+	cfg, err := ParseConfig([]byte(gatewayConfig("cache_aware", "", "http://127.0.0.1:1", "http://127.0.0.1:2")), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := cfg.Effective().WriteTOML(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"threshold = 0.5", "max_trie_nodes = 1000000", "max_trie_bytes = 107374182"} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("the effective cache_aware route lacks %q:\n%s", want, b.String())
+		}
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rolter-ai/rolter/kvindex"
 )
 
 // TestExampleConfigs loads every file in configs/: the examples users copy must stay valid.
@@ -14,7 +16,7 @@ func TestExampleConfigs(t *testing.T) {
 	}
 	for _, f := range files {
 		_, err := LoadConfig(f)
-		if err != nil && !kvEventsSupported && strings.Contains(err.Error(), "needs a build with cgo") {
+		if err != nil && !kvindex.Supported && strings.Contains(err.Error(), "needs a build with cgo") {
 			continue // kv_events examples need cgo
 		}
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -50,6 +51,15 @@ type Gateway struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
+	// Reload state (snapshot.go): reloadMu orders builds, publishes and retirements; series are the route and
+	// target metric series by label identity; kv is the KV-event state (nil until a config needs it);
+	// retiring counts the goroutines waiting for replaced snapshots to drain.
+	reloadMu sync.Mutex
+	series   map[string]*series
+	kv       *kvState
+	retiring sync.WaitGroup
+	reloads  *telemetry.ReloadMetrics
+
 	_        [64]byte
 	inflight atomic.Int64 // requests being proxied, for [queue] max_inflight
 	_        [56]byte
@@ -82,22 +92,26 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		globalMetrics = telemetry.NewGlobal(opts.Version, time.Now(), func() bool { return drainingGateways.Load() > 0 })
 	})
 	g.global = globalMetrics
-	snap, err := buildSnapshot(cfg, opts.Dial, g.log)
-	if err != nil {
-		return nil, err
-	}
-	if err := snap.start(); err != nil {
-		return nil, err
-	}
-	snap.set.Register()
-	g.snap.Store(snap)
 
 	s := &cfg.Server
 	g.clients = newConnLimiter(s, g.log, g.global)
-	g.conns = g.clients.budget
-	for _, p := range snap.Providers {
-		p.up.budget = g.conns // upstream sockets come out of the same budget as client connections
+	g.conns = g.clients.budget // upstream sockets come out of the same budget as client connections
+	g.series = map[string]*series{}
+	g.reloadMu.Lock()
+	snap, err := g.buildSnapshot(cfg, nil)
+	if err != nil {
+		g.reloadMu.Unlock()
+		if g.kv != nil {
+			g.kv.stop()
+		}
+		return nil, err
 	}
+	snap.gen = 1
+	g.publish(snap)
+	g.reloadMu.Unlock()
+	g.reloads = telemetry.NewReloadMetrics(func() uint64 { return g.snap.Load().gen })
+	g.reloads.Register()
+
 	g.server = &fasthttp.Server{
 		Handler:               g.serve,
 		ErrorHandler:          g.serverError,
@@ -106,10 +120,11 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		ReadTimeout:           secs(s.ReadTimeoutSecs),
 		WriteTimeout:          secs(s.WriteTimeoutSecs),
 		IdleTimeout:           secs(s.IdleTimeoutSecs),
-		MaxRequestBodySize:    s.MaxBodyBytes,
-		ReadBufferSize:        s.MaxHeaderBytes,
-		CloseOnShutdown:       true,
-		Logger:                fasthttpLogger{g.log},
+		// Bodies are limited by readBody against the live snapshot's max_body_bytes, which a reload may change.
+		MaxRequestBodySize: math.MaxInt32,
+		ReadBufferSize:     s.MaxHeaderBytes,
+		CloseOnShutdown:    true,
+		Logger:             fasthttpLogger{g.log},
 		// Bodies are read by the handler as they arrive (readBody), never reserved at their announced size.
 		StreamRequestBody: true,
 		// Connections waiting between requests hold no buffers, so idle connections cost a socket, not
@@ -174,12 +189,97 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	err := g.server.ShutdownWithContext(ctx)
 	close(g.stop)
 	g.wg.Wait()
+	g.retiring.Wait()
+	g.reloadMu.Lock()
 	snap := g.snap.Load()
-	snap.stop()
 	snap.set.Unregister()
+	g.release(snap)
+	if g.kv != nil {
+		g.kv.stop()
+	}
+	g.reloadMu.Unlock()
+	g.reloads.Unregister()
 	g.log.Info("gateway stopped", "drain", time.Since(start).Round(time.Millisecond).String(), "clean", err == nil || errors.Is(err, net.ErrClosed))
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("cannot shut down the server: %w", err)
+	}
+	return nil
+}
+
+// Reload makes cfg the live config without dropping anything: it validates cfg, builds a snapshot that
+// keeps every component whose identity is unchanged (snapshot.go), publishes it with one atomic store, and
+// retires the one it replaces once the requests that started on it have finished. On any error nothing
+// changes and the error says why (every problem of an invalid config, with file:line when cfg came from a
+// file). Settings of the listener itself ([server] listen, max_header_bytes, the read/write/idle timeouts,
+// max_conns, max_conns_per_ip) need a restart: a config that changes them is refused.
+//
+// Reload is safe for concurrent use; reloads are applied one at a time.
+func (g *Gateway) Reload(cfg *Config) (err error) {
+	start := time.Now()
+	defer func() {
+		g.reloads.Reloaded(err == nil, start)
+		if err != nil {
+			g.log.Error("config reload refused; the running config keeps serving", "error", err.Error())
+		}
+	}()
+	if errs := validateConfig(cfg); len(errs) > 0 {
+		return errs
+	}
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	if g.draining.Load() {
+		return errors.New("cannot reload: the gateway is shutting down")
+	}
+	cur := g.snap.Load()
+	if err := restartOnly(&cur.cfg.Server, &cfg.Server); err != nil {
+		return err
+	}
+	next, err := g.buildSnapshot(cfg, cur)
+	if err != nil {
+		return fmt.Errorf("cannot build the new config: %w", err)
+	}
+	next.gen = cur.gen + 1
+	g.publish(next)
+	g.log.Info("config reloaded", "generation", next.gen, "routes", next.describe(),
+		"took", time.Since(start).Round(time.Microsecond).String())
+	return nil
+}
+
+// ReloadFile reads the config file at path and reloads it (SIGHUP). A file that does not load is refused
+// like any bad config: every problem is logged with file:line, and the running config keeps serving.
+func (g *Gateway) ReloadFile(path string) error {
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		g.reloads.Reloaded(false, time.Now())
+		var errs ConfigErrors
+		if errors.As(err, &errs) {
+			for _, e := range errs {
+				g.log.Error("config reload refused", "problem", e.Error())
+			}
+		}
+		g.log.Error("config reload refused; the running config keeps serving", "file", path)
+		return err
+	}
+	return g.Reload(cfg)
+}
+
+// restartOnly refuses a change to a [server] setting the running listener cannot take.
+func restartOnly(cur, next *ServerConfig) error {
+	var changed []string
+	f := func(key string, same bool) {
+		if !same {
+			changed = append(changed, "server."+key)
+		}
+	}
+	f("listen", cur.Listen == next.Listen)
+	f("max_header_bytes", cur.MaxHeaderBytes == next.MaxHeaderBytes)
+	f("read_timeout_secs", cur.ReadTimeoutSecs == next.ReadTimeoutSecs)
+	f("write_timeout_secs", cur.WriteTimeoutSecs == next.WriteTimeoutSecs)
+	f("idle_timeout_secs", cur.IdleTimeoutSecs == next.IdleTimeoutSecs)
+	f("max_conns", cur.MaxConns == next.MaxConns)
+	f("max_conns_per_ip", cur.MaxConnsPerIP == next.MaxConnsPerIP)
+	if len(changed) > 0 {
+		return fmt.Errorf("cannot reload: %s changed, which needs a restart", strings.Join(changed, ", "))
 	}
 	return nil
 }

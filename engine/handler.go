@@ -19,17 +19,14 @@ func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep endpoint) {
 			message: "this method is not allowed on " + endpointPaths[ep] + "; use POST", noRetry: true})
 		return
 	}
-	snap := g.snap.Load()
-	if max := int64(snap.cfg.Queue.MaxInflight); max > 0 {
-		if g.inflight.Add(1) > max {
-			g.inflight.Add(-1)
-			g.rejectBusy(ctx, snap)
-			return
-		}
-	} else {
-		g.inflight.Add(1)
-	}
+	snap := g.acquireSnapshot()
+	n := g.inflight.Add(1)
 	c := g.acquireCall(snap)
+	if max := int64(snap.cfg.Queue.MaxInflight); max > 0 && n > max {
+		g.rejectBusy(ctx, snap)
+		c.release()
+		return
+	}
 	c.start = time.Now()
 	c.ep = ep
 	c.reqID = requestID(ctx, c.reqID[:0])

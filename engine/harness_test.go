@@ -249,3 +249,16 @@ func readAndPrepare(c *call, ctx *fasthttp.RequestCtx) *apiError {
 	}
 	return c.prepare(ctx)
 }
+
+// testSnapshot builds the snapshot of cfg as a gateway would, without serving it or starting anything.
+func testSnapshot(tb testing.TB, cfg *Config) *Snapshot {
+	tb.Helper()
+	g := &Gateway{log: quietLog(), series: map[string]*series{}}
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	s, err := g.buildSnapshot(cfg, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}

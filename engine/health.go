@@ -67,7 +67,7 @@ type providerHealth struct {
 	mu        sync.Mutex // failure path only
 	failTimes []int64    // recent failure times, for the cooldown window
 
-	fleet  *fleetHealth // the providers that share the ejection cap
+	fleet  atomic.Pointer[fleetHealth] // the providers that share the ejection cap: the live snapshot's
 	states *telemetryStates
 }
 
@@ -224,13 +224,14 @@ func (h *providerHealth) failure(now int64, probe bool, kind failKind, retryAfte
 		}
 		h.consec5xx.Store(0)
 	}
-	if h.fleet != nil {
+	fleet := h.fleet.Load()
+	if fleet != nil {
 		// One provider at a time decides, so two failing at once cannot both slip under the cap.
-		h.fleet.mu.Lock()
-		defer h.fleet.mu.Unlock()
+		fleet.mu.Lock()
+		defer fleet.mu.Unlock()
 	}
 	// A provider already out (cooling, or its breaker half-open) may stay out; a new ejection is capped.
-	mayEject := h.ejected(now) || h.fleet.mayEject(now)
+	mayEject := h.ejected(now) || fleet.mayEject(now)
 	consec := h.consecFail.Add(1)
 	var cool time.Duration
 	reason := ""
@@ -378,6 +379,9 @@ func (hc *healthChecker) start() {
 }
 
 func (hc *healthChecker) stop() {
+	if hc.cancel == nil {
+		return // never started: its snapshot was not published
+	}
 	hc.cancel()
 	hc.wg.Wait()
 	hc.client.CloseIdleConnections()

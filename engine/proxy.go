@@ -82,6 +82,8 @@ type call struct {
 
 var callPool sync.Pool
 
+// acquireCall returns a pooled call for a request on snap, which the caller took with acquireSnapshot and
+// counted in g.inflight; release gives both back.
 func (g *Gateway) acquireCall(snap *Snapshot) *call {
 	c, _ := callPool.Get().(*call)
 	if c == nil {
@@ -95,6 +97,7 @@ func (g *Gateway) acquireCall(snap *Snapshot) *call {
 func (c *call) release() {
 	c.watch.disarm()
 	c.g.inflight.Add(-1)
+	c.snap.releaseUser()
 	if c.held > 0 {
 		c.g.bodyMem.Add(-c.held)
 		c.held = 0
@@ -292,7 +295,7 @@ func (c *call) admit(t *Target) bool {
 	if !ok {
 		return false
 	}
-	if !p.adm.acquire(&p.inflight, c.watch.left()) {
+	if !p.adm.acquire(p.inflight, c.watch.left()) {
 		if probe {
 			p.health.brProbes.Add(-1)
 		}
@@ -306,7 +309,7 @@ func (c *call) admit(t *Target) bool {
 // done releases t's slot and records the attempt's outcome for cooldowns and the breaker.
 func (c *call) done(t *Target, kind failKind, retryAfter time.Duration) {
 	p := t.Provider
-	p.adm.release(&p.inflight)
+	p.adm.release(p.inflight)
 	c.record(t, kind, retryAfter)
 }
 
@@ -522,9 +525,6 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 	if c.upstreamDone {
 		// Read whole: the connection can serve the next request while this answer is written.
 		c.releaseConn(true)
-	}
-	if c.route.recorder != nil {
-		c.route.recorder.Routed(&c.pick, ti)
 	}
 	if size < 0 && !ctx.Request.Header.IsHTTP11() {
 		// HTTP/1.0 has no chunked encoding: the body is sent as it comes and ends with the connection.
@@ -1093,7 +1093,7 @@ func (c *call) CloseWithError(err error) error {
 	gone := c.watch.disarm()
 	c.releaseConn(c.upstreamDone && c.streamFail == failNone && err == nil && !gone)
 	p := c.target.Provider
-	p.adm.release(&p.inflight)
+	p.adm.release(p.inflight)
 	if c.streamFail != failNone && c.streamFail != failClient && !(err != nil || gone) {
 		p.health.failure(time.Now().UnixNano(), false, c.streamFail, 0)
 	}

@@ -15,7 +15,7 @@ import (
 
 // benchProxy runs a gateway and a zero-delay fasthttp upstream on in-memory listeners and returns a client
 // of the gateway.
-func benchProxy(b *testing.B, upstream fasthttp.RequestHandler) *fasthttp.HostClient {
+func benchProxy(b testing.TB, upstream fasthttp.RequestHandler) *fasthttp.HostClient {
 	b.Helper()
 	upLn := fasthttputil.NewInmemoryListener()
 	upSrv := &fasthttp.Server{Handler: upstream}

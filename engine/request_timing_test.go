@@ -46,7 +46,7 @@ func BenchmarkRoutingPath(b *testing.B) {
 	for _, strategy := range []string{"round_robin", "least_load", "weighted"} {
 		b.Run(strategy, func(b *testing.B) {
 			g, ctx := benchCall(b, strategy)
-			c := g.acquireCall(g.snap.Load())
+			c := g.acquireCall(g.acquireSnapshot())
 			b.ReportAllocs()
 			b.SetBytes(int64(len(chat20)))
 			for b.Loop() {

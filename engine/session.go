@@ -77,6 +77,20 @@ func (s *sessions) bind(id []byte, target int, now int64) {
 
 func (s *sessions) size() int { return s.table.Size() }
 
+// takeOver copies the bindings of old (a reload's previous table) whose target still exists: index maps an
+// old target index to the new one, or -1 when that target is gone.
+func (s *sessions) takeOver(old *sessions, index func(int) int) {
+	old.table.Range(func(k uint64, b *binding) bool {
+		if t := index(int(b.target.Load())); t >= 0 && s.table.Size() < s.max {
+			nb := &binding{}
+			nb.target.Store(int32(t))
+			nb.lastUsed.Store(b.lastUsed.Load())
+			s.table.Store(k, nb)
+		}
+		return true
+	})
+}
+
 // prune drops bindings idle for ttl and, above max, the least recently used ones.
 func (s *sessions) prune(now int64) {
 	var live []int64

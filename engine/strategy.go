@@ -27,15 +27,17 @@ type Strategy interface {
 }
 
 // Recorder is implemented by strategies that learn from where requests went (the cache-aware ones insert
-// the prompt into the winner's trie). Routed is called once the chosen target has answered with a success
-// status, before the body is streamed. It must not keep p.
+// the prompt into the winner's trie). Routed is called once per request, when it is sent to its target -
+// not when the answer comes back, so the requests of a burst see where the first ones went. It must not
+// keep p.
 type Recorder interface {
 	Routed(p *Pick, target int)
 }
 
-// lifecycle is implemented by strategies with background work (session janitors, KV-event subscribers).
+// lifecycle is implemented by strategies with background work (session janitors). Start is called when the
+// snapshot is published, Stop when it has retired.
 type lifecycle interface {
-	Start() error
+	Start()
 	Stop()
 }
 
@@ -126,12 +128,20 @@ type strategySpec struct {
 	build         func(r *Route, p RouteParams, env *buildEnv) (Strategy, error)
 }
 
-// buildEnv is what strategy constructors may use besides the route and its params.
+// buildEnv is what snapshot building needs besides the config, and what strategy constructors may use
+// besides the route and its params.
 type buildEnv struct {
-	set *telemetry.Set
-	log *slog.Logger
-	cfg *Config
-	kv  *kvState
+	set    *telemetry.Set // the snapshot's own series
+	log    *slog.Logger
+	cfg    *Config
+	dial   dialFunc
+	budget *connBudget
+	// kv is the gateway's KV-event state and kvSources the sources of this snapshot, by provider name.
+	kv        *kvState
+	kvSources map[string]*kvSource
+	// prev is the route of the same model in the snapshot being replaced, if any: a strategy takes over its
+	// routing memory (tries, session bindings) for the targets that survive.
+	prev *Route
 }
 
 // strategies is the name -> constructor table: a plain map, no registration from init functions, so every
@@ -146,7 +156,7 @@ var strategies = map[string]strategySpec{
 		params:    []string{"threshold", "max_trie_nodes", "max_trie_bytes"},
 		usesTries: true,
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
-			s := newCacheAware(r, p)
+			s := newCacheAware(r, p, env)
 			registerTrieMetrics(env.set, r, s.tries)
 			return s, nil
 		},
@@ -155,7 +165,7 @@ var strategies = map[string]strategySpec{
 		params:    []string{"weight_factor", "load_factor", "cache_factor", "max_trie_nodes", "max_trie_bytes", "session_ttl_secs", "max_sessions"},
 		usesTries: true,
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
-			s := newPipeline(r, p)
+			s := newPipeline(r, p, env)
 			registerTrieMetrics(env.set, r, s.tries)
 			env.set.Gauge(telemetry.Sessions, "route="+telemetry.Label(r.Model), func() float64 { return float64(s.sessions.size()) })
 			return s, nil
@@ -165,7 +175,7 @@ var strategies = map[string]strategySpec{
 		params:        []string{"threshold"},
 		needsKVEvents: true,
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
-			return newPrecise(r, p, env.kv)
+			return newPrecise(r, p, env)
 		},
 	},
 	"lmcache_aware": {

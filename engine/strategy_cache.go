@@ -17,8 +17,10 @@ const (
 	defaultMaxTrieBytes = 256 << 20
 )
 
-// newTries returns one trie per target with the route's ceilings.
-func newTries(n int, p RouteParams) []*trie.Trie {
+// newTries returns one trie per target of r with the route's ceilings. A target that was already a target
+// of the route in the snapshot being replaced (same provider and upstream model) keeps its trie, with the
+// new ceilings: a reload must not cold-start the routing memory.
+func newTries(r *Route, p RouteParams, env *buildEnv) []*trie.Trie {
 	maxNodes, maxBytes := defaultMaxTrieNodes, defaultMaxTrieBytes
 	if p.MaxTrieNodes != nil {
 		maxNodes = *p.MaxTrieNodes
@@ -26,11 +28,29 @@ func newTries(n int, p RouteParams) []*trie.Trie {
 	if p.MaxTrieBytes != nil {
 		maxBytes = *p.MaxTrieBytes
 	}
-	tries := make([]*trie.Trie, n)
-	for i := range tries {
+	var prev []*trie.Trie
+	if env != nil && env.prev != nil {
+		if h, ok := env.prev.Strategy.(trieHolder); ok {
+			prev = h.triesOf()
+		}
+	}
+	tries := make([]*trie.Trie, len(r.Targets))
+	for i, t := range r.Targets {
+		if prev != nil {
+			if j := env.prev.target(t.Provider.Name, t.Model); j >= 0 {
+				tries[i] = prev[j]
+				tries[i].SetLimits(maxNodes, maxBytes)
+				continue
+			}
+		}
 		tries[i] = trie.NewLimited(maxNodes, maxBytes)
 	}
 	return tries
+}
+
+// trieHolder is a strategy that keeps a trie per target.
+type trieHolder interface {
+	triesOf() []*trie.Trie
 }
 
 // cacheAware is the seed page's cache_aware strategy. Each target has a byte trie of the prompt keys it was
@@ -54,12 +74,12 @@ type cacheAware struct {
 	tries     []*trie.Trie // one per target, same index as Route.Targets
 }
 
-func newCacheAware(r *Route, p RouteParams) *cacheAware {
+func newCacheAware(r *Route, p RouteParams, env *buildEnv) *cacheAware {
 	s := &cacheAware{threshold: defaultThreshold}
 	if p.Threshold != nil {
 		s.threshold = *p.Threshold
 	}
-	s.tries = newTries(len(r.Targets), p)
+	s.tries = newTries(r, p, env)
 	return s
 }
 
@@ -175,6 +195,8 @@ func (s *cacheAware) leastLoaded(p *Pick, matches []int, loads []int64, minLoad 
 func (s *cacheAware) Routed(p *Pick, target int) {
 	s.tries[target].Insert(p.Key)
 }
+
+func (s *cacheAware) triesOf() []*trie.Trie { return s.tries }
 
 // registerTrieMetrics exports the tries' sizes for /metrics.
 func registerTrieMetrics(set *telemetry.Set, r *Route, tries []*trie.Trie) {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"log/slog"
 	"math/rand/v2"
 
 	"github.com/rolter-ai/rolter/trie"
@@ -33,10 +34,14 @@ type pipeline struct {
 	weights                []float64 // weight(t)
 	tries                  []*trie.Trie
 	sessions               *sessions
+	log                    *slog.Logger
 }
 
-func newPipeline(r *Route, p RouteParams) *pipeline {
-	s := &pipeline{weightF: defaultWeightFactor, loadF: defaultLoadFactor, cacheF: defaultCacheFactor, sessions: newSessions(p)}
+func newPipeline(r *Route, p RouteParams, env *buildEnv) *pipeline {
+	s := &pipeline{weightF: defaultWeightFactor, loadF: defaultLoadFactor, cacheF: defaultCacheFactor, sessions: newSessions(p), log: slog.Default()}
+	if env != nil && env.log != nil {
+		s.log = env.log.With("route", r.Model)
+	}
 	if p.WeightFactor != nil {
 		s.weightF = *p.WeightFactor
 	}
@@ -49,9 +54,20 @@ func newPipeline(r *Route, p RouteParams) *pipeline {
 	for _, t := range r.Targets {
 		s.weights = append(s.weights, t.Weight)
 	}
-	s.tries = newTries(len(r.Targets), p)
+	s.tries = newTries(r, p, env)
+	if env != nil && env.prev != nil {
+		if old, ok := env.prev.Strategy.(*pipeline); ok {
+			// Session bindings survive a reload, pointed at the same targets' new indexes.
+			s.sessions.takeOver(old.sessions, func(i int) int {
+				t := env.prev.Targets[i]
+				return r.target(t.Provider.Name, t.Model)
+			})
+		}
+	}
 	return s
 }
+
+func (s *pipeline) triesOf() []*trie.Trie { return s.tries }
 
 func (s *pipeline) Rank(p *Pick, out []int) (int, Decision) {
 	if len(p.SessionID) > 0 {
@@ -110,10 +126,7 @@ func (s *pipeline) Routed(p *Pick, target int) {
 	}
 }
 
-func (s *pipeline) Start() error {
-	s.sessions.start(func(string, ...any) {})
-	return nil
-}
+func (s *pipeline) Start() { s.sessions.start(s.log.Error) }
 
 func (s *pipeline) Stop() { s.sessions.stop() }
 

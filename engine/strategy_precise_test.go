@@ -25,6 +25,14 @@ func preciseFleet(t *testing.T, n int, replay bool, tweak func(*sim.Config)) ([]
 			tweak(c)
 		}
 	})
+	gw := startGateway(t, preciseConfig(engines, replay, ""))
+	// Late joiners see nothing until a first batch; give the SUB sockets a moment to connect (slow joiner).
+	time.Sleep(200 * time.Millisecond)
+	return engines, gw
+}
+
+// preciseConfig renders a precise_cache_aware route over engines (providers sim-0, sim-1, ...) with params.
+func preciseConfig(engines []*sim.Engine, replay bool, params string) string {
 	var b strings.Builder
 	b.WriteString("[server]\nlisten = \"127.0.0.1:0\"\n")
 	for i, e := range engines {
@@ -34,13 +42,13 @@ func preciseFleet(t *testing.T, n int, replay bool, tweak func(*sim.Config)) ([]
 		}
 	}
 	b.WriteString("[[routes]]\nmodel = \"m\"\nstrategy = \"precise_cache_aware\"\n")
+	if params != "" {
+		b.WriteString("[routes.params]\n" + params + "\n")
+	}
 	for i := range engines {
 		fmt.Fprintf(&b, "[[routes.targets]]\nprovider = \"sim-%d\"\nmodel = \"sim-model\"\n", i)
 	}
-	gw := startGateway(t, b.String())
-	// Late joiners see nothing until a first batch; give the SUB sockets a moment to connect (slow joiner).
-	time.Sleep(200 * time.Millisecond)
-	return engines, gw
+	return b.String()
 }
 
 // tokenize asks a sim for the chat-templated token ids of msgs, as a vLLM client would.
@@ -87,14 +95,14 @@ func waitPinned(t *testing.T, gw *testGateway, msgs []chatMsg, ids string) strin
 	t.Helper()
 	kv := gw.g.Snapshot().kv
 	before := map[string]uint64{}
-	for name, id := range kv.ids {
-		before[name] = kv.streams[id].Stats().StoredEvents
+	for name, src := range kv {
+		before[name] = src.st.Stats().StoredEvents
 	}
 	target, decision := preciseTurn(t, gw, msgs, ids)
 	if decision == "prefix_hit" {
 		return target
 	}
-	st := kv.streams[kv.ids[target]]
+	st := kv[target].st
 	waitFor(t, 5*time.Second, "the BlockStored events of "+target, func() bool { return st.Stats().StoredEvents > before[target] && st.Trusted() })
 	again, decision := preciseTurn(t, gw, msgs, ids)
 	if again != target || decision != "prefix_hit" {
@@ -110,20 +118,19 @@ func waitResident(t *testing.T, gw *testGateway, provider, ids string) {
 	if !ok {
 		t.Fatalf("bad ids %q", ids)
 	}
-	kv := gw.g.Snapshot().kv
-	out := make([]int, kv.ix.MaxTargets())
+	ix, src := gw.g.kv.ix, gw.g.Snapshot().kv[provider]
+	out := make([]int, ix.MaxTargets())
 	var s kvindex.Scratch
 	waitFor(t, 5*time.Second, "the blocks to be resident on "+provider, func() bool {
-		full := kv.ix.Match(toks, &s, out)
-		return full > 0 && out[kv.ids[provider]] == full
+		full := ix.Match(toks, &s, out)
+		return full > 0 && out[src.id] == full
 	})
 }
 
 // waitStored waits until the index has applied n BlockStored events of provider in total.
 func waitStored(t *testing.T, gw *testGateway, provider string, n uint64) {
 	t.Helper()
-	kv := gw.g.Snapshot().kv
-	st := kv.streams[kv.ids[provider]]
+	st := gw.g.Snapshot().kv[provider].st
 	waitFor(t, 5*time.Second, "BlockStored events of "+provider, func() bool { return st.Stats().StoredEvents >= n })
 }
 
@@ -196,7 +203,7 @@ func TestPreciseGapReplay(t *testing.T) {
 	msgs := longConversation("gap")
 	ids := tokenize(t, engines[0], msgs)
 	waitPinned(t, gw, msgs, ids)
-	st := gw.g.Snapshot().kv.streams[0]
+	st := gw.g.Snapshot().kv["sim-0"].st
 	if err := engines[0].SetFaults(sim.Faults{DropEveryNthBatch: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +245,7 @@ func TestPreciseRestartAndGarbage(t *testing.T) {
 	if home == "sim-1" {
 		idx = 1
 	}
-	st := gw.g.Snapshot().kv.streams[gw.g.Snapshot().kv.ids[home]]
+	st := gw.g.Snapshot().kv[home].st
 	engines[idx].Restart()
 	waitFor(t, 5*time.Second, "the restart to clear the engine's blocks", func() bool {
 		return st.Stats().ClearedEvents+st.Stats().Restarts >= 1 && st.Stats().Blocks == 0
@@ -264,4 +271,57 @@ func TestPreciseRestartAndGarbage(t *testing.T) {
 	if got, d := preciseTurn(t, gw, g, gids); got != home || d != "prefix_hit" {
 		t.Fatalf("after garbage frames the prompt went to %s (%s), its blocks are on %s;", got, d, home)
 	}
+}
+
+// TestReloadKeepsKVStream: a reload that leaves a provider's kv_events in place keeps its subscription: the
+// stream stays trusted without a replay and the same ids still pin where their blocks are. A reload that
+// removes the provider ends its subscription and its series once the old snapshot drained.
+func TestReloadKeepsKVStream(t *testing.T) {
+	engines, gw := preciseFleet(t, 2, true, nil)
+	msgs := longConversation("reload")
+	ids := tokenize(t, engines[0], msgs)
+	home := waitPinned(t, gw, msgs, ids)
+	src := gw.g.Snapshot().kv[home]
+	before := src.st.Stats()
+	mustReload(t, gw, preciseConfig(engines, true, "threshold = 0.4"))
+	after := gw.g.Snapshot().kv[home]
+	if after != src {
+		t.Fatal("the reload replaced the KV-event source of an unchanged provider")
+	}
+	st := after.st.Stats()
+	if !st.Trusted || st.ReplaysOK != before.ReplaysOK || st.Restarts != before.Restarts || st.Blocks != before.Blocks {
+		t.Fatalf("stream after the reload %+v, before %+v: want trusted, no replay, same blocks", st, before)
+	}
+	if target, decision := preciseTurn(t, gw, msgs, ids); target != home || decision != "prefix_hit" {
+		t.Fatalf("after the reload the ids went to %s (%s), want %s (prefix_hit)", target, decision, home)
+	}
+	other := "sim-0"
+	if home == "sim-0" {
+		other = "sim-1"
+	}
+	removed := gw.g.Snapshot().kv[other]
+	mustReload(t, gw, dropProvider(preciseConfig(engines, true, ""), other))
+	waitSettled(t, gw)
+	if removed.holds != 0 || gw.g.kv.used[removed.id] {
+		t.Fatalf("the removed provider's source is still live (holds %d)", removed.holds)
+	}
+	if m := metricsText(t, gw); strings.Contains(m, `rolter_kv_stream_trusted{target="`+other+`"}`) {
+		t.Fatalf("the removed provider's KV series are still exported:\n%s", grepLines(m, other))
+	}
+}
+
+// dropProvider removes provider name and its route target from a config rendered by preciseConfig.
+func dropProvider(text, name string) string {
+	var out []string
+	blocks := strings.Split(text, "[[")
+	for i, b := range blocks {
+		if i > 0 && strings.Contains(b, "\""+name+"\"") {
+			continue
+		}
+		if i > 0 {
+			b = "[[" + b
+		}
+		out = append(out, b)
+	}
+	return strings.Join(out, "")
 }

@@ -41,7 +41,7 @@ func storedBatch(tokens []uint32, base uint64) []byte {
 // first (t+1)/n of tokens: every target matches a different prefix, the last one all of it.
 func preciseRoute(tb testing.TB, n int, tokens []uint32) *Route {
 	tb.Helper()
-	if !kvEventsSupported {
+	if !kvindex.Supported {
 		tb.Skip("kv_events needs cgo")
 	}
 	var b strings.Builder
@@ -56,24 +56,20 @@ func preciseRoute(tb testing.TB, n int, tokens []uint32) *Route {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := buildSnapshot(cfg, nil, quietLog())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	// A kvState fed by hand instead of ZMQ subscribers.
-	kv := &kvState{ix: kvindex.NewIndex(n), ids: map[string]int{}, streams: make([]*kvindex.Stream, n)}
+	s := testSnapshot(tb, cfg)
+	// KV-event sources fed by hand instead of ZMQ subscribers.
+	env := &buildEnv{kv: &kvState{ix: kvindex.NewIndex(n)}, kvSources: map[string]*kvSource{}}
 	for i := 0; i < n; i++ {
-		kv.ids[fmt.Sprintf("p%d", i)] = i
-		st := kvindex.NewStream(kv.ix.Target(i, 1<<20), kvindex.StreamConfig{})
+		st := kvindex.NewStream(env.kv.ix.Target(i, 1<<20), kvindex.StreamConfig{})
 		cut := len(tokens) * (i + 1) / n
 		st.Handle(nil, 0, storedBatch(tokens[:cut], uint64(i)<<32), time.Now())
 		if !st.Trusted() {
 			tb.Fatalf("stream %d not trusted: %s", i, st.Reason())
 		}
-		kv.streams[i] = st
+		env.kvSources[fmt.Sprintf("p%d", i)] = &kvSource{id: i, st: st}
 	}
 	r := s.Routes[0]
-	st, err := newPrecise(r, RouteParams{}, kv)
+	st, err := newPrecise(r, RouteParams{}, env)
 	if err != nil {
 		tb.Fatal(err)
 	}

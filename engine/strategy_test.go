@@ -2,8 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -27,11 +25,7 @@ func testRoute(t testing.TB, strategy string, weights []float64, params string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := buildSnapshot(cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.Routes[0]
+	return testSnapshot(t, cfg).Routes[0]
 }
 
 func allEligible(r *Route, p *Pick, buf []int) {

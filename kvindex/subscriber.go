@@ -17,6 +17,9 @@ import (
 	zmq "github.com/pebbe/zmq4"
 )
 
+// Supported reports whether this build can subscribe to KV events: pebbe/zmq4 needs cgo and libzmq.
+const Supported = true
+
 // Socket tuning. The receive timeout bounds how long Stop waits for a goroutine blocked in Recv
 // (libzmq offers no other way to interrupt it short of terminating the context, which waits for every
 // socket to close; docs/architecture.md, "libzmq and pebbe/zmq4 facts").

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 )
 
+// Supported reports whether this build can subscribe to KV events: not without cgo.
+const Supported = false
+
 // Subscriber is unavailable without cgo: NewSubscriber returns ErrNoCgo. The type exists so that callers
 // compile in both builds.
 type Subscriber struct{}

@@ -68,7 +68,44 @@ const (
 	mClientConns    = "rolter_client_connections"                // gauge, open
 	mClientRejected = "rolter_client_connections_rejected_total" // {reason} closed by the listener
 	mAcceptErrors   = "rolter_accept_errors_total"               // failed accepts, retried with backoff
+
+	// Config reloads (engine Gateway.Reload).
+	mReloads        = "rolter_config_reloads_total"                         // {result} ok | failed
+	mGeneration     = "rolter_config_generation"                            // gauge: 1 at start, +1 per reload
+	mLastReloadTime = "rolter_config_last_reload_success_timestamp_seconds" // gauge, unix seconds
 )
+
+// ReloadMetrics are one gateway's config reload series.
+type ReloadMetrics struct {
+	set        *Set
+	ok, failed *metrics.Counter
+	lastOK     atomic.Int64 // unix seconds
+}
+
+// NewReloadMetrics creates them; generation reports the live config generation. They are exported once
+// Register is called.
+func NewReloadMetrics(generation func() uint64) *ReloadMetrics {
+	m := &ReloadMetrics{set: NewSet()}
+	m.ok = m.set.Counter(mReloads, `result="ok"`)
+	m.failed = m.set.Counter(mReloads, `result="failed"`)
+	m.set.Gauge(mGeneration, "", func() float64 { return float64(generation()) })
+	m.set.Gauge(mLastReloadTime, "", func() float64 { return float64(m.lastOK.Load()) })
+	return m
+}
+
+// Reloaded counts a reload; at is when it succeeded (ignored when it failed).
+func (m *ReloadMetrics) Reloaded(ok bool, at time.Time) {
+	if ok {
+		m.ok.Inc()
+		m.lastOK.Store(at.Unix())
+		return
+	}
+	m.failed.Inc()
+}
+
+// Register exports the series; Unregister removes them.
+func (m *ReloadMetrics) Register()   { m.set.Register() }
+func (m *ReloadMetrics) Unregister() { m.set.Unregister() }
 
 // Label quotes a Prometheus label value.
 func Label(s string) string {
@@ -116,7 +153,15 @@ func (s *Set) Inner() *metrics.Set { return s.s }
 
 // Gauge registers a callback gauge name{labels}.
 func (s *Set) Gauge(name, labels string, f func() float64) {
-	s.s.NewGauge(name+"{"+labels+"}", f)
+	s.s.NewGauge(series(name, labels), f)
+}
+
+// series names one series: name{labels}, or name alone without labels.
+func series(name, labels string) string {
+	if labels == "" {
+		return name
+	}
+	return name + "{" + labels + "}"
 }
 
 // CounterFunc exposes f as the counter name{labels}.
@@ -153,7 +198,7 @@ func family(name string) string {
 
 // Counter creates a counter name{labels}.
 func (s *Set) Counter(name, labels string) *metrics.Counter {
-	return s.s.GetOrCreateCounter(name + "{" + labels + "}")
+	return s.s.GetOrCreateCounter(series(name, labels))
 }
 
 // lazyCounters creates counters of one family on first use and then serves them without locks:

@@ -28,8 +28,10 @@ func main() {
 const usage = `Rolter: a cache-aware OpenAI-compatible gateway for vLLM fleets.
 
 Usage:
-  rolter serve [-config rolter.toml]   run the gateway
-  rolter check -config rolter.toml     validate a config; print every problem; exit 1 on any
+  rolter serve [-config rolter.toml]   run the gateway; SIGHUP reloads the file, SIGTERM drains
+  rolter check -config rolter.toml [-print]
+                                       validate a config; print every problem; exit 1 on any;
+                                       -print: print the effective config, every default filled in
   rolter sim [flags]                   run one simulated vLLM engine (rolter sim -h)
   rolter up [-n 4] [-strategy cache_aware]
                                        start simulated engines and a gateway in front of them
@@ -77,6 +79,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "rolter.toml", "config file to validate")
+	print := fs.Bool("print", false, "print the effective config, every default filled in")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -88,6 +91,14 @@ func check(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "%s: %d problem(s)\n", *path, len(ce))
 		}
 		return 1
+	}
+	if *print {
+		fmt.Fprintf(stdout, "# %s, with every default filled in\n", *path)
+		if err := cfg.Effective().WriteTOML(stdout); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		return 0
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d providers, %d routes)\n", *path, len(cfg.Providers), len(cfg.Routes))
 	return 0
@@ -118,25 +129,37 @@ func serve(args []string, stderr io.Writer) int {
 		log.Error("cannot start the gateway", "err", err)
 		return 1
 	}
-	return serveUntilSignal(g, ln, time.Duration(cfg.Server.DrainSecs*float64(time.Second)), log)
+	return serveUntilSignal(g, ln, time.Duration(cfg.Server.DrainSecs*float64(time.Second)), *path, log)
 }
 
-// serveUntilSignal serves until SIGINT or SIGTERM, then drains in-flight requests up to drain.
-func serveUntilSignal(g *engine.Gateway, ln net.Listener, drain time.Duration, log *slog.Logger) int {
+// serveUntilSignal serves until SIGINT or SIGTERM, then drains in-flight requests up to drain. SIGHUP
+// reloads the config file at path; a file that does not load is refused (every problem is logged) and the
+// running config keeps serving.
+func serveUntilSignal(g *engine.Gateway, ln net.Listener, drain time.Duration, path string, log *slog.Logger) int {
+	// Signals are caught before the first request can be served, so none of them can kill the process.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(ln) }()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	select {
-	case err := <-errc:
-		if err != nil {
-			log.Error("server stopped", "err", err)
-			return 1
+wait:
+	for {
+		select {
+		case err := <-errc:
+			if err != nil {
+				log.Error("server stopped", "err", err)
+				return 1
+			}
+			return 0
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				log.Info("reloading the config", "signal", s.String(), "file", path)
+				_ = g.ReloadFile(path) // logs what it refused
+				continue
+			}
+			log.Info("draining", "signal", s.String(), "deadline", drain.String())
+			break wait
 		}
-		return 0
-	case s := <-sig:
-		log.Info("draining", "signal", s.String(), "deadline", drain.String())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()

@@ -141,3 +141,86 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 		t.Fatal("serve did not exit after SIGTERM")
 	}
 }
+
+// TestServeReloadsOnSIGHUP: SIGHUP re-reads the config file; a broken file is refused and the running
+// config keeps serving.
+func TestServeReloadsOnSIGHUP(t *testing.T) {
+	up := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[]}`)
+	})}
+	upLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	go up.Serve(upLn)
+	defer up.Close()
+	gwLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := gwLn.Addr().String()
+	gwLn.Close()
+	cfg := filepath.Join(t.TempDir(), "serve.toml")
+	text := func(models ...string) string {
+		s := "[server]\nlisten = \"" + addr + "\"\ndrain_secs = 2\n[[providers]]\nname = \"a\"\napi_base = \"http://" + upLn.Addr().String() + "\"\n"
+		for _, m := range models {
+			s += "[[routes]]\nmodel = \"" + m + "\"\n[[routes.targets]]\nprovider = \"a\"\n"
+		}
+		return s
+	}
+	os.WriteFile(cfg, []byte(text("m")), 0o600)
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"serve", "-config", cfg, "-log-level", "error"}, io.Discard, io.Discard) }()
+	models := func() string {
+		resp, err := http.Get("http://" + addr + "/v1/models")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for i := 0; i < 200; i++ {
+			if cond() {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	waitUntil("the gateway", func() bool { return strings.Contains(models(), `"m"`) })
+	os.WriteFile(cfg, []byte(text("m", "m2")), 0o600)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitUntil("the reloaded route m2", func() bool { return strings.Contains(models(), `"m2"`) })
+	os.WriteFile(cfg, []byte(text("m")+"[[routes]]\nmodel = \"bad\"\nstrategy = \"nope\"\n"), 0o600)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	time.Sleep(200 * time.Millisecond)
+	if got := models(); !strings.Contains(got, `"m2"`) || strings.Contains(got, `"bad"`) {
+		t.Fatalf("after a broken file, /v1/models = %s; want the previous config", got)
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exited %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not exit after SIGTERM")
+	}
+}
+
+// TestCheckPrint: `rolter check -print` prints the effective config, which loads back.
+func TestCheckPrint(t *testing.T) {
+	var out, errb strings.Builder
+	if code := run([]string{"check", "-config", "../../configs/cache-aware.toml", "-print"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"[server]", "max_body_bytes = 16777216", "threshold = 0.5", "[breaker]", "consecutive_5xx = 5"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("check -print lacks %q:\n%s", want, out.String())
+		}
+	}
+	path := filepath.Join(t.TempDir(), "printed.toml")
+	os.WriteFile(path, []byte(out.String()), 0o600)
+	out.Reset()
+	if code := run([]string{"check", "-config", path}, &out, &errb); code != 0 {
+		t.Fatalf("the printed config does not load: %s", errb.String())
+	}
+}

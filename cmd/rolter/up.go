@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/sim"
 )
 
@@ -71,7 +72,7 @@ func up(args []string, stdout, stderr io.Writer) int {
 		cfg.MaxNumSeqs = o.maxNumSeqs
 		cfg.PrefillPerToken = time.Duration(o.prefillUs * float64(time.Microsecond))
 		cfg.DecodePerToken = time.Duration(o.decodeUs * float64(time.Microsecond))
-		if !kvEventsBuild {
+		if !kvindex.Supported {
 			cfg.KVEvents, cfg.Replay = "", ""
 		}
 		e, err := sim.New(cfg)
@@ -127,7 +128,7 @@ func up(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "    -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":\"Hello, Rolter!\"}]}'\n\n", model)
 	fmt.Fprintf(stdout, "Ctrl-C stops everything.\n")
 
-	code := serveUntilSignal(g, ln, 5*time.Second, log)
+	code := serveUntilSignal(g, ln, 5*time.Second, path, log)
 	fmt.Fprintln(stdout, "stopped.")
 	return code
 }

@@ -1,0 +1,68 @@
+package engine
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Effective returns a copy of cfg (a validated config) with every default written out, the strategy
+// parameters included: what the gateway actually runs with. cfg is not changed.
+func (cfg *Config) Effective() *Config {
+	e := *cfg
+	e.Providers = append([]ProviderConfig(nil), cfg.Providers...)
+	e.Routes = make([]RouteConfig, len(cfg.Routes))
+	nodes, bytes := trieShare(cfg)
+	for i, rc := range cfg.Routes {
+		p := rc.Params
+		for _, name := range strategies[rc.Strategy].params {
+			switch name {
+			case "threshold":
+				p.Threshold = orDefault(p.Threshold, defaultThreshold)
+			case "max_trie_nodes":
+				p.MaxTrieNodes = orDefault(p.MaxTrieNodes, nodes)
+			case "max_trie_bytes":
+				p.MaxTrieBytes = orDefault(p.MaxTrieBytes, bytes)
+			case "session_ttl_secs":
+				p.SessionTTLSecs = orDefault(p.SessionTTLSecs, defaultSessionTTL)
+			case "max_sessions":
+				p.MaxSessions = orDefault(p.MaxSessions, defaultMaxSessions)
+			case "epsilon":
+				p.Epsilon = orDefault(p.Epsilon, defaultEpsilon)
+			case "virtual_nodes":
+				p.VirtualNodes = orDefault(p.VirtualNodes, defaultVirtualNodes)
+			case "key_bytes":
+				p.KeyBytes = orDefault(p.KeyBytes, defaultKeyBytes)
+			case "weight_factor":
+				p.WeightFactor = orDefault(p.WeightFactor, defaultWeightFactor)
+			case "load_factor":
+				p.LoadFactor = orDefault(p.LoadFactor, defaultLoadFactor)
+			case "cache_factor":
+				p.CacheFactor = orDefault(p.CacheFactor, defaultCacheFactor)
+			default:
+				panic(fmt.Sprintf("BUG: no default for parameter %q", name))
+			}
+		}
+		rc.Params = p
+		e.Routes[i] = rc
+	}
+	return &e
+}
+
+func orDefault[T any](v *T, def T) *T {
+	if v != nil {
+		return v
+	}
+	return &def
+}
+
+// WriteTOML writes cfg as rolter.toml text (`rolter check -print`); it loads back as the same config.
+func (cfg *Config) WriteTOML(w io.Writer) error {
+	enc := toml.NewEncoder(w)
+	enc.Indent = ""
+	if err := enc.Encode(cfg); err != nil {
+		return fmt.Errorf("cannot write the config: %w", err)
+	}
+	return nil
+}

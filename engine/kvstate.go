@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"reflect"
+
+	"github.com/rolter-ai/rolter/kvindex"
+	"github.com/rolter-ai/rolter/telemetry"
+)
+
+// kvState is the exact residency index of a gateway: one kvindex.Index shared by every provider with
+// [providers.kv_events] that a precise_cache_aware route uses, fed by one subscription per provider. It
+// outlives snapshots: a reload that keeps a provider's kv_events settings keeps its subscription, its index
+// and its stream state (trusted stays trusted, no replay), and ids are stable for as long as a source lives.
+// It is created when a config first needs it and stopped with the gateway. Its methods are called under
+// Gateway.reloadMu; the index and streams are read concurrently by requests.
+type kvState struct {
+	ix      *kvindex.Index
+	sub     *kvindex.Subscriber
+	log     *slog.Logger
+	cancel  context.CancelFunc
+	used    [kvindex.MaxTargets]bool
+	current map[string]*kvSource // the latest source of each provider name
+}
+
+// kvSource is one provider's subscription: its index id, its settings, its stream and metric series.
+type kvSource struct {
+	id    int
+	name  string
+	cfg   KVEventsConfig
+	st    *kvindex.Stream
+	set   *telemetry.Set
+	holds int // published snapshots holding it, as Provider.holds
+	// registered says whether set is registered.
+	registered bool
+}
+
+func newKVState(log *slog.Logger) (*kvState, error) {
+	ix := kvindex.NewIndex(kvindex.MaxTargets)
+	sub, err := kvindex.NewSubscriber(ix, log.With("component", "kv_events"))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sub.Start(ctx)
+	return &kvState{ix: ix, sub: sub, log: log, cancel: cancel, current: map[string]*kvSource{}}, nil
+}
+
+// source returns the subscription of provider name with settings c: the current one when its settings are
+// the same, else a new one (subscribed at once, under a free id). fresh says it was made now.
+func (kv *kvState) source(name string, c *KVEventsConfig) (src *kvSource, fresh bool, err error) {
+	if cur := kv.current[name]; cur != nil && reflect.DeepEqual(cur.cfg, *c) {
+		return cur, false, nil
+	}
+	id := -1
+	for i, used := range kv.used {
+		if !used {
+			id = i
+			break
+		}
+	}
+	if id < 0 {
+		return nil, false, fmt.Errorf("at most %d KV-event sources can be live at once (reloads still draining count too)", kvindex.MaxTargets)
+	}
+	st, err := kv.sub.Add(id, kvindex.SubscriberConfig{
+		Endpoint:       c.Endpoint,
+		Topic:          c.Topic,
+		ReplayEndpoint: c.ReplayEndpoint,
+		Mode:           c.Mode,
+		StaleAfter:     secs(c.StaleSecs),
+		MaxBlocks:      c.MaxBlocks,
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("cannot subscribe to the KV events of provider %q: %w", name, err)
+	}
+	kv.used[id] = true
+	src = &kvSource{id: id, name: name, cfg: *c, st: st, set: telemetry.NewSet()}
+	registerKVMetrics(src.set, name, st)
+	return src, true, nil
+}
+
+// drop ends a source no published snapshot holds any more: its subscription stops and its index is
+// cleared, its id is free again.
+func (kv *kvState) drop(src *kvSource) {
+	kv.sub.Remove(src.id)
+	kv.used[src.id] = false
+	if src.registered {
+		src.set.Unregister()
+		src.registered = false
+	}
+	if kv.current[src.name] == src {
+		delete(kv.current, src.name)
+	}
+}
+
+func (kv *kvState) stop() {
+	kv.cancel()
+	kv.sub.Stop()
+}
+
+func registerKVMetrics(set *telemetry.Set, target string, st *kvindex.Stream) {
+	l := "target=" + telemetry.Label(target)
+	stat := func(f func(s *kvindex.StreamStats) float64) func() float64 {
+		return func() float64 { s := st.Stats(); return f(&s) }
+	}
+	set.Gauge(telemetry.KVBlocks, l, stat(func(s *kvindex.StreamStats) float64 { return float64(s.Blocks) }))
+	set.Gauge(telemetry.KVTrusted, l, func() float64 {
+		if st.Trusted() {
+			return 1
+		}
+		return 0
+	})
+	set.Gauge(telemetry.KVLastSeq, l, stat(func(s *kvindex.StreamStats) float64 { return float64(s.LastSeq) }))
+	for _, e := range []struct {
+		kind string
+		f    func(s *kvindex.StreamStats) uint64
+	}{
+		{"stored", func(s *kvindex.StreamStats) uint64 { return s.StoredEvents }},
+		{"removed", func(s *kvindex.StreamStats) uint64 { return s.RemovedEvents }},
+		{"cleared", func(s *kvindex.StreamStats) uint64 { return s.ClearedEvents }},
+		{"unknown_type", func(s *kvindex.StreamStats) uint64 { return s.SkippedEvents }},
+	} {
+		f := e.f
+		set.CounterFunc(telemetry.KVEvents, l+",kind="+telemetry.Label(e.kind), func() uint64 { s := st.Stats(); return f(&s) })
+	}
+	for _, e := range []struct {
+		event string
+		f     func(s *kvindex.StreamStats) uint64
+	}{
+		{"batches", func(s *kvindex.StreamStats) uint64 { return s.Batches }},
+		{"gaps", func(s *kvindex.StreamStats) uint64 { return s.Gaps }},
+		{"lost_batches", func(s *kvindex.StreamStats) uint64 { return s.LostBatches }},
+		{"restarts", func(s *kvindex.StreamStats) uint64 { return s.Restarts }},
+		{"replays_ok", func(s *kvindex.StreamStats) uint64 { return s.ReplaysOK }},
+		{"replays_failed", func(s *kvindex.StreamStats) uint64 { return s.ReplaysFailed }},
+		{"decode_errors", func(s *kvindex.StreamStats) uint64 { return s.DecodeErrors }},
+		{"garbage_frames", func(s *kvindex.StreamStats) uint64 { return s.GarbageFrames }},
+		{"stale", func(s *kvindex.StreamStats) uint64 { return s.StaleTransitions }},
+		{"missed_events", func(s *kvindex.StreamStats) uint64 { return s.MissedEvents }},
+		{"unknown_parents", func(s *kvindex.StreamStats) uint64 { return s.UnknownParents }},
+		{"evictions", func(s *kvindex.StreamStats) uint64 { return s.Evictions }},
+		{"implausible_jumps", func(s *kvindex.StreamStats) uint64 { return s.ImplausibleJumps }},
+		{"queue_drops", func(s *kvindex.StreamStats) uint64 { return s.QueueDrops }},
+		{"disconnects", func(s *kvindex.StreamStats) uint64 { return s.Disconnects }},
+	} {
+		f := e.f
+		set.CounterFunc(telemetry.KVStream, l+",event="+telemetry.Label(e.event), func() uint64 { s := st.Stats(); return f(&s) })
+	}
+}

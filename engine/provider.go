@@ -1,0 +1,256 @@
+package engine
+
+import (
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rolter-ai/rolter/telemetry"
+)
+
+// Provider is the state shared by every target that points at one upstream engine: its connection pool,
+// its in-flight counter (the load every strategy reads), its health, and its background sources (health
+// checker, /metrics scraper, LMCache poller). The mutable state is flat, padded atomics, read on every
+// routing decision (docs/architecture.md, "Concurrency rules").
+//
+// A Provider outlives the snapshot that built it as long as its identity holds: a reload whose config gives
+// a provider of the same name the same settings (sameAs) keeps this very object - pool, in-flight count,
+// cooldowns and breaker, pollers and metric series. Published snapshots hold it (holds); the last one to
+// retire stops it (docs/architecture.md, "Reload").
+type Provider struct {
+	Name      string
+	nameBytes []byte
+	cfg       ProviderConfig
+	sections  providerSections // the global config sections that shaped it
+	up        *upstream
+	// auth is the Authorization header value sent upstream ("Bearer <key>"), or nil to pass the client's.
+	auth []byte
+	// headers are the configured extra headers, sorted by name; they replace client headers of the same name.
+	headers [][2]string
+	// headerNames are the names of headers, lower-cased.
+	headerNames []string
+	setsXFF     bool // headers include X-Forwarded-For
+
+	// inflight counts this gateway's requests in flight to the engine (the admission slot counter). It is
+	// padded, and shared with the provider this one replaced when both name the same engine (name and
+	// api_base), so the requests of a draining snapshot still count as that engine's load.
+	inflight *atomic.Int64
+
+	// engineLoad, when set, returns the engine's requests (running + waiting, from its /metrics) that are not
+	// this gateway's own, or 0 when that number is unknown or stale.
+	engineLoad func() int64
+	scraper    *telemetry.Scraper
+
+	health  *providerHealth
+	adm     *admission
+	checker *healthChecker
+	lmcache *lmcacheSource // nil unless [providers.lmcache] is set
+
+	// set holds the provider's own metric series; registered while a published snapshot holds it.
+	set *telemetry.Set
+	// holds counts the published snapshots that hold the provider; registered says whether set is
+	// registered. Both are changed under Gateway.reloadMu only.
+	holds      int
+	registered bool
+}
+
+// providerSections are the parts of the config outside [[providers]] that shape a Provider.
+type providerSections struct {
+	Timeouts      TimeoutsConfig
+	Queue         QueueConfig
+	Health        HealthConfig
+	Cooldown      CooldownConfig
+	Breaker       BreakerConfig
+	MetricsScrape ScrapeConfig
+	APIKey        string // the value of api_key_env, read when the config was loaded
+}
+
+func sectionsOf(pc *ProviderConfig, cfg *Config) providerSections {
+	s := providerSections{
+		Timeouts: cfg.Timeouts, Queue: cfg.Queue, Health: cfg.Health, Cooldown: cfg.Cooldown,
+		Breaker: cfg.Breaker, MetricsScrape: cfg.MetricsScrape,
+	}
+	// max_ejection_percent is applied to every provider by the snapshot (fleetHealth), not per provider.
+	s.Health.MaxEjectionPercent = 0
+	if pc.APIKeyEnv != "" {
+		s.APIKey = os.Getenv(pc.APIKeyEnv)
+	}
+	return s
+}
+
+// sameAs reports whether a provider built from pc and cfg would be identical to p, so p can be kept. The
+// KV-event source is not part of it: it lives apart (kvSource) and is carried on its own.
+func (p *Provider) sameAs(pc *ProviderConfig, cfg *Config) bool {
+	a, b := p.cfg, *pc
+	a.KVEvents, b.KVEvents = nil, nil
+	return reflect.DeepEqual(a, b) && reflect.DeepEqual(p.sections, sectionsOf(pc, cfg))
+}
+
+// paddedCounter keeps a hot counter on a cache line of its own.
+type paddedCounter struct {
+	_ [64]byte
+	n atomic.Int64
+	_ [56]byte
+}
+
+// newProvider builds the provider of pc. prev, when not nil, is the provider of the same name it replaces;
+// its in-flight counter is taken over when both name the same engine.
+func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider) (*Provider, error) {
+	up, err := newUpstream(pc.Name, pc.APIBase, pc.MaxConns, cfg.Timeouts)
+	if err != nil {
+		return nil, err
+	}
+	up.dial = env.dial
+	up.budget = env.budget
+	p := &Provider{
+		Name: pc.Name, nameBytes: []byte(pc.Name), cfg: *pc, sections: sectionsOf(pc, cfg), up: up,
+		adm: newAdmission(cfg.Queue), set: telemetry.NewSet(),
+	}
+	if prev != nil && prev.cfg.APIBase == pc.APIBase {
+		p.inflight = prev.inflight
+	} else {
+		p.inflight = &new(paddedCounter).n
+	}
+	log := env.log
+	p.health = newProviderHealth(pc.Name, cfg, log, p.set)
+	if cfg.Health.Enabled {
+		p.checker = newHealthChecker(p, cfg.Health, p.set)
+	}
+	if pc.APIKeyEnv != "" {
+		p.auth = []byte("Bearer " + p.sections.APIKey)
+	}
+	if cfg.MetricsScrape.Enabled {
+		p.newScraper(cfg, log)
+	}
+	if pc.LMCache != nil {
+		p.lmcache = newLMCacheSource(p, log, p.set)
+	}
+	for k, v := range pc.Headers {
+		p.headers = append(p.headers, [2]string{k, v})
+	}
+	sort.Slice(p.headers, func(a, b int) bool { return p.headers[a][0] < p.headers[b][0] })
+	for _, h := range p.headers {
+		p.headerNames = append(p.headerNames, strings.ToLower(h[0]))
+	}
+	p.setsXFF = p.setsHeader([]byte("X-Forwarded-For"))
+	l := "target=" + telemetry.Label(p.Name)
+	p.set.Gauge(telemetry.InflightGauge, l, func() float64 { return float64(p.inflight.Load()) })
+	p.set.Gauge(telemetry.UpstreamConns, l, func() float64 { return float64(up.open.Load()) })
+	p.set.Gauge(telemetry.QueueWaiting, l, func() float64 { return float64(p.adm.waiting.Load()) })
+	return p, nil
+}
+
+// start starts the provider's background sources.
+func (p *Provider) start() {
+	if p.checker != nil {
+		p.checker.start()
+	}
+	if p.scraper != nil {
+		p.scraper.Start()
+	}
+	if p.lmcache != nil {
+		p.lmcache.poller.Start()
+	}
+}
+
+// stop stops the background sources and closes the idle upstream connections; connections still in use
+// are closed when they come back.
+func (p *Provider) stop() {
+	if p.checker != nil {
+		p.checker.stop()
+	}
+	if p.scraper != nil {
+		p.scraper.Stop()
+	}
+	if p.lmcache != nil {
+		p.lmcache.poller.Stop()
+	}
+	p.up.closeIdle(true)
+}
+
+// Load is the number of requests in flight from this gateway to the provider, plus - with [metrics_scrape]
+// on and fresh - the engine's queue beyond them: its running + waiting requests minus this gateway's
+// in-flight count when that scrape was read, i.e. other clients' load (docs/architecture.md, "Load"). Our
+// own requests are counted once, by the fresh in-flight counter (updated at dispatch, not every scrape
+// interval: routers whose load counters lagged sent every request to one worker, smg-project/smg#1714),
+// so a stale scrape never makes a replica look busier than our own traffic made it.
+func (p *Provider) Load() int64 {
+	l := p.inflight.Load()
+	if p.engineLoad != nil {
+		l += p.engineLoad()
+	}
+	return l
+}
+
+// Inflight returns the gateway's own in-flight count for the provider.
+func (p *Provider) Inflight() int64 { return p.inflight.Load() }
+
+// setsHeader reports whether the provider's configured headers include name (case-insensitively).
+func (p *Provider) setsHeader(name []byte) bool {
+	for _, h := range p.headerNames {
+		if equalFold(name, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// newScraper sets up the [metrics_scrape] poller of p: the engine's /metrics at the root of its api_base.
+func (p *Provider) newScraper(cfg *Config, log *slog.Logger) {
+	u, _ := url.Parse(p.cfg.APIBase)
+	mc := cfg.MetricsScrape
+	sc := telemetry.ScrapeConfig{
+		BaseURL:  u.Scheme + "://" + u.Host,
+		Path:     mc.Path,
+		Interval: secs(mc.IntervalSecs),
+		Timeout:  secs(mc.TimeoutSecs),
+		Baseline: p.inflight.Load,
+	}
+	if p.auth != nil {
+		sc.Headers = map[string]string{"Authorization": string(p.auth)}
+	}
+	load := &telemetry.EngineLoad{}
+	p.scraper = telemetry.NewScraper(sc, load, log.With("target", p.Name))
+	// A scrape older than three intervals is stale: it contributes nothing rather than an old number.
+	maxAge := int64(3 * sc.Interval)
+	p.engineLoad = func() int64 {
+		e, _ := load.External(time.Now().UnixNano(), maxAge)
+		return e
+	}
+	set := p.set
+	l := "target=" + telemetry.Label(p.Name)
+	now := func() int64 { return time.Now().UnixNano() }
+	set.Gauge(telemetry.EngineRunning, l, func() float64 {
+		r, _, ok := load.Queue(now(), maxAge)
+		if !ok {
+			return -1
+		}
+		return float64(r)
+	})
+	set.Gauge(telemetry.EngineWaiting, l, func() float64 {
+		_, w, ok := load.Queue(now(), maxAge)
+		if !ok {
+			return -1
+		}
+		return float64(w)
+	})
+	set.Gauge(telemetry.EngineKVUsage, l, func() float64 {
+		u, ok := load.KVUsage(now(), maxAge)
+		if !ok {
+			return -1
+		}
+		return u
+	})
+	sp := p.scraper
+	set.CounterFunc(telemetry.Scrapes, l+`,result="ok"`, func() uint64 { return sp.Stats().OK })
+	set.CounterFunc(telemetry.Scrapes, l+`,result="failed"`, func() uint64 { return sp.Stats().Failed })
+}
+
+// dialFunc replaces TCP dialing of upstreams (in-memory listeners in tests and benchmarks).
+type dialFunc func(addr string, timeout time.Duration) (net.Conn, error)

@@ -1,0 +1,422 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rolter-ai/rolter/telemetry"
+)
+
+// A Snapshot is the config with its runtime objects: providers, routes with their targets and strategies,
+// the KV-event sources they use. It is immutable once published; requests load the live one once
+// (Gateway.acquireSnapshot) and finish on it, whatever reload happens meanwhile.
+//
+// Life of a snapshot (docs/architecture.md, "Reload"):
+//
+//   - build (Gateway.buildSnapshot): every component whose identity is unchanged from the live snapshot is
+//     taken over - the same Provider object (pool, in-flight count, health, pollers), the same tries and
+//     session bindings for surviving route targets, the same KV-event subscription - and the rest is new;
+//   - publish (Gateway.publish): new components are started and their metric series registered, the
+//     snapshot is stored with one atomic store, and the one it replaced starts retiring;
+//   - retire: once the last request that started on it has finished (streams included), every component it
+//     holds is released; a component no published snapshot holds any more is stopped and its metric series
+//     unregistered.
+type Snapshot struct {
+	cfg       *Config
+	gen       uint64 // generation: 1 for the config the gateway started with, +1 per reload
+	Providers []*Provider
+	providers map[string]*Provider
+	routes    map[string]*Route
+	Routes    []*Route // sorted by model, for /v1/models
+	models    []byte   // the /v1/models body
+	// set holds the series that belong to this snapshot alone: the strategies' gauges (trie sizes,
+	// session counts). It is swapped with the snapshot.
+	set *telemetry.Set
+	// series are the route and target metric series the snapshot holds (carried over by their labels).
+	series []*series
+	// kv are the KV-event sources of the providers its precise_cache_aware routes use, by provider name.
+	kv map[string]*kvSource
+
+	users    atomic.Int64 // requests running on the snapshot
+	retiring atomic.Bool
+	drained  chan struct{} // closed once retiring and users is 0
+	drain    sync.Once
+}
+
+// Target is one (provider, upstream model) of a route.
+type Target struct {
+	Index    int
+	Provider *Provider
+	Model    string
+	// modelJSON is Model as a JSON string literal, spliced into forwarded bodies.
+	modelJSON []byte
+	Weight    float64
+	m         *telemetry.TargetMetrics
+}
+
+// Load is the target's provider load.
+func (t *Target) Load() int64 { return t.Provider.Load() }
+
+// Route is one public model name.
+type Route struct {
+	Model        string
+	StrategyName string
+	Strategy     Strategy
+	Targets      []*Target
+	recorder     Recorder
+	m            *telemetry.RouteMetrics
+	// strategyHeader and modelBytes are the x-rolter-strategy and x-rolter-route values.
+	strategyHeader []byte
+	modelBytes     []byte
+}
+
+// target returns the index of the target of r with the given provider and upstream model, or -1.
+func (r *Route) target(provider, model string) int {
+	for i, t := range r.Targets {
+		if t.Provider.Name == provider && t.Model == model {
+			return i
+		}
+	}
+	return -1
+}
+
+// Route returns the route for a public model name, or nil. Looking up with string(b) does not allocate.
+func (s *Snapshot) route(model []byte) *Route { return s.routes[string(model)] }
+
+// Config returns the snapshot's config. It must not be modified.
+func (s *Snapshot) Config() *Config { return s.cfg }
+
+// Generation returns the snapshot's config generation.
+func (s *Snapshot) Generation() uint64 { return s.gen }
+
+var failKindLabels = failKindNames[:]
+
+var reasonLabels = reasonNames[:]
+
+// series are metric series that outlive snapshots by their labels: a route's metrics (route, strategy) and
+// a target's (route, provider) keep counting across reloads for as long as some published snapshot has a
+// route or target with those labels.
+type series struct {
+	key    string
+	set    *telemetry.Set
+	route  *telemetry.RouteMetrics
+	target *telemetry.TargetMetrics
+	holds  int // as Provider.holds
+}
+
+// buildSnapshot turns a validated config into runtime objects, taking over from prev (the live snapshot,
+// nil at start) whatever is unchanged. Nothing is started or registered: publish does that. On error
+// everything made for it is released and prev is untouched. Called under g.reloadMu.
+func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err error) {
+	s := &Snapshot{
+		cfg:       cfg,
+		providers: make(map[string]*Provider, len(cfg.Providers)),
+		routes:    make(map[string]*Route, len(cfg.Routes)),
+		set:       telemetry.NewSet(),
+		kv:        map[string]*kvSource{},
+		drained:   make(chan struct{}),
+	}
+	env := &buildEnv{set: s.set, log: g.log, cfg: cfg, dial: g.dial, budget: g.conns, kvSources: s.kv}
+	var newSources []*kvSource
+	var newSeries []*series
+	defer func() {
+		if err == nil {
+			return
+		}
+		for _, p := range s.Providers {
+			if p.holds == 0 {
+				p.stop()
+			}
+		}
+		for _, src := range newSources {
+			g.kv.drop(src)
+		}
+		for _, se := range newSeries {
+			delete(g.series, se.key)
+		}
+	}()
+
+	fleet := &fleetHealth{maxPercent: cfg.Health.MaxEjectionPercent}
+	for i := range cfg.Providers {
+		pc := &cfg.Providers[i]
+		var old *Provider
+		if prev != nil {
+			old = prev.providers[pc.Name]
+		}
+		p := old
+		if p == nil || !p.sameAs(pc, cfg) {
+			if p, err = newProvider(pc, cfg, env, old); err != nil {
+				return nil, err
+			}
+		}
+		fleet.members = append(fleet.members, p.health)
+		s.Providers = append(s.Providers, p)
+		s.providers[p.Name] = p
+	}
+
+	// KV-event sources, for the providers that precise_cache_aware routes use.
+	for _, rc := range cfg.Routes {
+		if !strategies[rc.Strategy].needsKVEvents {
+			continue
+		}
+		for _, tc := range rc.Targets {
+			if _, ok := s.kv[tc.Provider]; ok {
+				continue
+			}
+			if g.kv == nil {
+				if g.kv, err = newKVState(g.log); err != nil {
+					return nil, err
+				}
+			}
+			src, fresh, err := g.kv.source(tc.Provider, s.providers[tc.Provider].cfg.KVEvents)
+			if err != nil {
+				return nil, err
+			}
+			if fresh {
+				newSources = append(newSources, src)
+			}
+			s.kv[tc.Provider] = src
+		}
+	}
+	env.kv = g.kv
+
+	seriesFor := func(key string, make func(set *telemetry.Set, se *series)) *series {
+		if se := g.series[key]; se != nil {
+			return se
+		}
+		se := &series{key: key, set: telemetry.NewSet()}
+		make(se.set, se)
+		g.series[key] = se
+		newSeries = append(newSeries, se)
+		return se
+	}
+	trieNodes, trieBytes := trieShare(cfg)
+	for _, rc := range cfg.Routes {
+		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy), modelBytes: []byte(rc.Model)}
+		rs := seriesFor("route\x00"+rc.Model+"\x00"+rc.Strategy, func(set *telemetry.Set, se *series) {
+			se.route = set.NewRouteMetrics(rc.Model, rc.Strategy, reasonLabels)
+		})
+		r.m = rs.route
+		s.series = append(s.series, rs)
+		for j, tc := range rc.Targets {
+			p := s.providers[tc.Provider]
+			ts := seriesFor("target\x00"+rc.Model+"\x00"+p.Name, func(set *telemetry.Set, se *series) {
+				se.target = set.NewTargetMetrics(rc.Model, p.Name, failKindLabels)
+			})
+			if !slices.Contains(s.series, ts) {
+				s.series = append(s.series, ts)
+			}
+			r.Targets = append(r.Targets, &Target{
+				Index:     j,
+				Provider:  p,
+				Model:     tc.Model,
+				modelJSON: appendJSONString(nil, tc.Model),
+				Weight:    *tc.Weight,
+				m:         ts.target,
+			})
+		}
+		spec := strategies[rc.Strategy]
+		params := rc.Params
+		if spec.usesTries {
+			if params.MaxTrieNodes == nil {
+				params.MaxTrieNodes = &trieNodes
+			}
+			if params.MaxTrieBytes == nil {
+				params.MaxTrieBytes = &trieBytes
+			}
+		}
+		env.prev = nil
+		if prev != nil {
+			env.prev = prev.routes[rc.Model]
+		}
+		st, err := spec.build(r, params, env)
+		if err != nil {
+			return nil, fmt.Errorf("cannot build strategy %q for route %q: %w", rc.Strategy, rc.Model, err)
+		}
+		r.Strategy = st
+		r.recorder, _ = st.(Recorder)
+		s.routes[r.Model] = r
+		s.Routes = append(s.Routes, r)
+	}
+	sort.Slice(s.Routes, func(a, b int) bool { return s.Routes[a].Model < s.Routes[b].Model })
+	s.models = modelsBody(s.Routes, time.Now().Unix())
+	// The ejection cap counts this snapshot's providers; carried providers move over to it.
+	for _, p := range s.Providers {
+		p.health.fleet.Store(fleet)
+	}
+	return s, nil
+}
+
+// publish makes s the live snapshot: it starts what is new in it and registers its metric series, stores
+// it, and retires the snapshot it replaces. Called under g.reloadMu.
+func (g *Gateway) publish(s *Snapshot) {
+	old := g.snap.Load()
+	if old != nil {
+		// Series of the same name must not be exported twice: what s replaces under the same labels goes
+		// out now, before s's series come in.
+		old.set.Unregister()
+		for _, p := range old.Providers {
+			if q := s.providers[p.Name]; q != nil && q != p && p.registered {
+				p.set.Unregister()
+				p.registered = false
+			}
+		}
+		for name, src := range old.kv {
+			if q := s.kv[name]; q != nil && q != src && src.registered {
+				src.set.Unregister()
+				src.registered = false
+			}
+		}
+	}
+	for _, p := range s.Providers {
+		if p.holds == 0 {
+			p.start()
+			p.set.Register()
+			p.registered = true
+		}
+		p.holds++
+	}
+	for _, src := range s.kv {
+		if src.holds == 0 {
+			src.set.Register()
+			src.registered = true
+			g.kv.current[src.name] = src
+		}
+		src.holds++
+	}
+	for _, se := range s.series {
+		if se.holds == 0 {
+			se.set.Register()
+		}
+		se.holds++
+	}
+	for _, r := range s.Routes {
+		if lc, ok := r.Strategy.(lifecycle); ok {
+			lc.Start()
+		}
+	}
+	s.set.Register()
+	g.snap.Store(s)
+	if old != nil {
+		g.retire(old)
+	}
+}
+
+// retire waits, in the background, for the requests that started on s to finish, then releases what s
+// holds. At gateway shutdown it stops waiting.
+func (g *Gateway) retire(s *Snapshot) {
+	s.retiring.Store(true)
+	if s.users.Load() == 0 {
+		s.drain.Do(func() { close(s.drained) })
+	}
+	g.retiring.Add(1)
+	go func() {
+		defer g.retiring.Done()
+		select {
+		case <-s.drained:
+		case <-g.stop:
+		}
+		g.reloadMu.Lock()
+		defer g.reloadMu.Unlock()
+		g.release(s)
+	}()
+}
+
+// release gives up what s holds: strategies stop, and every component no published snapshot holds any
+// more is stopped and its series unregistered. Called under g.reloadMu.
+func (g *Gateway) release(s *Snapshot) {
+	for _, r := range s.Routes {
+		if lc, ok := r.Strategy.(lifecycle); ok {
+			lc.Stop()
+		}
+	}
+	for _, p := range s.Providers {
+		if p.holds--; p.holds == 0 {
+			if p.registered {
+				p.set.Unregister()
+				p.registered = false
+			}
+			p.stop()
+		}
+	}
+	for _, src := range s.kv {
+		if src.holds--; src.holds == 0 {
+			g.kv.drop(src)
+		}
+	}
+	for _, se := range s.series {
+		if se.holds--; se.holds == 0 {
+			se.set.Unregister()
+			delete(g.series, se.key)
+		}
+	}
+}
+
+// acquireSnapshot returns the live snapshot for a request, counted as one of its users until
+// releaseSnapshot. A request never starts on a snapshot that is already retiring.
+func (g *Gateway) acquireSnapshot() *Snapshot {
+	for {
+		s := g.snap.Load()
+		s.users.Add(1)
+		if !s.retiring.Load() {
+			return s
+		}
+		// Published over between the load and the count: the retiring side may have seen no users.
+		s.releaseUser()
+	}
+}
+
+// releaseUser ends one request's use of s.
+func (s *Snapshot) releaseUser() {
+	if s.users.Add(-1) == 0 && s.retiring.Load() {
+		s.drain.Do(func() { close(s.drained) })
+	}
+}
+
+// trieShare returns the default ceilings of one target's prefix trie: an equal share of
+// [server] routing_memory_bytes for every target of a route that keeps tries and does not set both ceilings
+// itself. A trie costs about 58 bytes per node plus 1.2 bytes per stored prompt byte (trie package
+// benchmarks), so a share S allows 0.4 S stored bytes and 0.5 S / 64 nodes: at most about 0.95 S in all.
+// With the 512 MiB default and 8 targets that is 26.8 MB of prompt text and 524,288 nodes per target. The
+// node count never goes above the seed page's 1 million.
+func trieShare(cfg *Config) (nodes, bytes int) {
+	n := 0
+	for _, rc := range cfg.Routes {
+		if strategies[rc.Strategy].usesTries && (rc.Params.MaxTrieNodes == nil || rc.Params.MaxTrieBytes == nil) {
+			n += len(rc.Targets)
+		}
+	}
+	share := cfg.Server.RoutingMemoryBytes / max(n, 1)
+	nodes = min(max(share/2/64, 16), defaultMaxTrieNodes)
+	bytes = max(share*2/5, 1024)
+	return nodes, bytes
+}
+
+// modelsBody renders GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by"}]}.
+func modelsBody(routes []*Route, created int64) []byte {
+	var b []byte
+	b = append(b, `{"object":"list","data":[`...)
+	for i, r := range routes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = appendJSONString(b, r.Model)
+		b = append(b, fmt.Sprintf(`,"object":"model","created":%d,"owned_by":"rolter"}`, created)...)
+	}
+	return append(b, "]}"...)
+}
+
+// describe returns a one-line summary of the snapshot for logs.
+func (s *Snapshot) describe() string {
+	var parts []string
+	for _, r := range s.Routes {
+		parts = append(parts, fmt.Sprintf("%s(%s, %d targets)", r.Model, r.StrategyName, len(r.Targets)))
+	}
+	return strings.Join(parts, " ")
+}
