@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/url"
@@ -10,14 +11,17 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/rolter-ai/rolter/kvindex"
+	"github.com/rolter-ai/rolter/telemetry"
 )
 
-// Config is the decoded rolter.toml. Field names are the TOML keys (configs/rolter.example.toml);
-// defaults are applied by ParseConfig, so a Config returned from it is complete and valid.
+// Config is the decoded rolter.toml. Field names are the TOML keys (configs/rolter.example.toml). The
+// section defaults are DefaultConfig, which decoding starts from; the defaults of the keys inside arrays of
+// tables are set by setDefaults, before validation. A Config returned by ParseConfig is complete and valid.
 type Config struct {
 	Server        ServerConfig     `toml:"server"`
 	Providers     []ProviderConfig `toml:"providers"`
@@ -189,8 +193,9 @@ type QueueConfig struct {
 	RetryAfterSecs       float64 `toml:"retry_after_secs"`
 }
 
-// DefaultConfig returns a config with every default (configs/rolter.example.toml lists them) and no providers
-// or routes.
+// DefaultConfig returns a config with every section default (configs/rolter.example.toml lists them) and no
+// providers or routes. TOML decoding starts from it, so a key a file leaves out keeps its default; the
+// defaults of the keys inside arrays of tables ([[providers]], [[routes]]) are filled by setDefaults.
 func DefaultConfig() *Config {
 	return &Config{
 		Server: ServerConfig{
@@ -222,6 +227,70 @@ func DefaultConfig() *Config {
 
 // Provider kinds.
 const kindOpenAICompatible = "openai_compatible"
+
+// Defaults of the keys inside arrays of tables, filled by setDefaults (configs/rolter.example.toml lists
+// them too). A target's model defaults to its route's model.
+const (
+	defaultProviderMaxConns   = 1024
+	defaultKVMode             = "connect"
+	defaultKVMaxBlocks        = 1_000_000
+	defaultKVStaleSecs        = 30.0
+	defaultLMCacheRefreshSecs = 2.0
+	defaultLMCacheStaleSecs   = 10.0
+	defaultStrategy           = "round_robin"
+	defaultTargetWeight       = 1.0
+)
+
+// setDefaults fills every default cfg lacks; validation runs after it and only checks. The sections start
+// complete (decoding starts from DefaultConfig); an element of [[providers]] or [[routes]] starts from zero
+// and gets its defaults here. Only zero values are filled, so setting the defaults of a config that has
+// them changes nothing: Gateway.Reload sets them again on a config ParseConfig returned.
+func (cfg *Config) setDefaults() {
+	for i := range cfg.Providers {
+		p := &cfg.Providers[i]
+		if p.Kind == "" {
+			p.Kind = kindOpenAICompatible
+		}
+		if p.MaxConns == 0 {
+			p.MaxConns = defaultProviderMaxConns
+		}
+		if kv := p.KVEvents; kv != nil {
+			if kv.Mode == "" {
+				kv.Mode = defaultKVMode
+			}
+			if kv.MaxBlocks == 0 {
+				kv.MaxBlocks = defaultKVMaxBlocks
+			}
+			if kv.StaleSecs == 0 {
+				kv.StaleSecs = defaultKVStaleSecs
+			}
+		}
+		if lc := p.LMCache; lc != nil {
+			if lc.RefreshSecs == 0 {
+				lc.RefreshSecs = defaultLMCacheRefreshSecs
+			}
+			if lc.StaleSecs == 0 {
+				lc.StaleSecs = defaultLMCacheStaleSecs
+			}
+		}
+	}
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		if r.Strategy == "" {
+			r.Strategy = defaultStrategy
+		}
+		for j := range r.Targets {
+			t := &r.Targets[j]
+			if t.Model == "" {
+				t.Model = r.Model
+			}
+			if t.Weight == nil {
+				w := defaultTargetWeight
+				t.Weight = &w
+			}
+		}
+	}
+}
 
 // ConfigError is one problem found in a config file.
 type ConfigError struct {
@@ -298,6 +367,7 @@ func ParseConfig(data []byte, file string) (*Config, error) {
 		seen[plain]++
 		v.errs = append(v.errs, &ConfigError{File: file, Line: line, Key: plain, Msg: "unknown key"})
 	}
+	cfg.setDefaults()
 	v.validate(cfg)
 	if len(v.errs) > 0 {
 		return nil, v.errs
@@ -305,15 +375,18 @@ func ParseConfig(data []byte, file string) (*Config, error) {
 	return cfg, nil
 }
 
-// validateConfig checks a config, as ParseConfig does after decoding, and applies the defaults that
-// validation fills in. Problems are returned all at once; the lines of a config that did not come from a
+// validateConfig does to cfg what ParseConfig does after decoding: it sets the defaults cfg lacks (changing
+// cfg) and checks it. Problems are returned all at once; the lines of a config that did not come from a
 // file are unknown.
 func validateConfig(cfg *Config) ConfigErrors {
 	v := &validator{file: cfg.File}
+	cfg.setDefaults()
 	v.validate(cfg)
 	return v.errs
 }
 
+// validator collects the problems of one config. Each section has its method, which reports every problem
+// of that section under its key path; none of them changes the config.
 type validator struct {
 	file  string
 	lines keyLines
@@ -325,8 +398,22 @@ func (v *validator) addf(key, format string, args ...any) {
 	v.errs = append(v.errs, &ConfigError{File: v.file, Line: v.lines.lineOf(key), Key: key, Msg: fmt.Sprintf(format, args...)})
 }
 
+// validate checks cfg, whose defaults are set (setDefaults).
 func (v *validator) validate(cfg *Config) {
-	s := &cfg.Server
+	v.server(&cfg.Server)
+	providers := v.providers(cfg.Providers)
+	v.routes(cfg.Routes, cfg.Providers, providers)
+	v.metricsScrape(&cfg.MetricsScrape)
+	v.health(&cfg.Health)
+	v.cooldown(&cfg.Cooldown)
+	v.breaker(&cfg.Breaker)
+	v.retry(&cfg.Retry)
+	v.timeouts(&cfg.Timeouts)
+	v.queue(&cfg.Queue)
+}
+
+// server checks [server].
+func (v *validator) server(s *ServerConfig) {
 	if _, _, err := net.SplitHostPort(s.Listen); err != nil {
 		v.addf("server.listen", "cannot parse listen address %q: want host:port", s.Listen)
 	}
@@ -345,20 +432,20 @@ func (v *validator) validate(cfg *Config) {
 	v.nonNegative("server.write_timeout_secs", s.WriteTimeoutSecs)
 	v.nonNegative("server.idle_timeout_secs", s.IdleTimeoutSecs)
 	v.nonNegative("server.drain_secs", s.DrainSecs)
+}
 
-	providers := map[string]int{}
-	for i := range cfg.Providers {
-		p := &cfg.Providers[i]
+// providers checks [[providers]] and returns the index of each provider name (its first, if repeated).
+func (v *validator) providers(ps []ProviderConfig) map[string]int {
+	byName := make(map[string]int, len(ps))
+	for i := range ps {
+		p := &ps[i]
 		key := fmt.Sprintf("providers[%d]", i)
 		if p.Name == "" {
 			v.addf(key+".name", "missing provider name")
-		} else if j, dup := providers[p.Name]; dup {
+		} else if j, dup := byName[p.Name]; dup {
 			v.addf(key+".name", "duplicate provider name %q (also providers[%d])", p.Name, j)
 		} else {
-			providers[p.Name] = i
-		}
-		if p.Kind == "" {
-			p.Kind = kindOpenAICompatible
+			byName[p.Name] = i
 		}
 		if p.Kind != kindOpenAICompatible {
 			v.addf(key+".kind", "unknown provider kind %q; supported: %q", p.Kind, kindOpenAICompatible)
@@ -369,50 +456,84 @@ func (v *validator) validate(cfg *Config) {
 		if p.APIKeyEnv != "" && os.Getenv(p.APIKeyEnv) == "" {
 			v.addf(key+".api_key_env", "environment variable %q is not set or empty", p.APIKeyEnv)
 		}
-		for name := range p.Headers {
+		for _, name := range slices.Sorted(maps.Keys(p.Headers)) {
 			if !validHeaderName(name) {
 				v.addf(key+".headers", "invalid header name %q", name)
 			}
 		}
-		if p.MaxConns == 0 {
-			p.MaxConns = 1024
-		}
 		v.positiveInt(key+".max_conns", p.MaxConns)
-		if kv := p.KVEvents; kv != nil {
-			v.kvEvents(key+".kv_events", kv)
+		if p.KVEvents != nil {
+			v.kvEvents(key+".kv_events", p.KVEvents)
 		}
-		if lc := p.LMCache; lc != nil {
-			k := key + ".lmcache"
-			if err := checkHTTPURL(lc.Endpoint); err != nil {
-				v.addf(k+".endpoint", "%s", err)
-			}
-			if lc.RefreshSecs == 0 {
-				lc.RefreshSecs = 2
-			}
-			if lc.StaleSecs == 0 {
-				lc.StaleSecs = 10
-			}
-			v.positive(k+".refresh_secs", lc.RefreshSecs)
-			v.positive(k+".stale_secs", lc.StaleSecs)
+		if p.LMCache != nil {
+			v.lmcache(key+".lmcache", p.LMCache)
 		}
 	}
+	return byName
+}
 
-	routes := map[string]int{}
-	for i := range cfg.Routes {
-		r := &cfg.Routes[i]
+// kvEvents checks [providers.kv_events] by the subscriber's own rules (kvindex.SubscriberConfig.Validate),
+// so a config that passes `rolter check` is one the subscriber takes.
+func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
+	sc := kv.subscriberConfig()
+	// stale_secs is TOML seconds: a value with no time.Duration would convert to whatever the platform
+	// makes of it, so it is refused here and kvindex sees a valid duration.
+	if !validSecs(kv.StaleSecs) {
+		v.addf(key+".stale_secs", "must be a finite number of seconds within ±%.0f, got %v", maxSecs, kv.StaleSecs)
+		sc.StaleAfter = 0
+	}
+	for _, err := range unjoin(sc.Validate()) {
+		v.addf(key+kvKey(err), "%s", err)
+	}
+	if !kvindex.Supported {
+		v.addf(key, "kv_events needs a build with cgo and libzmq; this binary was built with CGO_ENABLED=0")
+	}
+}
+
+// subscriberConfig is c as the KV-event subscriber takes it (kvState.source subscribes with the same).
+func (c *KVEventsConfig) subscriberConfig() kvindex.SubscriberConfig {
+	return kvindex.SubscriberConfig{
+		Endpoint:       c.Endpoint,
+		Topic:          c.Topic,
+		ReplayEndpoint: c.ReplayEndpoint,
+		Mode:           c.Mode,
+		StaleAfter:     secs(c.StaleSecs),
+		MaxBlocks:      c.MaxBlocks,
+	}
+}
+
+// lmcache checks [providers.lmcache]. The endpoint is checked by the poller's own rule
+// (telemetry.LMCacheConfig.Validate), given the endpoint alone so that every error it reports is the
+// endpoint's. refresh_secs and stale_secs are TOML seconds, checked here: the poller takes 0 to mean its
+// default, but here a 0 was already replaced by ours.
+func (v *validator) lmcache(key string, lc *LMCacheConfig) {
+	if lc.Endpoint == "" {
+		v.addf(key+".endpoint", "missing URL")
+	} else {
+		tc := telemetry.LMCacheConfig{URL: lc.Endpoint}
+		for _, err := range unjoin(tc.Validate()) {
+			v.addf(key+".endpoint", "%s", err)
+		}
+	}
+	v.positive(key+".refresh_secs", lc.RefreshSecs)
+	v.positive(key+".stale_secs", lc.StaleSecs)
+}
+
+// routes checks [[routes]] against the providers (byName: the index of each provider name).
+func (v *validator) routes(rs []RouteConfig, ps []ProviderConfig, byName map[string]int) {
+	models := make(map[string]int, len(rs))
+	for i := range rs {
+		r := &rs[i]
 		key := fmt.Sprintf("routes[%d]", i)
 		if r.Model == "" {
 			v.addf(key+".model", "missing public model name")
-		} else if j, dup := routes[r.Model]; dup {
+		} else if j, dup := models[r.Model]; dup {
 			v.addf(key+".model", "duplicate route for model %q (also routes[%d])", r.Model, j)
 		} else {
-			routes[r.Model] = i
+			models[r.Model] = i
 		}
-		if r.Strategy == "" {
-			r.Strategy = "round_robin"
-		}
-		spec, ok := strategies[r.Strategy]
-		if !ok {
+		spec, known := strategies[r.Strategy]
+		if !known {
 			v.addf(key+".strategy", "unknown strategy %q; want one of %s", r.Strategy, strategyNames())
 		}
 		if len(r.Targets) == 0 {
@@ -426,109 +547,25 @@ func (v *validator) validate(cfg *Config) {
 			tk := fmt.Sprintf("%s.targets[%d]", key, j)
 			if t.Provider == "" {
 				v.addf(tk+".provider", "missing provider")
-			} else if _, ok := providers[t.Provider]; !ok {
+			} else if _, ok := byName[t.Provider]; !ok {
 				v.addf(tk+".provider", "unknown provider %q", t.Provider)
 			}
-			if t.Model == "" {
-				t.Model = r.Model
-			}
-			if t.Weight == nil {
-				w := 1.0
-				t.Weight = &w
-			} else if !(*t.Weight > 0) || math.IsInf(*t.Weight, 0) {
-				v.addf(tk+".weight", "weight must be > 0, got %v", *t.Weight)
+			if w := *t.Weight; !(w > 0) || math.IsInf(w, 0) {
+				v.addf(tk+".weight", "weight must be > 0, got %v", w)
 			}
 		}
-		if ok {
-			v.params(key+".params", r.Strategy, spec, &r.Params)
-			if spec.needsKVEvents {
-				for j := range r.Targets {
-					if pi, ok := providers[r.Targets[j].Provider]; ok && cfg.Providers[pi].KVEvents == nil {
-						v.addf(fmt.Sprintf("%s.targets[%d].provider", key, j),
-							"strategy %q needs [providers.kv_events] on provider %q", r.Strategy, r.Targets[j].Provider)
-					}
+		if !known {
+			continue
+		}
+		v.params(key+".params", r.Strategy, spec, &r.Params)
+		if spec.needsKVEvents {
+			for j := range r.Targets {
+				if pi, ok := byName[r.Targets[j].Provider]; ok && ps[pi].KVEvents == nil {
+					v.addf(fmt.Sprintf("%s.targets[%d].provider", key, j),
+						"strategy %q needs [providers.kv_events] on provider %q", r.Strategy, r.Targets[j].Provider)
 				}
 			}
 		}
-	}
-
-	m := &cfg.MetricsScrape
-	v.positive("metrics_scrape.interval_secs", m.IntervalSecs)
-	v.positive("metrics_scrape.timeout_secs", m.TimeoutSecs)
-	if !strings.HasPrefix(m.Path, "/") {
-		v.addf("metrics_scrape.path", "path must start with '/', got %q", m.Path)
-	}
-	h := &cfg.Health
-	if !strings.HasPrefix(h.Path, "/") {
-		v.addf("health.path", "path must start with '/', got %q", h.Path)
-	}
-	v.positive("health.interval_secs", h.IntervalSecs)
-	v.positive("health.timeout_secs", h.TimeoutSecs)
-	v.positiveInt("health.unhealthy_threshold", h.UnhealthyThreshold)
-	v.positiveInt("health.healthy_threshold", h.HealthyThreshold)
-	if !(h.MaxEjectionPercent >= 0 && h.MaxEjectionPercent <= 100) {
-		v.addf("health.max_ejection_percent", "must be between 0 and 100, got %v", h.MaxEjectionPercent)
-	}
-	c := &cfg.Cooldown
-	v.positiveInt("cooldown.failures", c.Failures)
-	v.positive("cooldown.window_secs", c.WindowSecs)
-	v.positive("cooldown.base_secs", c.BaseSecs)
-	v.positive("cooldown.max_secs", c.MaxSecs)
-	if c.MaxSecs < c.BaseSecs {
-		v.addf("cooldown.max_secs", "max_secs (%v) must be >= base_secs (%v)", c.MaxSecs, c.BaseSecs)
-	}
-	v.nonNegative("cooldown.max_retry_after_secs", c.MaxRetryAfterSecs)
-	v.positiveInt("cooldown.consecutive_5xx", c.Consecutive5xx)
-	b := &cfg.Breaker
-	v.positiveInt("breaker.failures", b.Failures)
-	v.positive("breaker.open_secs", b.OpenSecs)
-	v.positiveInt("breaker.half_open_probes", b.HalfOpenProbes)
-	rt := &cfg.Retry
-	if rt.MaxRetries < 0 || rt.MaxRetries > 10 {
-		v.addf("retry.max_retries", "must be between 0 and 10, got %d", rt.MaxRetries)
-	}
-	v.nonNegative("retry.backoff_ms", rt.BackoffMs)
-	v.nonNegative("retry.max_backoff_ms", rt.MaxBackoffMs)
-	to := &cfg.Timeouts
-	v.positive("timeouts.connect_secs", to.ConnectSecs)
-	v.positive("timeouts.headers_secs", to.HeadersSecs)
-	v.positive("timeouts.idle_secs", to.IdleSecs)
-	q := &cfg.Queue
-	v.nonNegativeInt("queue.max_inflight", q.MaxInflight)
-	v.nonNegativeInt("queue.max_inflight_per_target", q.MaxInflightPerTarget)
-	v.nonNegativeInt("queue.max_waiting_per_target", q.MaxWaitingPerTarget)
-	v.nonNegative("queue.wait_timeout_secs", q.WaitTimeoutSecs)
-	v.positive("queue.retry_after_secs", q.RetryAfterSecs)
-}
-
-func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
-	if err := kvindex.CheckEndpoint(kv.Endpoint); err != nil {
-		v.addf(key+".endpoint", "%s", err)
-	}
-	if kv.ReplayEndpoint != "" {
-		if err := kvindex.CheckEndpoint(kv.ReplayEndpoint); err != nil {
-			v.addf(key+".replay_endpoint", "%s", err)
-		}
-	}
-	switch kv.Mode {
-	case "":
-		kv.Mode = "connect"
-	case "connect", "bind":
-	default:
-		v.addf(key+".mode", "unknown mode %q; want \"connect\" or \"bind\"", kv.Mode)
-	}
-	if kv.MaxBlocks == 0 {
-		kv.MaxBlocks = 1_000_000
-	}
-	if kv.MaxBlocks <= 0 || kv.MaxBlocks > kvindex.MaxBlocksPerTarget {
-		v.addf(key+".max_blocks", "must be between 1 and %d, got %d", kvindex.MaxBlocksPerTarget, kv.MaxBlocks)
-	}
-	if kv.StaleSecs == 0 {
-		kv.StaleSecs = 30
-	}
-	v.positive(key+".stale_secs", kv.StaleSecs)
-	if !kvindex.Supported {
-		v.addf(key, "kv_events needs a build with cgo and libzmq; this binary was built with CGO_ENABLED=0")
 	}
 }
 
@@ -581,6 +618,76 @@ func (v *validator) params(key, strategy string, spec strategySpec, p *RoutePara
 	}
 }
 
+// metricsScrape checks [metrics_scrape]. telemetry.ScrapeConfig.Validate is not used: it checks one
+// engine's scrape URL (a base URL, which the section does not have, plus the path) and takes a zero
+// interval or timeout to mean its default, where here 0 is an error.
+func (v *validator) metricsScrape(m *ScrapeConfig) {
+	v.positive("metrics_scrape.interval_secs", m.IntervalSecs)
+	v.positive("metrics_scrape.timeout_secs", m.TimeoutSecs)
+	if !strings.HasPrefix(m.Path, "/") {
+		v.addf("metrics_scrape.path", "path must start with '/', got %q", m.Path)
+	}
+}
+
+// health checks [health].
+func (v *validator) health(h *HealthConfig) {
+	if !strings.HasPrefix(h.Path, "/") {
+		v.addf("health.path", "path must start with '/', got %q", h.Path)
+	}
+	v.positive("health.interval_secs", h.IntervalSecs)
+	v.positive("health.timeout_secs", h.TimeoutSecs)
+	v.positiveInt("health.unhealthy_threshold", h.UnhealthyThreshold)
+	v.positiveInt("health.healthy_threshold", h.HealthyThreshold)
+	if !(h.MaxEjectionPercent >= 0 && h.MaxEjectionPercent <= 100) {
+		v.addf("health.max_ejection_percent", "must be between 0 and 100, got %v", h.MaxEjectionPercent)
+	}
+}
+
+// cooldown checks [cooldown].
+func (v *validator) cooldown(c *CooldownConfig) {
+	v.positiveInt("cooldown.failures", c.Failures)
+	v.positive("cooldown.window_secs", c.WindowSecs)
+	v.positive("cooldown.base_secs", c.BaseSecs)
+	v.positive("cooldown.max_secs", c.MaxSecs)
+	if c.MaxSecs < c.BaseSecs {
+		v.addf("cooldown.max_secs", "max_secs (%v) must be >= base_secs (%v)", c.MaxSecs, c.BaseSecs)
+	}
+	v.nonNegative("cooldown.max_retry_after_secs", c.MaxRetryAfterSecs)
+	v.positiveInt("cooldown.consecutive_5xx", c.Consecutive5xx)
+}
+
+// breaker checks [breaker].
+func (v *validator) breaker(b *BreakerConfig) {
+	v.positiveInt("breaker.failures", b.Failures)
+	v.positive("breaker.open_secs", b.OpenSecs)
+	v.positiveInt("breaker.half_open_probes", b.HalfOpenProbes)
+}
+
+// retry checks [retry].
+func (v *validator) retry(r *RetryConfig) {
+	if r.MaxRetries < 0 || r.MaxRetries > 10 {
+		v.addf("retry.max_retries", "must be between 0 and 10, got %d", r.MaxRetries)
+	}
+	v.nonNegative("retry.backoff_ms", r.BackoffMs)
+	v.nonNegative("retry.max_backoff_ms", r.MaxBackoffMs)
+}
+
+// timeouts checks [timeouts].
+func (v *validator) timeouts(t *TimeoutsConfig) {
+	v.positive("timeouts.connect_secs", t.ConnectSecs)
+	v.positive("timeouts.headers_secs", t.HeadersSecs)
+	v.positive("timeouts.idle_secs", t.IdleSecs)
+}
+
+// queue checks [queue].
+func (v *validator) queue(q *QueueConfig) {
+	v.nonNegativeInt("queue.max_inflight", q.MaxInflight)
+	v.nonNegativeInt("queue.max_inflight_per_target", q.MaxInflightPerTarget)
+	v.nonNegativeInt("queue.max_waiting_per_target", q.MaxWaitingPerTarget)
+	v.nonNegative("queue.wait_timeout_secs", q.WaitTimeoutSecs)
+	v.positive("queue.retry_after_secs", q.RetryAfterSecs)
+}
+
 func (v *validator) positive(key string, x float64) {
 	if !(x > 0) || math.IsInf(x, 0) {
 		v.addf(key, "must be > 0, got %v", x)
@@ -603,6 +710,41 @@ func (v *validator) nonNegativeInt(key string, x int) {
 	if x < 0 {
 		v.addf(key, "must be >= 0, got %d", x)
 	}
+}
+
+// maxSecs is the longest time.Duration in seconds (about 292 years).
+const maxSecs = float64(math.MaxInt64) / float64(time.Second)
+
+// validSecs reports whether s seconds convert to a time.Duration (secs) without overflow.
+func validSecs(s float64) bool {
+	return math.Abs(s) < maxSecs
+}
+
+// kvKeys are the [providers.kv_events] keys that kvindex.SubscriberConfig.Validate names in its errors
+// ("cannot use max_blocks 0: ...").
+var kvKeys = []string{"endpoint", "replay_endpoint", "mode", "stale_secs", "max_blocks"}
+
+// kvKey returns the key, as ".max_blocks", that an error of kvindex.SubscriberConfig.Validate is about, or
+// "" (the table itself) for an error that names none of them.
+func kvKey(err error) string {
+	msg := err.Error()
+	for _, k := range kvKeys {
+		if rest, ok := strings.CutPrefix(msg, "cannot use "+k); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, ":")) {
+			return "." + k
+		}
+	}
+	return ""
+}
+
+// unjoin returns the errors joined in err (errors.Join), err alone if it joins none, or nothing for nil.
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 func checkHTTPURL(s string) error {

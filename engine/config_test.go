@@ -248,11 +248,10 @@ provider = "a"
 	}
 }
 
-// TestKVEventsValidation: kv_events values the subscriber would refuse are refused by the config already.
+// TestKVEventsValidation: kv_events values the subscriber would refuse are refused by the config already,
+// by kvindex's own rules, each under its key and line. Builds without cgo check them too (and refuse the
+// table as well).
 func TestKVEventsValidation(t *testing.T) {
-	if !kvindex.Supported {
-		t.Skip("kv_events needs cgo")
-	}
 	f := func(kv, want string) {
 		t.Helper()
 		src := "[[providers]]\nname = \"a\"\napi_base = \"http://127.0.0.1:1\"\n[providers.kv_events]\n" + kv
@@ -261,11 +260,214 @@ func TestKVEventsValidation(t *testing.T) {
 			t.Fatalf("%q: got %v, want %q", kv, err, want)
 		}
 	}
-	f("endpoint = \"tcp://127.0.0.1\"", "kv.toml:5: providers[0].kv_events.endpoint")
+	f("endpoint = \"tcp://127.0.0.1\"", "kv.toml:5: providers[0].kv_events.endpoint: cannot use endpoint")
 	f("endpoint = \"udp://x:1\"", "want tcp://, ipc:// or inproc://")
+	f("mode = \"bind\"", "kv.toml:4: providers[0].kv_events.endpoint: cannot use endpoint: empty address")
 	f("endpoint = \"tcp://x:1\"\nreplay_endpoint = \"tcp://\"", "kv.toml:6: providers[0].kv_events.replay_endpoint")
-	f("endpoint = \"tcp://x:1\"\nmax_blocks = 99999999", "kv.toml:6: providers[0].kv_events.max_blocks: must be between 1 and")
-	f("endpoint = \"tcp://x:1\"\nmode = \"pull\"", "kv.toml:6: providers[0].kv_events.mode")
+	f("endpoint = \"tcp://x:1\"\nmax_blocks = 99999999", "kv.toml:6: providers[0].kv_events.max_blocks: cannot use max_blocks 99999999: must be in 0..")
+	f("endpoint = \"tcp://x:1\"\nmax_blocks = -1", "kv.toml:6: providers[0].kv_events.max_blocks: cannot use max_blocks -1")
+	f("endpoint = \"tcp://x:1\"\nmode = \"pull\"", "kv.toml:6: providers[0].kv_events.mode: cannot use mode \"pull\"")
+	f("endpoint = \"tcp://x:1\"\nstale_secs = -2", "kv.toml:6: providers[0].kv_events.stale_secs: cannot use stale_secs -2s: must not be negative")
+	f("endpoint = \"tcp://x:1\"\nstale_secs = nan", "kv.toml:6: providers[0].kv_events.stale_secs: must be a finite number of seconds")
+	f("endpoint = \"tcp://x:1\"\nstale_secs = 1e300", "kv.toml:6: providers[0].kv_events.stale_secs: must be a finite number of seconds")
+}
+
+// TestKVKey pins the coupling with kvindex's messages: every error of kvindex.SubscriberConfig.Validate for
+// a [providers.kv_events] key is reported on that key, not on the table.
+func TestKVKey(t *testing.T) {
+	f := func(sc kvindex.SubscriberConfig, want ...string) {
+		t.Helper()
+		errs := unjoin(sc.Validate())
+		if len(errs) != len(want) {
+			t.Fatalf("%+v: want %d errors, got %v", sc, len(want), errs)
+		}
+		for i, err := range errs {
+			if got := kvKey(err); got != want[i] {
+				t.Fatalf("kvKey(%q) = %q, want %q", err, got, want[i])
+			}
+		}
+	}
+	f(kvindex.SubscriberConfig{Endpoint: "tcp://x:1"})
+	f(kvindex.SubscriberConfig{Endpoint: "", ReplayEndpoint: "udp://x", Mode: "pull", StaleAfter: -1, MaxBlocks: -1},
+		".endpoint", ".replay_endpoint", ".mode", ".stale_secs", ".max_blocks")
+	f(kvindex.SubscriberConfig{Endpoint: "tcp://x:1", MaxQueueBytes: 1}, "") // not a rolter.toml key: the table
+	if got := kvKey(errors.New("cannot use endpoints_x 1")); got != "" {
+		t.Fatalf("a longer key matched: %q", got)
+	}
+}
+
+// TestLMCacheValidation: the lmcache endpoint is checked by the poller's own rule (telemetry), under its
+// key and line.
+func TestLMCacheValidation(t *testing.T) {
+	f := func(lc, want string) {
+		t.Helper()
+		src := "[[providers]]\nname = \"a\"\napi_base = \"http://127.0.0.1:1\"\n[providers.lmcache]\n" + lc
+		cfg, err := ParseConfig([]byte(src), "lc.toml")
+		if want == "" {
+			if err != nil {
+				t.Fatalf("%q: unexpected error: %s", lc, err)
+			}
+			if p := cfg.Providers[0].LMCache; p.RefreshSecs != defaultLMCacheRefreshSecs || p.StaleSecs != defaultLMCacheStaleSecs {
+				t.Fatalf("%q: defaults not set: %+v", lc, p)
+			}
+			return
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%q: got %v, want %q", lc, err, want)
+		}
+	}
+	f(`endpoint = "http://127.0.0.1:2/status"`, "")
+	f(`endpoint = "http://127.0.0.1:2/status?model=m"`, "") // the poller sends the query as is
+	f(`refresh_secs = 1`, "lc.toml:4: providers[0].lmcache.endpoint: missing URL")
+	f(`endpoint = "ftp://x/status"`, `lc.toml:5: providers[0].lmcache.endpoint: cannot use URL "ftp://x/status": scheme must be http or https`)
+	f(`endpoint = "http://u:p@x/status"`, `lc.toml:5: providers[0].lmcache.endpoint: cannot use URL`)
+	f("endpoint = \"http://x/s\"\nrefresh_secs = -1", "lc.toml:6: providers[0].lmcache.refresh_secs: must be > 0, got -1")
+	f("endpoint = \"http://x/s\"\nstale_secs = inf", "lc.toml:6: providers[0].lmcache.stale_secs: must be > 0, got +Inf")
+}
+
+// TestConfigSectionErrors: each section reports every one of its problems, each under its key and line.
+func TestConfigSectionErrors(t *testing.T) {
+	f := func(src string, want ...string) {
+		t.Helper()
+		_, err := ParseConfig([]byte(src), "s.toml")
+		var ce ConfigErrors
+		if !errors.As(err, &ce) {
+			t.Fatalf("want ConfigErrors, got %v", err)
+		}
+		if len(ce) != len(want) {
+			t.Fatalf("want %d errors, got %d:\n%s", len(want), len(ce), err)
+		}
+		for i, w := range want {
+			if got := ce[i].Error(); got != w {
+				t.Fatalf("error %d: got %q, want %q", i, got, w)
+			}
+		}
+	}
+	f("[server]\nlisten = \"8080\"\nmax_body_bytes = 100\nmax_body_memory_bytes = 10\nmax_conns = -1\nrouting_memory_bytes = 1\ndrain_secs = -1",
+		`s.toml:2: server.listen: cannot parse listen address "8080": want host:port`,
+		`s.toml:4: server.max_body_memory_bytes: must be >= server.max_body_bytes (100), got 10`,
+		`s.toml:5: server.max_conns: must be >= 0, got -1`,
+		`s.toml:6: server.routing_memory_bytes: must be >= 1048576 (1 MiB), got 1`,
+		`s.toml:7: server.drain_secs: must be >= 0, got -1`)
+	f("[[providers]]\nname = \"\"\napi_base = \"http://x:99999\"\nheaders = { Host = \"h\", \"a b\" = \"c\" }\nmax_conns = -1",
+		`s.toml:2: providers[0].name: missing provider name`,
+		`s.toml:3: providers[0].api_base: URL "http://x:99999" has a bad port`,
+		`s.toml:4: providers[0].headers: invalid header name "Host"`,
+		`s.toml:4: providers[0].headers: invalid header name "a b"`,
+		`s.toml:5: providers[0].max_conns: must be > 0, got -1`)
+	f("[[providers]]\nname = \"a\"\napi_base = \"http://x\"\n[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"\"\nweight = inf",
+		`s.toml:7: routes[0].targets[0].provider: missing provider`,
+		`s.toml:8: routes[0].targets[0].weight: weight must be > 0, got +Inf`)
+	f("[metrics_scrape]\ninterval_secs = 0\ntimeout_secs = -1\npath = \"metrics\"",
+		`s.toml:2: metrics_scrape.interval_secs: must be > 0, got 0`,
+		`s.toml:3: metrics_scrape.timeout_secs: must be > 0, got -1`,
+		`s.toml:4: metrics_scrape.path: path must start with '/', got "metrics"`)
+	f("[health]\npath = \"\"\ninterval_secs = nan\nhealthy_threshold = 0\nmax_ejection_percent = 101",
+		`s.toml:2: health.path: path must start with '/', got ""`,
+		`s.toml:3: health.interval_secs: must be > 0, got NaN`,
+		`s.toml:4: health.healthy_threshold: must be > 0, got 0`,
+		`s.toml:5: health.max_ejection_percent: must be between 0 and 100, got 101`)
+	f("[cooldown]\nfailures = 0\nbase_secs = 10\nmax_secs = 5\nconsecutive_5xx = -1",
+		`s.toml:2: cooldown.failures: must be > 0, got 0`,
+		`s.toml:4: cooldown.max_secs: max_secs (5) must be >= base_secs (10)`,
+		`s.toml:5: cooldown.consecutive_5xx: must be > 0, got -1`)
+	f("[breaker]\nfailures = 0\nopen_secs = 0\nhalf_open_probes = 0",
+		`s.toml:2: breaker.failures: must be > 0, got 0`,
+		`s.toml:3: breaker.open_secs: must be > 0, got 0`,
+		`s.toml:4: breaker.half_open_probes: must be > 0, got 0`)
+	f("[retry]\nmax_retries = 11\nbackoff_ms = -1\nmax_backoff_ms = -inf",
+		`s.toml:2: retry.max_retries: must be between 0 and 10, got 11`,
+		`s.toml:3: retry.backoff_ms: must be >= 0, got -1`,
+		`s.toml:4: retry.max_backoff_ms: must be >= 0, got -Inf`)
+	f("[timeouts]\nconnect_secs = 0\nheaders_secs = -1",
+		`s.toml:2: timeouts.connect_secs: must be > 0, got 0`,
+		`s.toml:3: timeouts.headers_secs: must be > 0, got -1`)
+	f("[queue]\nmax_inflight = -1\nmax_waiting_per_target = -2\nwait_timeout_secs = -1\nretry_after_secs = 0",
+		`s.toml:2: queue.max_inflight: must be >= 0, got -1`,
+		`s.toml:3: queue.max_waiting_per_target: must be >= 0, got -2`,
+		`s.toml:4: queue.wait_timeout_secs: must be >= 0, got -1`,
+		`s.toml:5: queue.retry_after_secs: must be > 0, got 0`)
+}
+
+// TestValidateConfigSetsDefaults: a config built in code (as Gateway.Reload gets it) gets the same
+// per-element defaults as a decoded one, and values that are set are kept.
+func TestValidateConfigSetsDefaults(t *testing.T) {
+	three := 3.0
+	cfg := DefaultConfig()
+	cfg.Providers = []ProviderConfig{
+		{Name: "a", APIBase: "http://127.0.0.1:1", LMCache: &LMCacheConfig{Endpoint: "http://127.0.0.1:1/status"}},
+		{Name: "b", APIBase: "http://127.0.0.1:2", MaxConns: 7, KVEvents: &KVEventsConfig{Endpoint: "tcp://127.0.0.1:5557"}},
+	}
+	cfg.Routes = []RouteConfig{{Model: "m", Targets: []TargetConfig{{Provider: "a"}, {Provider: "b", Model: "up", Weight: &three}}}}
+	errs := validateConfig(cfg)
+	if kvindex.Supported && len(errs) > 0 {
+		t.Fatalf("unexpected errors: %s", errs)
+	}
+	if !kvindex.Supported && (len(errs) != 1 || errs[0].Key != "providers[1].kv_events") {
+		t.Fatalf("want only the cgo error, got %v", errs)
+	}
+	f := func(name string, got, want any) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("%s: got %v, want %v", name, got, want)
+		}
+	}
+	a, b, r := cfg.Providers[0], cfg.Providers[1], cfg.Routes[0]
+	f("kind", a.Kind, kindOpenAICompatible)
+	f("max_conns", a.MaxConns, defaultProviderMaxConns)
+	f("max_conns set", b.MaxConns, 7)
+	f("lmcache.refresh_secs", a.LMCache.RefreshSecs, defaultLMCacheRefreshSecs)
+	f("lmcache.stale_secs", a.LMCache.StaleSecs, defaultLMCacheStaleSecs)
+	f("kv_events.mode", b.KVEvents.Mode, "connect")
+	f("kv_events.max_blocks", b.KVEvents.MaxBlocks, defaultKVMaxBlocks)
+	f("kv_events.stale_secs", b.KVEvents.StaleSecs, defaultKVStaleSecs)
+	f("strategy", r.Strategy, "round_robin")
+	f("target model", r.Targets[0].Model, "m")
+	f("target model set", r.Targets[1].Model, "up")
+	f("weight", *r.Targets[0].Weight, 1.0)
+	f("weight set", *r.Targets[1].Weight, 3.0)
+
+	// Setting the defaults of a config that has them changes nothing.
+	var b1, b2 strings.Builder
+	if err := cfg.WriteTOML(&b1); err != nil {
+		t.Fatal(err)
+	}
+	if again := validateConfig(cfg); len(again) != len(errs) {
+		t.Fatalf("a second validation gives other errors: %v, then %v", errs, again)
+	}
+	if err := cfg.WriteTOML(&b2); err != nil {
+		t.Fatal(err)
+	}
+	if b1.String() != b2.String() {
+		t.Fatalf("setting defaults twice changed the config:\n%s\n---\n%s", b1.String(), b2.String())
+	}
+}
+
+// TestValidateConfigWithoutFile: a config built in code is checked section by section like a file, every
+// problem at once, with key paths and no file:line.
+func TestValidateConfigWithoutFile(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Server.Listen = "nowhere"
+	cfg.Health.Path = "health"
+	cfg.Queue.RetryAfterSecs = 0
+	cfg.Providers = []ProviderConfig{{Name: "a"}}
+	cfg.Routes = []RouteConfig{{Model: "m", Strategy: "weighted", Targets: []TargetConfig{{Provider: "b"}}}}
+	want := []string{
+		`server.listen: cannot parse listen address "nowhere": want host:port`,
+		`providers[0].api_base: missing URL`,
+		`routes[0].targets[0].provider: unknown provider "b"`,
+		`health.path: path must start with '/', got "health"`,
+		`queue.retry_after_secs: must be > 0, got 0`,
+	}
+	errs := validateConfig(cfg)
+	if len(errs) != len(want) {
+		t.Fatalf("want %d errors, got %d:\n%s", len(want), len(errs), errs)
+	}
+	for i, w := range want {
+		if got := errs[i].Error(); got != w {
+			t.Fatalf("error %d: got %q, want %q", i, got, w)
+		}
+	}
 }
 
 // TestEffectiveConfigRoundTrips: `rolter check -print` prints every default, strategy parameters included,

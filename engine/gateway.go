@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"github.com/rolter-ai/rolter/telemetry"
@@ -69,10 +68,6 @@ type Gateway struct {
 	_       [56]byte
 }
 
-var globalMetricsOnce sync.Once
-var globalMetrics *telemetry.Global
-var drainingGateways atomic.Int64
-
 // New builds a gateway for a validated config (see LoadConfig/ParseConfig). Start serving with Serve.
 func New(cfg *Config, opts Options) (*Gateway, error) {
 	g := &Gateway{
@@ -88,10 +83,8 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if g.watchDelay <= 0 {
 		g.watchDelay = defaultWatchDelay
 	}
-	globalMetricsOnce.Do(func() {
-		globalMetrics = telemetry.NewGlobal(opts.Version, time.Now(), func() bool { return drainingGateways.Load() > 0 })
-	})
-	g.global = globalMetrics
+	// The gateway-wide series are this gateway's: exported from the end of New until Shutdown.
+	g.global = telemetry.NewGlobal(opts.Version, time.Now(), g.draining.Load)
 
 	s := &cfg.Server
 	g.clients = newConnLimiter(s, g.log, g.global)
@@ -111,6 +104,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	g.reloadMu.Unlock()
 	g.reloads = telemetry.NewReloadMetrics(func() uint64 { return g.snap.Load().gen })
 	g.reloads.Register()
+	g.global.Register()
 
 	g.server = &fasthttp.Server{
 		Handler:               g.serve,
@@ -178,8 +172,6 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	lns := g.lns
 	g.lnMu.Unlock()
-	drainingGateways.Add(1)
-	defer drainingGateways.Add(-1)
 	start := time.Now()
 	// fasthttp closes only the listeners its Serve loop registered; a Serve that has not got that far yet
 	// would otherwise keep serving after Shutdown returned.
@@ -199,6 +191,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	g.reloadMu.Unlock()
 	g.reloads.Unregister()
+	g.global.Unregister() // rolter_draining reads 1 until here
 	g.log.Info("gateway stopped", "drain", time.Since(start).Round(time.Millisecond).String(), "clean", err == nil || errors.Is(err, net.ErrClosed))
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("cannot shut down the server: %w", err)
@@ -357,7 +350,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		}
 		if g.onlyGet(ctx) {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-			metrics.WritePrometheus(ctx, true)
+			telemetry.WritePrometheus(ctx)
 		}
 	default:
 		if len(path) > len("/v1/models/") && string(path[:len("/v1/models/")]) == "/v1/models/" {

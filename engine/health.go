@@ -1,16 +1,13 @@
 package engine
 
 import (
-	"context"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/valyala/fasthttp"
 
 	"github.com/rolter-ai/rolter/telemetry"
 )
@@ -34,7 +31,8 @@ import (
 // (at least one may always go; Envoy's max_ejection_percent): a failure that would eject one more is
 // counted but ejects nothing. Active health checks are not capped.
 //
-// Health (active, off by default): one prober goroutine per provider, at most one probe in flight.
+// Health (active, off by default): one prober goroutine per provider (healthChecker, provider.go), at most
+// one probe in flight.
 
 // breaker states, also the rolter_breaker_state gauge values.
 const (
@@ -328,108 +326,4 @@ func (h *providerHealth) badness(now int64) int64 {
 	}
 	b += max(0, h.coolUntil.Load()-now)
 	return b
-}
-
-// healthChecker probes one provider; at most one probe is in flight (the loop is sequential).
-type healthChecker struct {
-	h      *providerHealth
-	cfg    HealthConfig
-	client *fasthttp.HostClient
-	url    string
-	ok     *metrics.Counter
-	failed *metrics.Counter
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-func newHealthChecker(p *Provider, cfg HealthConfig, set *telemetry.Set) *healthChecker {
-	u, _ := url.Parse(p.cfg.APIBase)
-	hc := &healthChecker{
-		h:   p.health,
-		cfg: cfg,
-		url: u.Scheme + "://" + u.Host + cfg.Path,
-		client: &fasthttp.HostClient{
-			Addr:                          p.up.addr,
-			IsTLS:                         u.Scheme == "https",
-			ReadTimeout:                   secs(cfg.TimeoutSecs),
-			WriteTimeout:                  secs(cfg.TimeoutSecs),
-			MaxConns:                      1,
-			NoDefaultUserAgentHeader:      true,
-			DisablePathNormalizing:        true,
-			MaxIdleConnDuration:           p.up.maxIdleAge,
-			MaxIdemponentCallAttempts:     1,
-			DisableHeaderNamesNormalizing: false,
-		},
-	}
-	if p.up.dial != nil {
-		d := p.up.dial
-		hc.client.DialTimeout = d
-	}
-	l := "target=" + telemetry.Label(p.Name)
-	hc.ok = set.Counter(telemetry.HealthChecks, l+`,result="ok"`)
-	hc.failed = set.Counter(telemetry.HealthChecks, l+`,result="failed"`)
-	return hc
-}
-
-func (hc *healthChecker) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	hc.cancel = cancel
-	hc.wg.Add(1)
-	go hc.run(ctx)
-}
-
-func (hc *healthChecker) stop() {
-	if hc.cancel == nil {
-		return // never started: its snapshot was not published
-	}
-	hc.cancel()
-	hc.wg.Wait()
-	hc.client.CloseIdleConnections()
-}
-
-func (hc *healthChecker) run(ctx context.Context) {
-	defer hc.wg.Done()
-	defer logPanic(hc.h.log, "health checker "+hc.h.name)
-	interval := secs(hc.cfg.IntervalSecs)
-	timeout := secs(hc.cfg.TimeoutSecs)
-	fails, oks := 0, 0
-	t := time.NewTimer(0)
-	defer t.Stop()
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		req.Reset()
-		req.SetRequestURI(hc.url)
-		req.Header.SetMethod(fasthttp.MethodGet)
-		err := hc.client.DoTimeout(req, resp, timeout)
-		reason := ""
-		switch {
-		case err != nil:
-			reason = "health check failed: " + err.Error()
-		case resp.StatusCode() >= 300:
-			reason = "health check answered HTTP " + strconv.Itoa(resp.StatusCode())
-		}
-		if reason == "" {
-			hc.ok.Inc()
-			oks++
-			fails = 0
-			if oks >= hc.cfg.HealthyThreshold {
-				hc.h.setDown(false, strconv.Itoa(oks)+" consecutive health checks passed")
-			}
-		} else {
-			hc.failed.Inc()
-			fails++
-			oks = 0
-			if fails >= hc.cfg.UnhealthyThreshold {
-				hc.h.setDown(true, reason)
-			}
-		}
-		t.Reset(interval)
-	}
 }

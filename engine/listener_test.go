@@ -62,12 +62,13 @@ func TestConnRejectReasons(t *testing.T) {
 	}
 }
 
-// testGlobal returns the process's gateway metrics, creating them as New does.
-func testGlobal() *telemetry.Global {
-	globalMetricsOnce.Do(func() {
-		globalMetrics = telemetry.NewGlobal("test", time.Now(), func() bool { return drainingGateways.Load() > 0 })
-	})
-	return globalMetrics
+// testGlobal returns gateway metrics for a limiter built without a Gateway, exported until tb ends as
+// New and Shutdown export a gateway's.
+func testGlobal(tb testing.TB) *telemetry.Global {
+	g := telemetry.NewGlobal("test", time.Now(), func() bool { return false })
+	g.Register()
+	tb.Cleanup(g.Unregister)
+	return g
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -81,7 +82,7 @@ func testLogger(t *testing.T) *slog.Logger {
 // of it on loopback whose accepted connections arrive on the channel. Both close at cleanup.
 func testLimiter(t *testing.T, max, perIP int, grace time.Duration) (*connLimiter, *limitListener, <-chan *clientConn) {
 	t.Helper()
-	l := &connLimiter{log: testLogger(t), global: testGlobal(), budget: &connBudget{limit: 1000}, max: max, perIP: perIP, grace: grace}
+	l := &connLimiter{log: testLogger(t), global: testGlobal(t), budget: &connBudget{limit: 1000}, max: max, perIP: perIP, grace: grace}
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -434,7 +435,7 @@ func acceptErr(errno syscall.Errno) error {
 // TestListenerAcceptBackoff: failed accepts are retried with backoff and never reach fasthttp; Close ends a
 // backoff at once.
 func TestListenerAcceptBackoff(t *testing.T) {
-	l := &connLimiter{log: testLogger(t), global: testGlobal(), budget: &connBudget{}, max: 10, grace: time.Hour}
+	l := &connLimiter{log: testLogger(t), global: testGlobal(t), budget: &connBudget{}, max: 10, grace: time.Hour}
 	p1, p2 := net.Pipe()
 	defer p2.Close()
 	inner := &errListener{closed: make(chan struct{}), conns: []net.Conn{p1}, errs: []error{
@@ -507,7 +508,7 @@ func TestListenerTLS(t *testing.T) {
 }
 
 func testGlobalLimiter(t *testing.T) *connLimiter {
-	return &connLimiter{log: testLogger(t), global: testGlobal(), budget: &connBudget{limit: 100}, max: 10, grace: time.Hour}
+	return &connLimiter{log: testLogger(t), global: testGlobal(t), budget: &connBudget{limit: 100}, max: 10, grace: time.Hour}
 }
 
 func mustListen(t *testing.T) net.Listener {
@@ -657,7 +658,7 @@ func TestListenerConnStateAllocs(t *testing.T) {
 }
 
 func BenchmarkListenerConnState(b *testing.B) {
-	l := &connLimiter{log: quietLog(), global: testGlobal(), budget: &connBudget{}, max: 1 << 20, grace: time.Hour}
+	l := &connLimiter{log: quietLog(), global: testGlobal(b), budget: &connBudget{}, max: 1 << 20, grace: time.Hour}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		p1, p2 := net.Pipe()

@@ -1,15 +1,21 @@
 package engine
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
 
 	"github.com/rolter-ai/rolter/telemetry"
 )
@@ -254,3 +260,135 @@ func (p *Provider) newScraper(cfg *Config, log *slog.Logger) {
 
 // dialFunc replaces TCP dialing of upstreams (in-memory listeners in tests and benchmarks).
 type dialFunc func(addr string, timeout time.Duration) (net.Conn, error)
+
+// lmcacheSource is a provider's LMCache-style status endpoint ({"occupancy": 0..1, "cache_available": bool}),
+// polled every refresh_secs; a status older than stale_secs, or a failed poll, is not used.
+type lmcacheSource struct {
+	status telemetry.CacheStatus
+	poller *telemetry.LMCachePoller
+	maxAge int64
+}
+
+func newLMCacheSource(p *Provider, log *slog.Logger, set *telemetry.Set) *lmcacheSource {
+	c := p.cfg.LMCache
+	src := &lmcacheSource{maxAge: int64(secs(c.StaleSecs))}
+	lc := telemetry.LMCacheConfig{URL: c.Endpoint, Refresh: secs(c.RefreshSecs), Timeout: min(secs(c.RefreshSecs), 2*time.Second)}
+	src.poller = telemetry.NewLMCachePoller(lc, &src.status, log.With("target", p.Name, "component", "lmcache"))
+	l := "target=" + telemetry.Label(p.Name)
+	pl := src.poller
+	set.CounterFunc(telemetry.LMCachePolls, l+`,result="ok"`, func() uint64 { return pl.Stats().OK })
+	set.CounterFunc(telemetry.LMCachePolls, l+`,result="failed"`, func() uint64 { return pl.Stats().Failed })
+	return src
+}
+
+// get returns the fresh status, if any.
+func (s *lmcacheSource) get(now int64) (occupancy float64, available, ok bool) {
+	if s == nil {
+		return 0, false, false
+	}
+	return s.status.Get(now, s.maxAge)
+}
+
+// healthChecker probes one provider; at most one probe is in flight (the loop is sequential).
+type healthChecker struct {
+	h      *providerHealth
+	cfg    HealthConfig
+	client *fasthttp.HostClient
+	url    string
+	ok     *metrics.Counter
+	failed *metrics.Counter
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newHealthChecker(p *Provider, cfg HealthConfig, set *telemetry.Set) *healthChecker {
+	u, _ := url.Parse(p.cfg.APIBase)
+	hc := &healthChecker{
+		h:   p.health,
+		cfg: cfg,
+		url: u.Scheme + "://" + u.Host + cfg.Path,
+		client: &fasthttp.HostClient{
+			Addr:                          p.up.addr,
+			IsTLS:                         u.Scheme == "https",
+			ReadTimeout:                   secs(cfg.TimeoutSecs),
+			WriteTimeout:                  secs(cfg.TimeoutSecs),
+			MaxConns:                      1,
+			NoDefaultUserAgentHeader:      true,
+			DisablePathNormalizing:        true,
+			MaxIdleConnDuration:           p.up.maxIdleAge,
+			MaxIdemponentCallAttempts:     1,
+			DisableHeaderNamesNormalizing: false,
+		},
+	}
+	if p.up.dial != nil {
+		d := p.up.dial
+		hc.client.DialTimeout = d
+	}
+	l := "target=" + telemetry.Label(p.Name)
+	hc.ok = set.Counter(telemetry.HealthChecks, l+`,result="ok"`)
+	hc.failed = set.Counter(telemetry.HealthChecks, l+`,result="failed"`)
+	return hc
+}
+
+func (hc *healthChecker) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	hc.cancel = cancel
+	hc.wg.Add(1)
+	go hc.run(ctx)
+}
+
+func (hc *healthChecker) stop() {
+	if hc.cancel == nil {
+		return // never started: its snapshot was not published
+	}
+	hc.cancel()
+	hc.wg.Wait()
+	hc.client.CloseIdleConnections()
+}
+
+func (hc *healthChecker) run(ctx context.Context) {
+	defer hc.wg.Done()
+	defer logPanic(hc.h.log, "health checker "+hc.h.name)
+	interval := secs(hc.cfg.IntervalSecs)
+	timeout := secs(hc.cfg.TimeoutSecs)
+	fails, oks := 0, 0
+	t := time.NewTimer(0)
+	defer t.Stop()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		req.Reset()
+		req.SetRequestURI(hc.url)
+		req.Header.SetMethod(fasthttp.MethodGet)
+		err := hc.client.DoTimeout(req, resp, timeout)
+		reason := ""
+		switch {
+		case err != nil:
+			reason = "health check failed: " + err.Error()
+		case resp.StatusCode() >= 300:
+			reason = "health check answered HTTP " + strconv.Itoa(resp.StatusCode())
+		}
+		if reason == "" {
+			hc.ok.Inc()
+			oks++
+			fails = 0
+			if oks >= hc.cfg.HealthyThreshold {
+				hc.h.setDown(false, strconv.Itoa(oks)+" consecutive health checks passed")
+			}
+		} else {
+			hc.failed.Inc()
+			fails++
+			oks = 0
+			if fails >= hc.cfg.UnhealthyThreshold {
+				hc.h.setDown(true, reason)
+			}
+		}
+		t.Reset(interval)
+	}
+}

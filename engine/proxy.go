@@ -4,134 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/rolter-ai/rolter/kvindex"
 )
-
-// call is the state of one proxied request. It is pooled: acquired when a request arrives and released
-// when its response is finished - after the handler returns for a streamed body, since it is the body
-// stream the server reads (Read + CloseWithError; docs/architecture.md, "fasthttp behaviours we work
-// around").
-type call struct {
-	g       *Gateway
-	snap    *Snapshot
-	route   *Route
-	target  *Target
-	ep      endpoint
-	scanner requestScanner
-
-	reqBody  []byte // the client's request body, read by readBody
-	held     int64  // bytes of reqBody and key counted in the gateway's body memory
-	key      []byte // prompt key
-	modelAt  [2]int // span of the model value in reqBody, replaced by each target's model when it differs
-	path     []byte // upstream request path
-	reqID    []byte
-	pick     Pick
-	eligible [maxTargets]int
-	order    [maxTargets]int
-	nOrder   int
-	tried    uint64
-	decision Decision
-	retries  int
-	// failingOpen: no target was eligible; the ranking is every target, least bad first.
-	failingOpen bool
-	// probe: the current attempt is a half-open breaker probe.
-	probe bool
-	// recorded: the strategy has been told where the request went.
-	recorded bool
-
-	start time.Time
-	sent  time.Time
-
-	// The upstream response being streamed. respBuf holds what was read of it before the response started
-	// (a non-streaming body is read whole, up to maxPrefetch); respOff is how much of it was sent.
-	conn         *uconn
-	bodyStream   io.Reader
-	respBuf      []byte
-	respOff      int
-	status       int
-	sse          bool
-	gotFirst     bool
-	upstreamDone bool
-	streamFail   failKind
-	pendingErr   error  // a read error held back so data read with it is written first
-	pending      []byte // bytes still to send before EOF (an SSE error event)
-	tail         []byte // the last bytes sent, to see an SSE stream's [DONE] and event boundaries
-	bytesOut     int64
-	closed       bool
-
-	watch  clientWatch
-	errBuf []byte
-	// scratch formats numbers and addresses for the upstream request (a stack array would escape through
-	// the bufio.Writer's io.Writer).
-	scratch []byte
-
-	tokens    []uint32 // x-rolter-vllm-token-ids
-	kvScratch kvindex.Scratch
-	kvOut     [kvindex.MaxTargets]int
-	tmp       [maxTargets]int
-}
-
-var callPool sync.Pool
-
-// acquireCall returns a pooled call for a request on snap, which the caller took with acquireSnapshot and
-// counted in g.inflight; release gives both back.
-func (g *Gateway) acquireCall(snap *Snapshot) *call {
-	c, _ := callPool.Get().(*call)
-	if c == nil {
-		c = &call{tail: make([]byte, 0, 32)}
-	}
-	c.g = g
-	c.snap = snap
-	return c
-}
-
-func (c *call) release() {
-	c.watch.disarm()
-	c.g.inflight.Add(-1)
-	c.snap.releaseUser()
-	if c.held > 0 {
-		c.g.bodyMem.Add(-c.held)
-		c.held = 0
-	}
-	c.g, c.snap, c.route, c.target = nil, nil, nil, nil
-	c.failingOpen, c.probe, c.recorded = false, false, false
-	c.pick = Pick{}
-	c.tried, c.nOrder, c.retries = 0, 0, 0
-	c.conn, c.bodyStream = nil, nil
-	c.status, c.sse, c.gotFirst, c.upstreamDone = 0, false, false, false
-	c.streamFail, c.pendingErr, c.pending = failNone, nil, nil
-	c.tail = c.tail[:0]
-	c.bytesOut, c.closed = 0, false
-	c.respBuf, c.respOff = c.respBuf[:0], 0
-	// Pooled calls keep their buffers for the next request, but never large ones: a pool of calls that once
-	// served huge requests would pin that memory for good.
-	if cap(c.reqBody) > maxPooledBuf {
-		c.reqBody = nil
-	}
-	if cap(c.key) > maxPooledBuf {
-		c.key = nil
-	}
-	c.scanner.shrink(maxPooledBuf)
-	if cap(c.respBuf) > maxPooledBuf {
-		c.respBuf = nil
-	}
-	if cap(c.tokens) > 1<<18 {
-		c.tokens = nil
-	}
-	if cap(c.errBuf) > 64<<10 {
-		c.errBuf = nil
-	}
-	callPool.Put(c)
-}
 
 // Request header names the gateway never forwards: hop-by-hop headers (RFC 9110 section 7.6.1), the ones it
 // writes itself, and its own x-rolter-* controls.
@@ -198,187 +77,6 @@ func equalFold(b []byte, lower string) bool {
 
 func hasPrefixFold(b []byte, lower string) bool {
 	return len(b) >= len(lower) && equalFold(b[:len(lower)], lower)
-}
-
-// outcome of one attempt.
-type outcome uint8
-
-const (
-	outStreaming outcome = iota // the response is being streamed to the client
-	outDone                     // the response is written (an upstream 4xx passed on, or the client left)
-	outRetry                    // failed before anything reached the client; try the next target
-)
-
-// attemptResult describes a failed attempt.
-type attemptResult struct {
-	kind failKind
-	err  *apiError // what to answer if no retry succeeds
-}
-
-// run sends the request to the ranked targets until one answers, retrying connect errors, resets and
-// 5xx/429 answers on the next candidate - only before any byte reached the client (a retry after it would
-// duplicate output), never after the client left (nobody would read the answer). A candidate that became
-// ineligible meanwhile (just marked down, cooling, circuit open) is skipped, as is one whose concurrency cap
-// and wait queue are full.
-func (c *call) run(ctx *fasthttp.RequestCtx) {
-	cfg := &c.snap.cfg.Retry
-	var last attemptResult
-	sent := 0
-	c.watch.arm(ctx.Conn(), c.g.watchDelay, nil, ctx.Request.Header.IsHTTP11())
-	ti, k := -1, 0
-	for sent <= cfg.MaxRetries {
-		if last.kind != failStale {
-			// A stale pooled connection is retried on the same target; anything else moves on.
-			if ti = c.nextTarget(k); ti < 0 {
-				break
-			}
-			k++
-		}
-		t := c.route.Targets[ti]
-		if !c.admit(t) {
-			if c.watch.gone.Load() {
-				c.clientLeft(ctx, nil)
-				c.finishUnstreamed(ctx)
-				return
-			}
-			last = attemptResult{kind: failBusy, err: c.busyError(t)}
-			continue
-		}
-		if sent > 0 {
-			c.retries++
-			c.route.m.Retries.Inc()
-			if sent == 1 {
-				c.route.m.Retried.Inc()
-			}
-			if d := backoff(cfg, sent); d > 0 {
-				time.Sleep(d)
-			}
-		}
-		sent++
-		out, res := c.attempt(ctx, ti)
-		switch out {
-		case outStreaming:
-			return
-		case outDone:
-			c.finishUnstreamed(ctx)
-			return
-		}
-		last = res
-	}
-	c.watch.disarm()
-	e := last.err
-	if e == nil {
-		e = &apiError{status: fasthttp.StatusBadGateway, typ: typeServer, code: "upstream_error", message: "no upstream target answered"}
-	} else if e.status >= 500 || e.status == 0 {
-		// Every candidate failed; the client sees one gateway error that says what the last one did.
-		status := fasthttp.StatusBadGateway
-		code := "upstream_error"
-		if last.kind == failTimeout {
-			status, code = fasthttp.StatusGatewayTimeout, "upstream_timeout"
-		}
-		e = &apiError{status: status, typ: typeForStatus(status), code: code, message: e.message}
-	}
-	c.setDecisionHeaders(ctx)
-	writeError(ctx, e)
-	c.status = e.status
-	c.finishUnstreamed(ctx)
-}
-
-// admit takes a concurrency slot on t (waiting in its bounded queue if it has one) and asks its breaker
-// whether a request may go through. On success the provider's in-flight count includes this request.
-func (c *call) admit(t *Target) bool {
-	p := t.Provider
-	ok, probe := true, false
-	if !c.failingOpen { // failing open means trying the least-bad target, open breaker or not
-		ok, probe = p.health.admit(c.pick.Now)
-	}
-	if !ok {
-		return false
-	}
-	if !p.adm.acquire(p.inflight, c.watch.left()) {
-		if probe {
-			p.health.brProbes.Add(-1)
-		}
-		c.g.global.Admission("target")
-		return false
-	}
-	c.probe = probe
-	return true
-}
-
-// done releases t's slot and records the attempt's outcome for cooldowns and the breaker.
-func (c *call) done(t *Target, kind failKind, retryAfter time.Duration) {
-	p := t.Provider
-	p.adm.release(p.inflight)
-	c.record(t, kind, retryAfter)
-}
-
-// record reports the attempt's outcome to t's cooldown and breaker state.
-func (c *call) record(t *Target, kind failKind, retryAfter time.Duration) {
-	p := t.Provider
-	switch kind {
-	case failNone:
-		p.health.success(c.probe)
-	case failClient, failBusy, failStale:
-		if c.probe {
-			p.health.brProbes.Add(-1)
-		}
-	default:
-		p.health.failure(time.Now().UnixNano(), c.probe, kind, retryAfter)
-	}
-	c.probe = false
-}
-
-func (c *call) busyError(t *Target) *apiError {
-	ms := int(c.snap.cfg.Queue.RetryAfterSecs * 1000)
-	return &apiError{status: fasthttp.StatusTooManyRequests, typ: typeRateLimit, code: "queue_full",
-		message:      "every candidate target of model " + c.route.Model + " is at its concurrency limit and wait queue; retry later",
-		retryAfterMs: ms}
-}
-
-func backoff(cfg *RetryConfig, attempt int) time.Duration {
-	if cfg.BackoffMs <= 0 {
-		return 0
-	}
-	ms := cfg.BackoffMs * float64(uint(1)<<min(attempt-1, 16))
-	ms = min(ms, cfg.MaxBackoffMs)
-	// Full jitter halves the chance that many requests retry in lockstep.
-	ms = ms/2 + rand.Float64()*ms/2
-	return time.Duration(ms * float64(time.Millisecond))
-}
-
-// nextTarget returns the k-th candidate: the strategy's ranking first, then the least-loaded eligible
-// targets not tried yet; targets that turned ineligible since the ranking are skipped (unless failing open).
-// -1 when none is left.
-func (c *call) nextTarget(k int) int {
-	now := time.Now().UnixNano()
-	for ; k < c.nOrder; k++ {
-		t := c.order[k]
-		if c.tried&(1<<t) != 0 {
-			continue
-		}
-		c.tried |= 1 << t
-		if c.failingOpen || c.route.Targets[t].Provider.health.eligible(now) {
-			return t
-		}
-	}
-	best, bestLoad := -1, int64(0)
-	for _, i := range c.pick.Eligible {
-		if c.tried&(1<<i) != 0 || !(c.failingOpen || c.route.Targets[i].Provider.health.eligible(now)) {
-			continue
-		}
-		if l := c.route.Targets[i].Load(); best < 0 || l < bestLoad {
-			best, bestLoad = i, l
-		}
-	}
-	if best >= 0 {
-		c.tried |= 1 << best
-		if c.nOrder < maxTargets {
-			c.order[c.nOrder] = best
-			c.nOrder++
-		}
-	}
-	return best
 }
 
 // attempt forwards the request to target ti, whose slot admit took.
@@ -546,9 +244,6 @@ var errUnexpectedStatus = errors.New("unexpected informational status")
 // (every chat or completion answer) are answered only once they arrived whole; larger ones (big embedding
 // batches) start streaming after that much.
 const maxPrefetch = 1 << 20
-
-// maxPooledBuf is the largest buffer a pooled call keeps.
-const maxPooledBuf = 1 << 20
 
 // prefetch reads the start of a non-streaming body into c.respBuf: all of it when it is at most maxPrefetch
 // (then c.upstreamDone is set). It returns failNone, or what broke the body off.
@@ -946,20 +641,6 @@ func (c *call) setDecisionHeaders(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// finishUnstreamed records a request whose response is not a streamed upstream body, and releases c.
-func (c *call) finishUnstreamed(ctx *fasthttp.RequestCtx) {
-	if c.status == 0 {
-		c.status = ctx.Response.StatusCode()
-	}
-	if c.target != nil {
-		c.target.m.Request(c.status)
-		c.target.m.Duration.UpdateDuration(c.start)
-	} else if c.route != nil {
-		c.route.m.UnroutedRequest(c.status)
-	}
-	c.release()
-}
-
 // Read is the body stream the server copies to the client. Each upstream read is returned as is, so the
 // server writes and flushes it as one chunk: SSE events reach the client as the engine produces them.
 // A stream that fails after its first byte ends with an SSE error event and no [DONE], on which the OpenAI
@@ -1106,10 +787,7 @@ func (c *call) CloseWithError(err error) error {
 		c.target.m.StreamError(int(c.streamFail))
 		status = fasthttp.StatusBadGateway
 	}
-	c.target.m.Request(status)
-	c.target.m.Duration.UpdateDuration(c.start)
-	c.target.m.ResponseBytes.Add(int(c.bytesOut))
-	c.release()
+	c.finish(status)
 	return nil
 }
 

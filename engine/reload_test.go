@@ -292,6 +292,18 @@ func TestManyReloads(t *testing.T) {
 	if !strings.Contains(m, `target="a"`) {
 		t.Fatal("no series of the live target a")
 	}
+	// Families are written once each, however many provider and target sets hold their series.
+	types := map[string]int{}
+	for _, l := range strings.Split(m, "\n") {
+		if strings.HasPrefix(l, "# TYPE ") {
+			types[strings.Fields(l)[2]]++
+		}
+	}
+	for fam, n := range types {
+		if n > 1 {
+			t.Fatalf("%d TYPE lines for %s", n, fam)
+		}
+	}
 	if n := len(gw.g.series); n != 3 {
 		t.Fatalf("%d route and target series kept, want 3 (route m, targets a and b)", n)
 	}

@@ -1,40 +1,8 @@
 package engine
 
 import (
-	"log/slog"
 	"math/rand/v2"
-	"time"
-
-	"github.com/rolter-ai/rolter/telemetry"
 )
-
-// lmcacheSource is a provider's LMCache-style status endpoint ({"occupancy": 0..1, "cache_available": bool}),
-// polled every refresh_secs; a status older than stale_secs, or a failed poll, is not used.
-type lmcacheSource struct {
-	status telemetry.CacheStatus
-	poller *telemetry.LMCachePoller
-	maxAge int64
-}
-
-func newLMCacheSource(p *Provider, log *slog.Logger, set *telemetry.Set) *lmcacheSource {
-	c := p.cfg.LMCache
-	src := &lmcacheSource{maxAge: int64(secs(c.StaleSecs))}
-	lc := telemetry.LMCacheConfig{URL: c.Endpoint, Refresh: secs(c.RefreshSecs), Timeout: min(secs(c.RefreshSecs), 2*time.Second)}
-	src.poller = telemetry.NewLMCachePoller(lc, &src.status, log.With("target", p.Name, "component", "lmcache"))
-	l := "target=" + telemetry.Label(p.Name)
-	pl := src.poller
-	set.CounterFunc(telemetry.LMCachePolls, l+`,result="ok"`, func() uint64 { return pl.Stats().OK })
-	set.CounterFunc(telemetry.LMCachePolls, l+`,result="failed"`, func() uint64 { return pl.Stats().Failed })
-	return src
-}
-
-// get returns the fresh status, if any.
-func (s *lmcacheSource) get(now int64) (occupancy float64, available, ok bool) {
-	if s == nil {
-		return 0, false, false
-	}
-	return s.status.Get(now, s.maxAge)
-}
 
 // lmcacheAware prefers eligible targets whose LMCache reports cache_available, the lowest occupancy first
 // (ties by load), unless that target is overloaded (cache_aware's rule). Targets without a source, or with a

@@ -89,6 +89,12 @@ var (
 	errCacheStatusAvailable = errors.New(`cannot use LMCache status: "cache_available" must be true or false`)
 )
 
+// Defaults applied to zero fields of LMCacheConfig (DefaultPollTimeout, in poller.go, bounds each poll).
+const (
+	DefaultLMCacheRefresh = 2 * time.Second
+	DefaultLMCacheMaxBody = 64 << 10
+)
+
 // LMCacheConfig configures one LMCachePoller. Zero fields take the Default* values.
 type LMCacheConfig struct {
 	// URL is the full status endpoint, http[s]://host[:port]/path[?query].

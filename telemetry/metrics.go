@@ -75,6 +75,15 @@ const (
 	mLastReloadTime = "rolter_config_last_reload_success_timestamp_seconds" // gauge, unix seconds
 )
 
+// init turns on # HELP and # TYPE lines for everything VictoriaMetrics writes in this process, /metrics
+// included: stock Prometheus tooling (promtool, Grafana) needs them to tell counters from gauges, and the
+// counters this package writes itself (Set.CounterFunc) always carry them. metrics.ExposeMetadata is a
+// library-wide switch, so it is set once here, by the package that owns the process's metrics format, not
+// as a side effect of creating a gateway.
+func init() {
+	metrics.ExposeMetadata(true)
+}
+
 // ReloadMetrics are one gateway's config reload series.
 type ReloadMetrics struct {
 	set        *Set
@@ -122,8 +131,9 @@ var latencyBuckets = []float64{
 	1, 2.5, 5, 10, 30, 60, 120, 300, 600,
 }
 
-// Set is the metrics of one config snapshot. It is registered with the global registry while the
-// snapshot is live and unregistered when it is replaced.
+// Set is a group of series exported and removed together: the metrics of one config snapshot (registered
+// with the global registry while the snapshot is live and unregistered when it is replaced), or a
+// gateway's own (ReloadMetrics, Global: registered from New until Shutdown).
 type Set struct {
 	s *metrics.Set
 
@@ -321,8 +331,11 @@ func (m *RouteMetrics) DecisionMade(reason int) { m.decisions.Inc(reason) }
 // UnroutedRequest counts a request of this route answered without reaching a target.
 func (m *RouteMetrics) UnroutedRequest(code int) { m.Unrouted.Inc(statusSlot(code)) }
 
-// Global holds the gateway-wide handles that do not depend on the config.
+// Global holds the gateway-wide handles that do not depend on the config. Each Gateway has its own, on a
+// Set of its own: exported from the end of New until Shutdown, like the gateway's other sets.
 type Global struct {
+	set *Set
+
 	badRequests     *lazyCounters
 	admissionGlobal *metrics.Counter
 	admissionTarget *metrics.Counter
@@ -356,33 +369,42 @@ func (g *Global) Admission(scope string) {
 	}
 }
 
-// NewGlobal creates the process-wide metrics in the default set (once per process).
+// NewGlobal creates one gateway's gateway-wide metrics; they are exported once Register is called. start
+// is reported as the process start, and draining says whether that gateway is shutting down.
+//
+// rolter_build_info, rolter_uptime_seconds and rolter_process_start_time_seconds describe the process, not
+// the gateway. They live here because production runs one gateway per process; a process with several
+// registered gateways (tests) exports them, and every other series here, once per gateway under the same
+// names and labels. That is fine for tests, which look values up by substring, and is not a valid
+// exposition for a real scraper.
 func NewGlobal(version string, start time.Time, draining func() bool) *Global {
-	// # TYPE lines let stock Prometheus tooling (promtool, Grafana) tell counters from gauges.
-	metrics.ExposeMetadata(true)
-	metrics.GetOrCreateGauge(mBuildInfo+"{version="+Label(version)+"}", func() float64 { return 1 })
-	metrics.GetOrCreateGauge(mProcessStart, func() float64 { return float64(start.UnixNano()) / 1e9 })
-	metrics.GetOrCreateGauge(mUptime, func() float64 { return time.Since(start).Seconds() })
-	metrics.GetOrCreateGauge(mDrain, func() float64 {
+	g := &Global{set: NewSet()}
+	s := g.set
+	s.Gauge(mBuildInfo, "version="+Label(version), func() float64 { return 1 })
+	s.Gauge(mProcessStart, "", func() float64 { return float64(start.UnixNano()) / 1e9 })
+	s.Gauge(mUptime, "", func() float64 { return time.Since(start).Seconds() })
+	s.Gauge(mDrain, "", func() float64 {
 		if draining() {
 			return 1
 		}
 		return 0
 	})
-	g := &Global{
-		badRequests:     newLazyCounters(metrics.GetDefaultSet(), mBadRequests, "", "code", badRequestCodes),
-		admissionGlobal: metrics.GetOrCreateCounter(mAdmission + `{scope="global"}`),
-		admissionTarget: metrics.GetOrCreateCounter(mAdmission + `{scope="target"}`),
-		admissionMemory: metrics.GetOrCreateCounter(mAdmission + `{scope="body_memory"}`),
-		clientRejected:  newLazyCounters(metrics.GetDefaultSet(), mClientRejected, "", "reason", ClientRejectReasons),
-		acceptErrors:    metrics.GetOrCreateCounter(mAcceptErrors),
-	}
-	metrics.GetOrCreateGauge(mClientConns, func() float64 { return float64(g.clientConns.Load()) })
+	g.badRequests = newLazyCounters(s.s, mBadRequests, "", "code", badRequestCodes)
+	g.admissionGlobal = s.Counter(mAdmission, `scope="global"`)
+	g.admissionTarget = s.Counter(mAdmission, `scope="target"`)
+	g.admissionMemory = s.Counter(mAdmission, `scope="body_memory"`)
+	g.clientRejected = newLazyCounters(s.s, mClientRejected, "", "reason", ClientRejectReasons)
+	g.acceptErrors = s.Counter(mAcceptErrors, "")
+	s.Gauge(mClientConns, "", func() float64 { return float64(g.clientConns.Load()) })
 	return g
 }
 
-// ClientConns adds delta to the open client connections of every gateway in the process. Safe for
-// concurrent use.
+// Register exports the series; Unregister removes them for good. The handles keep working after
+// Unregister (a connection closing after Shutdown still counts), they are just no longer exported.
+func (g *Global) Register()   { g.set.Register() }
+func (g *Global) Unregister() { g.set.Unregister() }
+
+// ClientConns adds delta to the gateway's open client connections. Safe for concurrent use.
 func (g *Global) ClientConns(delta int64) { g.clientConns.Add(delta) }
 
 // ClientRejected counts a client connection the listener closed, by index into ClientRejectReasons.

@@ -1,0 +1,579 @@
+package engine
+
+import (
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/rolter-ai/rolter/kvindex"
+)
+
+// call is one proxied request, and this file is its life, top to bottom:
+//
+//	post          takes the live snapshot and a pooled call
+//	readBody      reads the body as it arrives, within the body memory
+//	prepare       scans the JSON, finds the route, ranks the eligible targets
+//	run           admits, attempts (proxy.go) and retries until one target answers
+//	finish        records the outcome and releases the call - the one place a request ends
+//
+// A call is pooled: acquired when a request arrives and released when its response is finished - after the
+// handler returns for a streamed body, since it is the body stream the server reads (Read and
+// CloseWithError in proxy.go; docs/architecture.md, "fasthttp behaviours we work around").
+type call struct {
+	g       *Gateway
+	snap    *Snapshot
+	route   *Route
+	target  *Target
+	ep      endpoint
+	scanner requestScanner
+
+	reqBody  []byte // the client's request body, read by readBody
+	held     int64  // bytes of reqBody and key counted in the gateway's body memory
+	key      []byte // prompt key
+	modelAt  [2]int // span of the model value in reqBody, replaced by each target's model when it differs
+	path     []byte // upstream request path
+	reqID    []byte
+	pick     Pick
+	eligible [maxTargets]int
+	order    [maxTargets]int
+	nOrder   int
+	tried    uint64
+	decision Decision
+	retries  int
+	// failingOpen: no target was eligible; the ranking is every target, least bad first.
+	failingOpen bool
+	// probe: the current attempt is a half-open breaker probe.
+	probe bool
+	// recorded: the strategy has been told where the request went.
+	recorded bool
+
+	start time.Time
+	sent  time.Time
+
+	// The upstream response being streamed. respBuf holds what was read of it before the response started
+	// (a non-streaming body is read whole, up to maxPrefetch); respOff is how much of it was sent.
+	conn         *uconn
+	bodyStream   io.Reader
+	respBuf      []byte
+	respOff      int
+	status       int
+	sse          bool
+	gotFirst     bool
+	upstreamDone bool
+	streamFail   failKind
+	pendingErr   error  // a read error held back so data read with it is written first
+	pending      []byte // bytes still to send before EOF (an SSE error event)
+	tail         []byte // the last bytes sent, to see an SSE stream's [DONE] and event boundaries
+	bytesOut     int64
+	closed       bool
+
+	watch  clientWatch
+	errBuf []byte
+	// scratch formats numbers and addresses for the upstream request (a stack array would escape through
+	// the bufio.Writer's io.Writer).
+	scratch []byte
+
+	tokens    []uint32 // x-rolter-vllm-token-ids
+	kvScratch kvindex.Scratch
+	kvOut     [kvindex.MaxTargets]int
+	tmp       [maxTargets]int
+}
+
+var callPool sync.Pool
+
+// post handles the proxied POST endpoints: parse once, route, rank, forward.
+func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep endpoint) {
+	if !ctx.IsPost() {
+		ctx.Response.Header.Set("Allow", "POST")
+		g.reject(ctx, &apiError{status: fasthttp.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
+			message: "this method is not allowed on " + endpointPaths[ep] + "; use POST", noRetry: true})
+		return
+	}
+	snap := g.acquireSnapshot()
+	n := g.inflight.Add(1)
+	c := g.acquireCall(snap)
+	if max := int64(snap.cfg.Queue.MaxInflight); max > 0 && n > max {
+		g.rejectBusy(ctx, snap)
+		c.release()
+		return
+	}
+	c.start = time.Now()
+	c.ep = ep
+	c.reqID = requestID(ctx, c.reqID[:0])
+	e := c.readBody(ctx)
+	if e == nil {
+		e = c.prepare(ctx)
+	}
+	if e != nil {
+		if c.route != nil {
+			c.setDecisionHeaders(ctx)
+			c.status = e.status
+			writeError(ctx, e)
+			c.finishUnstreamed(ctx)
+			return
+		}
+		ctx.Response.Header.SetBytesV("X-Request-Id", c.reqID)
+		g.reject(ctx, e)
+		c.release()
+		return
+	}
+	c.run(ctx)
+}
+
+// acquireCall returns a pooled call for a request on snap, which the caller took with acquireSnapshot and
+// counted in g.inflight; release gives both back.
+func (g *Gateway) acquireCall(snap *Snapshot) *call {
+	c, _ := callPool.Get().(*call)
+	if c == nil {
+		c = &call{tail: make([]byte, 0, 32)}
+	}
+	c.g = g
+	c.snap = snap
+	return c
+}
+
+// readBody reads the request body into c.reqBody. The buffer grows as the bytes arrive - never to the
+// announced Content-Length up front, so a client that announces a large body and sends little holds little -
+// and every growth is taken from the gateway's body memory ([server] max_body_memory_bytes); when that is
+// spent the request is answered 503 at once.
+func (c *call) readBody(ctx *fasthttp.RequestCtx) *apiError {
+	limit := c.snap.cfg.Server.MaxBodyBytes
+	cl := ctx.Request.Header.ContentLength() // -1: chunked
+	if cl > limit {
+		ctx.SetConnectionClose()
+		return tooLarge(limit)
+	}
+	buf := c.reqBody[:0]
+	if !c.hold(cap(buf)) {
+		return c.bodyMemoryFull(ctx)
+	}
+	r := ctx.RequestBodyStream()
+	if r == nil {
+		// The server read the body itself (no streaming): it is in memory already.
+		body := ctx.Request.Body()
+		if len(body) > limit {
+			return tooLarge(limit)
+		}
+		if !c.hold(max(0, len(body)-cap(buf))) {
+			return c.bodyMemoryFull(ctx)
+		}
+		c.reqBody = append(buf, body...)
+		return nil
+	}
+	for cl < 0 || len(buf) < cl {
+		if len(buf) == cap(buf) {
+			n := max(2*cap(buf), 16<<10)
+			if cl >= 0 {
+				n = min(n, cl)
+			}
+			n = min(n, limit+1) // one byte over the limit tells an over-long chunked body
+			if !c.hold(n - cap(buf)) {
+				c.reqBody = buf
+				return c.bodyMemoryFull(ctx)
+			}
+			nb := make([]byte, len(buf), n)
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > limit {
+			c.reqBody = buf
+			ctx.SetConnectionClose()
+			return tooLarge(limit)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			c.reqBody = buf
+			ctx.SetConnectionClose()
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return &apiError{status: fasthttp.StatusRequestTimeout, typ: typeInvalidRequest, code: "request_timeout",
+					message: "timed out reading the request body"}
+			}
+			return badRequest("bad_body", "", "cannot read the request body")
+		}
+	}
+	c.reqBody = buf
+	return nil
+}
+
+// hold counts n more bytes of this request in the gateway's body memory. It reports false, counting
+// nothing, when that would go over [server] max_body_memory_bytes.
+func (c *call) hold(n int) bool {
+	if n <= 0 {
+		return true
+	}
+	if c.g.bodyMem.Add(int64(n)) > int64(c.snap.cfg.Server.MaxBodyMemoryBytes) {
+		c.g.bodyMem.Add(-int64(n))
+		return false
+	}
+	c.held += int64(n)
+	return true
+}
+
+func (c *call) bodyMemoryFull(ctx *fasthttp.RequestCtx) *apiError {
+	ctx.SetConnectionClose()
+	c.g.global.Admission("body_memory")
+	return &apiError{status: fasthttp.StatusServiceUnavailable, typ: typeServer, code: "server_busy",
+		message: "the gateway holds server.max_body_memory_bytes of requests; retry later", retryAfterMs: 1000}
+}
+
+func tooLarge(limit int) *apiError {
+	return &apiError{status: fasthttp.StatusRequestEntityTooLarge, typ: typeInvalidRequest, code: "request_too_large",
+		message: "request body exceeds server.max_body_bytes (" + strconv.Itoa(limit) + ")", noRetry: true}
+}
+
+// prepare parses the body, finds the route and ranks its targets. It returns the error to answer, if any.
+func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
+	if e := checkContentType(ctx); e != nil {
+		return e
+	}
+	// The prompt key is at most the body's size; what it holds counts in the body memory like the body.
+	keyCap := cap(c.key)
+	if !c.hold(keyCap) {
+		return c.bodyMemoryFull(ctx)
+	}
+	var info requestInfo
+	e := c.scanner.scan(c.reqBody, c.ep, c.key[:0], &info)
+	c.key = info.key
+	if !c.hold(cap(c.key) - keyCap) {
+		return c.bodyMemoryFull(ctx)
+	}
+	if e != nil {
+		return e
+	}
+	r := c.snap.route(info.model)
+	if r == nil {
+		return modelNotFound(info.model)
+	}
+	c.modelAt[0], c.modelAt[1] = info.modelStart, info.modelEnd
+	c.route = r
+
+	p := &c.pick
+	p.Route = r
+	p.Key = c.key
+	p.SessionID = ctx.Request.Header.Peek("X-Session-Id")
+	p.Now = c.start.UnixNano()
+	p.kvScratch = &c.kvScratch
+	p.kvOut = c.kvOut[:]
+	p.tmp = c.tmp[:0]
+	if h := ctx.Request.Header.Peek("X-Rolter-Vllm-Token-Ids"); len(h) > 0 {
+		var ok bool
+		if c.tokens, ok = parseTokenIDs(c.tokens[:0], h); ok {
+			p.TokenIDs, p.TokenIDsState = c.tokens, tokenIDsOK
+		} else {
+			p.TokenIDsState = tokenIDsMalformed
+		}
+	}
+	if c.eligibleTargets() {
+		c.nOrder, c.decision = r.Strategy.Rank(p, c.order[:])
+	} else if e := c.failOpen(); e != nil {
+		return e
+	}
+	r.m.DecisionMade(int(c.decision.Reason))
+	r.m.Decision.UpdateDuration(c.start)
+	return nil
+}
+
+// eligibleTargets fills c.pick.Eligible with the targets that can take a request (healthy, not cooling
+// down, circuit not open) and reports whether there is any.
+func (c *call) eligibleTargets() bool {
+	p := &c.pick
+	p.Eligible = c.eligible[:0]
+	p.EligibleMask = 0
+	for i, t := range c.route.Targets {
+		if t.Provider.health.eligible(p.Now) {
+			p.Eligible = append(p.Eligible, i)
+			p.EligibleMask |= 1 << i
+		}
+	}
+	return len(p.Eligible) > 0
+}
+
+// failOpen handles a route with no eligible target: by default the request goes to the least-bad target
+// (a fleet-wide outage of the gateway's own making - every replica cooling at once - is worse than trying),
+// or, with health.fail_open = false, it is answered 503.
+func (c *call) failOpen() *apiError {
+	r := c.route
+	if !c.snap.cfg.Health.FailOpen {
+		r.m.Rejected.Inc()
+		return &apiError{status: fasthttp.StatusServiceUnavailable, typ: typeServer, code: "no_available_target",
+			message: "no target of model " + r.Model + " is available (unhealthy, cooling down or circuit open)", retryAfterMs: 1000}
+	}
+	r.m.FailOpen.Inc()
+	c.failingOpen = true
+	p := &c.pick
+	n := len(r.Targets)
+	for i := range n {
+		c.order[i] = i
+		p.Eligible = append(p.Eligible, i)
+		p.EligibleMask |= 1 << i
+	}
+	// Insertion sort by badness: n <= maxTargets and this is the rare path.
+	for i := 1; i < n; i++ {
+		for j := i; j > 0 && r.Targets[c.order[j]].Provider.health.badness(p.Now) < r.Targets[c.order[j-1]].Provider.health.badness(p.Now); j-- {
+			c.order[j], c.order[j-1] = c.order[j-1], c.order[j]
+		}
+	}
+	c.nOrder = n
+	c.decision = decide(ReasonFallback)
+	return nil
+}
+
+func (c *call) release() {
+	c.watch.disarm()
+	c.g.inflight.Add(-1)
+	c.snap.releaseUser()
+	if c.held > 0 {
+		c.g.bodyMem.Add(-c.held)
+		c.held = 0
+	}
+	c.g, c.snap, c.route, c.target = nil, nil, nil, nil
+	c.failingOpen, c.probe, c.recorded = false, false, false
+	c.pick = Pick{}
+	c.tried, c.nOrder, c.retries = 0, 0, 0
+	c.conn, c.bodyStream = nil, nil
+	c.status, c.sse, c.gotFirst, c.upstreamDone = 0, false, false, false
+	c.streamFail, c.pendingErr, c.pending = failNone, nil, nil
+	c.tail = c.tail[:0]
+	c.bytesOut, c.closed = 0, false
+	c.respBuf, c.respOff = c.respBuf[:0], 0
+	// Pooled calls keep their buffers for the next request, but never large ones: a pool of calls that once
+	// served huge requests would pin that memory for good.
+	if cap(c.reqBody) > maxPooledBuf {
+		c.reqBody = nil
+	}
+	if cap(c.key) > maxPooledBuf {
+		c.key = nil
+	}
+	c.scanner.shrink(maxPooledBuf)
+	if cap(c.respBuf) > maxPooledBuf {
+		c.respBuf = nil
+	}
+	if cap(c.tokens) > 1<<18 {
+		c.tokens = nil
+	}
+	if cap(c.errBuf) > 64<<10 {
+		c.errBuf = nil
+	}
+	callPool.Put(c)
+}
+
+// outcome of one attempt.
+type outcome uint8
+
+const (
+	outStreaming outcome = iota // the response is being streamed to the client
+	outDone                     // the response is written (an upstream 4xx passed on, or the client left)
+	outRetry                    // failed before anything reached the client; try the next target
+)
+
+// attemptResult describes a failed attempt.
+type attemptResult struct {
+	kind failKind
+	err  *apiError // what to answer if no retry succeeds
+}
+
+// run sends the request to the ranked targets until one answers, retrying connect errors, resets and
+// 5xx/429 answers on the next candidate - only before any byte reached the client (a retry after it would
+// duplicate output), never after the client left (nobody would read the answer). A candidate that became
+// ineligible meanwhile (just marked down, cooling, circuit open) is skipped, as is one whose concurrency cap
+// and wait queue are full.
+func (c *call) run(ctx *fasthttp.RequestCtx) {
+	cfg := &c.snap.cfg.Retry
+	var last attemptResult
+	sent := 0
+	c.watch.arm(ctx.Conn(), c.g.watchDelay, nil, ctx.Request.Header.IsHTTP11())
+	ti, k := -1, 0
+	for sent <= cfg.MaxRetries {
+		if last.kind != failStale {
+			// A stale pooled connection is retried on the same target; anything else moves on.
+			if ti = c.nextTarget(k); ti < 0 {
+				break
+			}
+			k++
+		}
+		t := c.route.Targets[ti]
+		if !c.admit(t) {
+			if c.watch.gone.Load() {
+				c.clientLeft(ctx, nil)
+				c.finishUnstreamed(ctx)
+				return
+			}
+			last = attemptResult{kind: failBusy, err: c.busyError(t)}
+			continue
+		}
+		if sent > 0 {
+			c.retries++
+			c.route.m.Retries.Inc()
+			if sent == 1 {
+				c.route.m.Retried.Inc()
+			}
+			if d := backoff(cfg, sent); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		sent++
+		out, res := c.attempt(ctx, ti)
+		switch out {
+		case outStreaming:
+			return
+		case outDone:
+			c.finishUnstreamed(ctx)
+			return
+		}
+		last = res
+	}
+	c.watch.disarm()
+	e := last.err
+	if e == nil {
+		e = &apiError{status: fasthttp.StatusBadGateway, typ: typeServer, code: "upstream_error", message: "no upstream target answered"}
+	} else if e.status >= 500 || e.status == 0 {
+		// Every candidate failed; the client sees one gateway error that says what the last one did.
+		status := fasthttp.StatusBadGateway
+		code := "upstream_error"
+		if last.kind == failTimeout {
+			status, code = fasthttp.StatusGatewayTimeout, "upstream_timeout"
+		}
+		e = &apiError{status: status, typ: typeForStatus(status), code: code, message: e.message}
+	}
+	c.setDecisionHeaders(ctx)
+	writeError(ctx, e)
+	c.status = e.status
+	c.finishUnstreamed(ctx)
+}
+
+// admit takes a concurrency slot on t (waiting in its bounded queue if it has one) and asks its breaker
+// whether a request may go through. On success the provider's in-flight count includes this request.
+func (c *call) admit(t *Target) bool {
+	p := t.Provider
+	ok, probe := true, false
+	if !c.failingOpen { // failing open means trying the least-bad target, open breaker or not
+		ok, probe = p.health.admit(c.pick.Now)
+	}
+	if !ok {
+		return false
+	}
+	if !p.adm.acquire(p.inflight, c.watch.left()) {
+		if probe {
+			p.health.brProbes.Add(-1)
+		}
+		c.g.global.Admission("target")
+		return false
+	}
+	c.probe = probe
+	return true
+}
+
+// done releases t's slot and records the attempt's outcome for cooldowns and the breaker.
+func (c *call) done(t *Target, kind failKind, retryAfter time.Duration) {
+	p := t.Provider
+	p.adm.release(p.inflight)
+	c.record(t, kind, retryAfter)
+}
+
+// record reports the attempt's outcome to t's cooldown and breaker state.
+func (c *call) record(t *Target, kind failKind, retryAfter time.Duration) {
+	p := t.Provider
+	switch kind {
+	case failNone:
+		p.health.success(c.probe)
+	case failClient, failBusy, failStale:
+		if c.probe {
+			p.health.brProbes.Add(-1)
+		}
+	default:
+		p.health.failure(time.Now().UnixNano(), c.probe, kind, retryAfter)
+	}
+	c.probe = false
+}
+
+func (c *call) busyError(t *Target) *apiError {
+	ms := int(c.snap.cfg.Queue.RetryAfterSecs * 1000)
+	return &apiError{status: fasthttp.StatusTooManyRequests, typ: typeRateLimit, code: "queue_full",
+		message:      "every candidate target of model " + c.route.Model + " is at its concurrency limit and wait queue; retry later",
+		retryAfterMs: ms}
+}
+
+func backoff(cfg *RetryConfig, attempt int) time.Duration {
+	if cfg.BackoffMs <= 0 {
+		return 0
+	}
+	ms := cfg.BackoffMs * float64(uint(1)<<min(attempt-1, 16))
+	ms = min(ms, cfg.MaxBackoffMs)
+	// Full jitter halves the chance that many requests retry in lockstep.
+	ms = ms/2 + rand.Float64()*ms/2
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// nextTarget returns the k-th candidate: the strategy's ranking first, then the least-loaded eligible
+// targets not tried yet; targets that turned ineligible since the ranking are skipped (unless failing open).
+// -1 when none is left.
+func (c *call) nextTarget(k int) int {
+	now := time.Now().UnixNano()
+	for ; k < c.nOrder; k++ {
+		t := c.order[k]
+		if c.tried&(1<<t) != 0 {
+			continue
+		}
+		c.tried |= 1 << t
+		if c.failingOpen || c.route.Targets[t].Provider.health.eligible(now) {
+			return t
+		}
+	}
+	best, bestLoad := -1, int64(0)
+	for _, i := range c.pick.Eligible {
+		if c.tried&(1<<i) != 0 || !(c.failingOpen || c.route.Targets[i].Provider.health.eligible(now)) {
+			continue
+		}
+		if l := c.route.Targets[i].Load(); best < 0 || l < bestLoad {
+			best, bestLoad = i, l
+		}
+	}
+	if best >= 0 {
+		c.tried |= 1 << best
+		if c.nOrder < maxTargets {
+			c.order[c.nOrder] = best
+			c.nOrder++
+		}
+	}
+	return best
+}
+
+// maxPooledBuf is the largest buffer a pooled call keeps.
+const maxPooledBuf = 1 << 20
+
+// finishUnstreamed ends a request whose response is not a streamed upstream body: an error, an upstream
+// 4xx passed on, a body-less answer, or a departed client.
+func (c *call) finishUnstreamed(ctx *fasthttp.RequestCtx) {
+	if c.status == 0 {
+		c.status = ctx.Response.StatusCode()
+	}
+	c.finish(c.status)
+}
+
+// finish is where every request that reached routing ends - once, whether its response was written from
+// the handler (finishUnstreamed) or streamed by the server afterwards (CloseWithError): it records the
+// final status, duration and bytes, and gives the call back.
+func (c *call) finish(status int) {
+	switch {
+	case c.target != nil:
+		c.target.m.Request(status)
+		c.target.m.Duration.UpdateDuration(c.start)
+		if c.bytesOut > 0 {
+			c.target.m.ResponseBytes.Add(int(c.bytesOut))
+		}
+	case c.route != nil:
+		c.route.m.UnroutedRequest(status)
+	}
+	c.release()
+}
