@@ -15,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/telemetry"
 )
@@ -33,6 +34,7 @@ type Config struct {
 	Retry         RetryConfig      `toml:"retry"`
 	Timeouts      TimeoutsConfig   `toml:"timeouts"`
 	Queue         QueueConfig      `toml:"queue"`
+	Egress        egress.Config    `toml:"egress"`
 
 	// File is the path the config was read from ("" for in-memory configs); used in error messages.
 	File string `toml:"-"`
@@ -222,6 +224,7 @@ func DefaultConfig() *Config {
 		Retry:    RetryConfig{MaxRetries: 2, BackoffMs: 25, MaxBackoffMs: 500},
 		Timeouts: TimeoutsConfig{ConnectSecs: 5, HeadersSecs: 600, IdleSecs: 120},
 		Queue:    QueueConfig{WaitTimeoutSecs: 5, RetryAfterSecs: 1},
+		Egress:   egress.DefaultConfig(),
 	}
 }
 
@@ -388,9 +391,10 @@ func validateConfig(cfg *Config) ConfigErrors {
 // validator collects the problems of one config. Each section has its method, which reports every problem
 // of that section under its key path; none of them changes the config.
 type validator struct {
-	file  string
-	lines keyLines
-	errs  ConfigErrors
+	file   string
+	lines  keyLines
+	errs   ConfigErrors
+	policy *egress.Policy // [egress], once checked: every endpoint the gateway dials is checked against it
 }
 
 // addf records a problem with the value at key (an indexed path such as "routes[1].targets[0].provider").
@@ -401,6 +405,7 @@ func (v *validator) addf(key, format string, args ...any) {
 // validate checks cfg, whose defaults are set (setDefaults).
 func (v *validator) validate(cfg *Config) {
 	v.server(&cfg.Server)
+	v.policy = v.egress(&cfg.Egress)
 	providers := v.providers(cfg.Providers)
 	v.routes(cfg.Routes, cfg.Providers, providers)
 	v.metricsScrape(&cfg.MetricsScrape)
@@ -410,6 +415,46 @@ func (v *validator) validate(cfg *Config) {
 	v.retry(&cfg.Retry)
 	v.timeouts(&cfg.Timeouts)
 	v.queue(&cfg.Queue)
+}
+
+// egress checks [egress] and returns its policy (nil when the section is bad: the endpoints are then not
+// checked against it, the section's own errors say why).
+func (v *validator) egress(c *egress.Config) *egress.Policy {
+	p, err := egress.New(*c)
+	for _, e := range unjoin(err) {
+		key := "egress"
+		for _, k := range []string{"allow_hosts", "deny_hosts", "allow_cidrs", "deny_cidrs"} {
+			if strings.HasPrefix(e.Error(), "cannot use "+k+" ") {
+				key += "." + k
+			}
+		}
+		v.addf(key, "%s", e)
+	}
+	return p
+}
+
+// egressURL checks the host of an http(s) URL the gateway will dial against the egress policy: an IP
+// literal completely, a name by its name rules (its addresses are checked when it is dialled).
+func (v *validator) egressURL(key, raw string) {
+	u, err := url.Parse(raw)
+	if err != nil || v.policy == nil {
+		return
+	}
+	if err := v.policy.CheckHost(u.Hostname()); err != nil {
+		v.addf(key, "%s", err)
+	}
+}
+
+// egressZMQ checks the host of a tcp:// ZMQ endpoint the subscriber connects to.
+func (v *validator) egressZMQ(key, endpoint string) {
+	rest, ok := strings.CutPrefix(endpoint, "tcp://")
+	if !ok || v.policy == nil {
+		return
+	}
+	host, _ := egress.SplitHostPort(rest)
+	if err := v.policy.CheckHost(host); err != nil {
+		v.addf(key, "%s", err)
+	}
 }
 
 // server checks [server].
@@ -452,6 +497,8 @@ func (v *validator) providers(ps []ProviderConfig) map[string]int {
 		}
 		if err := checkHTTPURL(p.APIBase); err != nil {
 			v.addf(key+".api_base", "%s", err)
+		} else {
+			v.egressURL(key+".api_base", p.APIBase)
 		}
 		if p.APIKeyEnv != "" && os.Getenv(p.APIKeyEnv) == "" {
 			v.addf(key+".api_key_env", "environment variable %q is not set or empty", p.APIKeyEnv)
@@ -482,8 +529,18 @@ func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
 		v.addf(key+".stale_secs", "must be a finite number of seconds within ±%.0f, got %v", maxSecs, kv.StaleSecs)
 		sc.StaleAfter = 0
 	}
-	for _, err := range unjoin(sc.Validate()) {
+	errs := unjoin(sc.Validate())
+	for _, err := range errs {
 		v.addf(key+kvKey(err), "%s", err)
+	}
+	if len(errs) == 0 {
+		// The subscriber connects to these (a bind-mode endpoint is the gateway's own address).
+		if kv.Mode != "bind" {
+			v.egressZMQ(key+".endpoint", kv.Endpoint)
+		}
+		if kv.ReplayEndpoint != "" {
+			v.egressZMQ(key+".replay_endpoint", kv.ReplayEndpoint)
+		}
 	}
 	if !kvindex.Supported {
 		v.addf(key, "kv_events needs a build with cgo and libzmq; this binary was built with CGO_ENABLED=0")
@@ -511,8 +568,12 @@ func (v *validator) lmcache(key string, lc *LMCacheConfig) {
 		v.addf(key+".endpoint", "missing URL")
 	} else {
 		tc := telemetry.LMCacheConfig{URL: lc.Endpoint}
-		for _, err := range unjoin(tc.Validate()) {
+		errs := unjoin(tc.Validate())
+		for _, err := range errs {
 			v.addf(key+".endpoint", "%s", err)
+		}
+		if len(errs) == 0 {
+			v.egressURL(key+".endpoint", lc.Endpoint)
 		}
 	}
 	v.positive(key+".refresh_secs", lc.RefreshSecs)

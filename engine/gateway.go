@@ -15,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
@@ -27,6 +28,8 @@ type Options struct {
 	// WatchDelay is how long a request may wait on its upstream before the gateway starts watching the
 	// client connection for a disconnect (default 50 ms).
 	WatchDelay time.Duration
+	// Resolver, when set, replaces DNS for the egress policy's lookups (tests).
+	Resolver egress.Resolver
 }
 
 // Gateway is the data plane: a fasthttp server that routes OpenAI-compatible requests to upstream targets.
@@ -35,6 +38,7 @@ type Gateway struct {
 	version    string
 	watchDelay time.Duration
 	dial       func(string, time.Duration) (net.Conn, error)
+	resolver   egress.Resolver
 
 	snap     atomic.Pointer[Snapshot]
 	server   *fasthttp.Server
@@ -75,6 +79,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		version:    opts.Version,
 		watchDelay: opts.WatchDelay,
 		dial:       opts.Dial,
+		resolver:   opts.Resolver,
 		stop:       make(chan struct{}),
 	}
 	if g.log == nil {

@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"reflect"
+	"strings"
+	"time"
 
+	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/telemetry"
 )
@@ -98,6 +102,47 @@ func (kv *kvState) drop(src *kvSource) {
 func (kv *kvState) stop() {
 	kv.cancel()
 	kv.sub.Stop()
+}
+
+// kvEndpoints returns c with the hosts of the endpoints the subscriber connects to (the endpoint in connect
+// mode, the replay endpoint) replaced by an address the egress policy checked. libzmq resolves names
+// itself, at every reconnect, so it is handed the checked address instead: the policy holds for the life of
+// the subscription, and a name is resolved again at each reload.
+func kvEndpoints(c *KVEventsConfig, d *egress.Dialer) (*KVEventsConfig, error) {
+	r := *c
+	resolve := func(endpoint string) (string, error) {
+		hostport, ok := strings.CutPrefix(endpoint, "tcp://")
+		if !ok {
+			return endpoint, nil // ipc:// and inproc:// stay on this host
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		addrs, _, port, err := d.Resolve(ctx, "tcp", hostport)
+		if err != nil {
+			return "", err
+		}
+		// libzmq connects to IPv6 only on sockets with ZMQ_IPV6 set: an IPv4 address is preferred.
+		a := addrs[0]
+		for _, x := range addrs {
+			if x.Is4() {
+				a = x
+				break
+			}
+		}
+		return "tcp://" + net.JoinHostPort(a.String(), port), nil
+	}
+	var err error
+	if c.Mode != "bind" {
+		if r.Endpoint, err = resolve(c.Endpoint); err != nil {
+			return nil, err
+		}
+	}
+	if c.ReplayEndpoint != "" {
+		if r.ReplayEndpoint, err = resolve(c.ReplayEndpoint); err != nil {
+			return nil, err
+		}
+	}
+	return &r, nil
 }
 
 func registerKVMetrics(set *telemetry.Set, target string, st *kvindex.Stream) {

@@ -17,6 +17,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
@@ -74,13 +75,14 @@ type providerSections struct {
 	Cooldown      CooldownConfig
 	Breaker       BreakerConfig
 	MetricsScrape ScrapeConfig
+	Egress        egress.Config
 	APIKey        string // the value of api_key_env, read when the config was loaded
 }
 
 func sectionsOf(pc *ProviderConfig, cfg *Config) providerSections {
 	s := providerSections{
 		Timeouts: cfg.Timeouts, Queue: cfg.Queue, Health: cfg.Health, Cooldown: cfg.Cooldown,
-		Breaker: cfg.Breaker, MetricsScrape: cfg.MetricsScrape,
+		Breaker: cfg.Breaker, MetricsScrape: cfg.MetricsScrape, Egress: cfg.Egress,
 	}
 	// max_ejection_percent is applied to every provider by the snapshot (fleetHealth), not per provider.
 	s.Health.MaxEjectionPercent = 0
@@ -112,7 +114,11 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 	if err != nil {
 		return nil, err
 	}
+	// Upstream connections go through the egress policy, checked at connect time (tests dial in memory).
 	up.dial = env.dial
+	if up.dial == nil {
+		up.dial = env.egress[useProxy].Dial
+	}
 	up.budget = env.budget
 	p := &Provider{
 		Name: pc.Name, nameBytes: []byte(pc.Name), cfg: *pc, sections: sectionsOf(pc, cfg), up: up,
@@ -126,16 +132,16 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 	log := env.log
 	p.health = newProviderHealth(pc.Name, cfg, log, p.set)
 	if cfg.Health.Enabled {
-		p.checker = newHealthChecker(p, cfg.Health, p.set)
+		p.checker = newHealthChecker(p, cfg.Health, p.set, env)
 	}
 	if pc.APIKeyEnv != "" {
 		p.auth = []byte("Bearer " + p.sections.APIKey)
 	}
 	if cfg.MetricsScrape.Enabled {
-		p.newScraper(cfg, log)
+		p.newScraper(cfg, log, env.egress[useScrape])
 	}
 	if pc.LMCache != nil {
-		p.lmcache = newLMCacheSource(p, log, p.set)
+		p.lmcache = newLMCacheSource(p, log, p.set, env.egress[useLMCache])
 	}
 	for k, v := range pc.Headers {
 		p.headers = append(p.headers, [2]string{k, v})
@@ -208,7 +214,7 @@ func (p *Provider) setsHeader(name []byte) bool {
 }
 
 // newScraper sets up the [metrics_scrape] poller of p: the engine's /metrics at the root of its api_base.
-func (p *Provider) newScraper(cfg *Config, log *slog.Logger) {
+func (p *Provider) newScraper(cfg *Config, log *slog.Logger, dialer *egress.Dialer) {
 	u, _ := url.Parse(p.cfg.APIBase)
 	mc := cfg.MetricsScrape
 	sc := telemetry.ScrapeConfig{
@@ -217,6 +223,7 @@ func (p *Provider) newScraper(cfg *Config, log *slog.Logger) {
 		Interval: secs(mc.IntervalSecs),
 		Timeout:  secs(mc.TimeoutSecs),
 		Baseline: p.inflight.Load,
+		Dial:     dialer.DialContext,
 	}
 	if p.auth != nil {
 		sc.Headers = map[string]string{"Authorization": string(p.auth)}
@@ -269,10 +276,11 @@ type lmcacheSource struct {
 	maxAge int64
 }
 
-func newLMCacheSource(p *Provider, log *slog.Logger, set *telemetry.Set) *lmcacheSource {
+func newLMCacheSource(p *Provider, log *slog.Logger, set *telemetry.Set, dialer *egress.Dialer) *lmcacheSource {
 	c := p.cfg.LMCache
 	src := &lmcacheSource{maxAge: int64(secs(c.StaleSecs))}
-	lc := telemetry.LMCacheConfig{URL: c.Endpoint, Refresh: secs(c.RefreshSecs), Timeout: min(secs(c.RefreshSecs), 2*time.Second)}
+	lc := telemetry.LMCacheConfig{URL: c.Endpoint, Refresh: secs(c.RefreshSecs), Timeout: min(secs(c.RefreshSecs), 2*time.Second),
+		Dial: dialer.DialContext}
 	src.poller = telemetry.NewLMCachePoller(lc, &src.status, log.With("target", p.Name, "component", "lmcache"))
 	l := "target=" + telemetry.Label(p.Name)
 	pl := src.poller
@@ -301,7 +309,7 @@ type healthChecker struct {
 	wg     sync.WaitGroup
 }
 
-func newHealthChecker(p *Provider, cfg HealthConfig, set *telemetry.Set) *healthChecker {
+func newHealthChecker(p *Provider, cfg HealthConfig, set *telemetry.Set, env *buildEnv) *healthChecker {
 	u, _ := url.Parse(p.cfg.APIBase)
 	hc := &healthChecker{
 		h:   p.health,
@@ -320,9 +328,9 @@ func newHealthChecker(p *Provider, cfg HealthConfig, set *telemetry.Set) *health
 			DisableHeaderNamesNormalizing: false,
 		},
 	}
-	if p.up.dial != nil {
-		d := p.up.dial
-		hc.client.DialTimeout = d
+	hc.client.DialTimeout = (fasthttp.DialFuncWithTimeout)(env.dial)
+	if env.dial == nil {
+		hc.client.DialTimeout = env.egress[useHealth].Dial
 	}
 	l := "target=" + telemetry.Label(p.Name)
 	hc.ok = set.Counter(telemetry.HealthChecks, l+`,result="ok"`)

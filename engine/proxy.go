@@ -391,6 +391,7 @@ var failMessages = [numFailKinds]string{
 	failStale:    "the upstream closed the connection",
 	failBusy:     "the upstream has too many open connections",
 	failAnswered: "the upstream failed",
+	failEgress:   "the egress policy refuses the upstream's address",
 }
 
 // clientLeft ends a request whose client disconnected while the upstream was working: 499, no retry.

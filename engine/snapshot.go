@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
@@ -122,6 +123,11 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		drained:   make(chan struct{}),
 	}
 	env := &buildEnv{set: s.set, log: g.log, cfg: cfg, dial: g.dial, budget: g.conns, kvSources: s.kv}
+	policy, err := egress.New(cfg.Egress)
+	if err != nil {
+		return nil, fmt.Errorf("cannot use [egress]: %w", err)
+	}
+	env.egress = g.egressDialers(policy)
 	var newSources []*kvSource
 	var newSeries []*series
 	defer func() {
@@ -173,7 +179,11 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 					return nil, err
 				}
 			}
-			src, fresh, err := g.kv.source(tc.Provider, s.providers[tc.Provider].cfg.KVEvents)
+			kc, err := kvEndpoints(s.providers[tc.Provider].cfg.KVEvents, env.egress[useKV])
+			if err != nil {
+				return nil, fmt.Errorf("cannot subscribe to the KV events of provider %q: %w", tc.Provider, err)
+			}
+			src, fresh, err := g.kv.source(tc.Provider, kc)
 			if err != nil {
 				return nil, err
 			}
@@ -376,6 +386,35 @@ func (s *Snapshot) releaseUser() {
 	if s.users.Add(-1) == 0 && s.retiring.Load() {
 		s.drain.Do(func() { close(s.drained) })
 	}
+}
+
+// Uses of the egress policy: the use label of rolter_egress_refused_total (telemetry.EgressUses).
+const (
+	useProxy = iota
+	useHealth
+	useScrape
+	useLMCache
+	useKV
+	numUses
+)
+
+// egressDialers returns one dialer per use of the policy; each counts and logs what it refuses (at most
+// one log line a second per use: a provider whose name re-resolves to a refused address is refused on
+// every request).
+func (g *Gateway) egressDialers(p *egress.Policy) (d [numUses]*egress.Dialer) {
+	for use := range d {
+		var lastLog atomic.Int64
+		d[use] = &egress.Dialer{Policy: p, Resolver: g.resolver, OnRefuse: func(r *egress.Refusal) {
+			if g.global != nil {
+				g.global.EgressRefused(use)
+			}
+			now := time.Now().UnixNano()
+			if last := lastLog.Load(); now-last >= int64(time.Second) && lastLog.CompareAndSwap(last, now) {
+				g.log.Warn("egress policy refused a connection", "use", telemetry.EgressUses[use], "error", r.Error())
+			}
+		}}
+	}
+	return d
 }
 
 // trieShare returns the default ceilings of one target's prefix trie: an equal share of

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 
+	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/telemetry"
 )
@@ -134,8 +135,10 @@ type buildEnv struct {
 	set    *telemetry.Set // the snapshot's own series
 	log    *slog.Logger
 	cfg    *Config
-	dial   dialFunc
+	dial   dialFunc // tests: in-memory upstreams, no egress policy
 	budget *connBudget
+	// egress are the policy's dialers, one per use (useProxy, ...), each counting its own refusals.
+	egress [numUses]*egress.Dialer
 	// kv is the gateway's KV-event state and kvSources the sources of this snapshot, by provider name.
 	kv        *kvState
 	kvSources map[string]*kvSource

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/rolter-ai/rolter/egress"
 )
 
 // upstream is the connection pool of one provider.
@@ -141,7 +143,12 @@ func (u *upstream) dialConn() (*uconn, error) {
 	if err != nil {
 		u.open.Add(-1)
 		u.budget.put()
-		return nil, &upstreamError{kind: failConnect, err: err}
+		kind := failConnect
+		var refused *egress.Refusal
+		if errors.As(err, &refused) {
+			kind = failEgress
+		}
+		return nil, &upstreamError{kind: kind, err: err}
 	}
 	if u.tlsConfig != nil {
 		tc := tls.Client(nc, u.tlsConfig)
@@ -288,10 +295,11 @@ const (
 	// failAnswered is any other 5xx (500 above all): the engine is up and answered, but could not serve
 	// this request - possibly because of the request itself.
 	failAnswered
+	failEgress // the egress policy refused the provider's address: nothing was sent
 	numFailKinds
 )
 
-var failKindNames = [numFailKinds]string{"none", "connect", "timeout", "reset", "status", "protocol", "client", "stale", "busy", "answered_5xx"}
+var failKindNames = [numFailKinds]string{"none", "connect", "timeout", "reset", "status", "protocol", "client", "stale", "busy", "answered_5xx", "egress"}
 
 func (k failKind) String() string { return failKindNames[k] }
 

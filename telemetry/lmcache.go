@@ -1,10 +1,12 @@
 package telemetry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -106,9 +108,9 @@ type LMCacheConfig struct {
 	Headers map[string]string
 	// MaxBodySize caps the body read (64 KiB by default); a larger body is a failed poll.
 	MaxBodySize int
-	// Check, when set, is called with URL before every request (the egress policy is checked again on
-	// every refresh); an error makes that poll fail without touching the network.
-	Check func(url string) error
+	// Dial, when set, makes the poll's connections (the gateway's egress-policy dialer). Connections are
+	// then not kept between polls: every refresh is dialled, and checked, again.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Validate reports every problem of c at once.
@@ -147,7 +149,7 @@ func NewLMCachePoller(cfg LMCacheConfig, status *CacheStatus, logger *slog.Logge
 		timeout:    orDefault(cfg.Timeout, DefaultPollTimeout),
 		maxBody:    orDefault(cfg.MaxBodySize, DefaultLMCacheMaxBody),
 		headers:    cfg.Headers,
-		check:      cfg.Check,
+		dialer:     cfg.Dial,
 		handle:     lp.handle,
 		invalidate: status.Invalidate,
 		logger:     logger,

@@ -1,7 +1,9 @@
 package telemetry
 
 import (
+	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -123,11 +125,12 @@ func TestLMCachePoller(t *testing.T) {
 	lp := NewLMCachePoller(LMCacheConfig{
 		URL:     base + "/status?instance=vllm-1",
 		Timeout: 5 * time.Second,
-		Check: func(string) error {
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if deny.Load() {
-				return errDenied
+				return nil, errDenied
 			}
-			return nil
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
 		},
 	}, &cs, discardLogger)
 	defer lp.Stop()

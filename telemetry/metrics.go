@@ -68,6 +68,7 @@ const (
 	mClientConns    = "rolter_client_connections"                // gauge, open
 	mClientRejected = "rolter_client_connections_rejected_total" // {reason} closed by the listener
 	mAcceptErrors   = "rolter_accept_errors_total"               // failed accepts, retried with backoff
+	mEgressRefused  = "rolter_egress_refused_total"              // {use} connections the egress policy refused
 
 	// Config reloads (engine Gateway.Reload).
 	mReloads        = "rolter_config_reloads_total"                         // {result} ok | failed
@@ -344,6 +345,7 @@ type Global struct {
 	clientConns    atomic.Int64
 	clientRejected *lazyCounters
 	acceptErrors   *metrics.Counter
+	egressRefused  *lazyCounters
 }
 
 // ClientRejectReasons are the reasons of rolter_client_connections_rejected_total: a connection refused on
@@ -395,6 +397,7 @@ func NewGlobal(version string, start time.Time, draining func() bool) *Global {
 	g.admissionMemory = s.Counter(mAdmission, `scope="body_memory"`)
 	g.clientRejected = newLazyCounters(s.s, mClientRejected, "", "reason", ClientRejectReasons)
 	g.acceptErrors = s.Counter(mAcceptErrors, "")
+	g.egressRefused = newLazyCounters(s.s, mEgressRefused, "", "use", EgressUses)
 	s.Gauge(mClientConns, "", func() float64 { return float64(g.clientConns.Load()) })
 	return g
 }
@@ -412,6 +415,12 @@ func (g *Global) ClientRejected(reason int) { g.clientRejected.Inc(reason) }
 
 // AcceptError counts a failed accept.
 func (g *Global) AcceptError() { g.acceptErrors.Inc() }
+
+// EgressUses are the connections the egress policy checks, the use label of rolter_egress_refused_total.
+var EgressUses = []string{"proxy", "health", "scrape", "lmcache", "kv_events"}
+
+// EgressRefused counts a connection the egress policy refused, by index into EgressUses.
+func (g *Global) EgressRefused(use int) { g.egressRefused.Inc(use) }
 
 // BadRequest counts a rejected request by its error code.
 func (g *Global) BadRequest(code string) {

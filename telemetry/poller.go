@@ -50,7 +50,7 @@ type pollerConfig struct {
 	timeout    time.Duration
 	maxBody    int
 	headers    map[string]string
-	check      func(url string) error
+	dialer     func(ctx context.Context, network, addr string) (net.Conn, error)
 	handle     func(body []byte) error // called with a 200 body, valid only during the call
 	invalidate func()
 	logger     *slog.Logger
@@ -205,10 +205,9 @@ func (p *poller) fetch() (err error) {
 	if p.cfgErr != nil {
 		return p.cfgErr
 	}
-	if p.check != nil {
-		if err := p.check(p.url); err != nil {
-			return fmt.Errorf("cannot poll %q: egress policy: %w", p.url, err)
-		}
+	if p.dialer != nil {
+		// Each poll dials (and so is checked) anew.
+		defer p.hc.CloseIdleConnections()
 	}
 	req, resp := &p.req, &p.resp
 	req.Reset()
@@ -245,8 +244,16 @@ var errPollerStopped = errors.New("poller stopped")
 // dial is the HostClient's DialTimeout: it honours the poll timeout, gives up when the poller stops,
 // and tracks the connection so that stop can close it.
 func (p *poller) dial(addr string, timeout time.Duration) (net.Conn, error) {
-	d := net.Dialer{Timeout: timeout}
-	c, err := d.DialContext(p.ctx, "tcp", addr)
+	ctx, cancel := context.WithTimeout(p.ctx, timeout)
+	defer cancel()
+	var c net.Conn
+	var err error
+	if p.dialer != nil {
+		c, err = p.dialer(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,9 +1,11 @@
 package telemetry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 )
@@ -30,9 +32,9 @@ type ScrapeConfig struct {
 	Headers map[string]string
 	// MaxBodySize caps the body read (8 MiB by default); a larger body is a failed scrape.
 	MaxBodySize int
-	// Check, when set, is called with the full URL before every request (the egress policy); an error
-	// makes that scrape fail without touching the network.
-	Check func(url string) error
+	// Dial, when set, makes the scrape's connections (the gateway's egress-policy dialer). Connections are
+	// then not kept between scrapes: every scrape is dialled, and checked, again.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Baseline, when set, is sampled as each scrape is read: the caller's own in-flight requests to the
 	// engine, used by EngineLoad.External.
 	Baseline func() int64
@@ -101,7 +103,7 @@ func NewScraper(cfg ScrapeConfig, load *EngineLoad, logger *slog.Logger) *Scrape
 		timeout:    orDefault(cfg.Timeout, DefaultPollTimeout),
 		maxBody:    orDefault(cfg.MaxBodySize, DefaultScrapeMaxBody),
 		headers:    cfg.Headers,
-		check:      cfg.Check,
+		dialer:     cfg.Dial,
 		handle:     s.handle,
 		invalidate: load.Invalidate,
 		logger:     logger,

@@ -284,24 +284,28 @@ func TestScraperStopDoesNotWaitForHangingServer(t *testing.T) {
 	}
 }
 
-func TestScraperEgressCheck(t *testing.T) {
+// TestScraperDialsEveryScrape: with a Dial hook (the egress policy) every scrape dials anew - a refusal
+// fails that scrape without touching the server, and the next allowed one reconnects.
+func TestScraperDialsEveryScrape(t *testing.T) {
 	ms, base := newMetricsServer(t, readFixture(t, "vllm_metrics.txt"))
 	var load EngineLoad
 	errDenied := errors.New("denied by policy")
 	var deny atomic.Bool
-	var checked atomic.Pointer[string]
-	s := NewScraper(ScrapeConfig{BaseURL: base, Timeout: 5 * time.Second, Check: func(u string) error {
-		checked.Store(&u)
+	var dials atomic.Int64
+	s := NewScraper(ScrapeConfig{BaseURL: base, Timeout: 5 * time.Second, Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
 		if deny.Load() {
-			return errDenied
+			return nil, errDenied
 		}
-		return nil
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
 	}}, &load, discardLogger)
 	defer s.Stop()
 
 	s.p.pollOnce()
-	if _, _, ok := load.Queue(time.Now().UnixNano(), 0); !ok || *checked.Load() != base+"/metrics" {
-		t.Fatalf("allowed scrape: ok=%v checked %q", ok, *checked.Load())
+	s.p.pollOnce()
+	if _, _, ok := load.Queue(time.Now().UnixNano(), 0); !ok || dials.Load() != 2 {
+		t.Fatalf("allowed scrapes: ok=%v after %d dials, want 2 (one per scrape)", ok, dials.Load())
 	}
 	deny.Store(true)
 	hits := ms.hits.Load()
