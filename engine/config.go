@@ -84,6 +84,12 @@ type KVEventsConfig struct {
 	Mode           string  `toml:"mode"`
 	MaxBlocks      int     `toml:"max_blocks"`
 	StaleSecs      float64 `toml:"stale_secs"`
+	// Bind mode only: the publishers allowed to connect (addresses and CIDR prefixes; empty: anyone who
+	// can reach the port), and CURVE - the environment variable holding the gateway's secret key (Z85) and
+	// the allowed publishers' public keys. With CURVE, unauthenticated publishers are refused.
+	AllowedPublishers []string `toml:"allowed_publishers"`
+	CurveSecretKeyEnv string   `toml:"curve_secret_key_env"`
+	CurveClientKeys   []string `toml:"curve_client_keys"`
 }
 
 // LMCacheConfig is a provider's LMCache-style status endpoint.
@@ -529,6 +535,9 @@ func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
 		v.addf(key+".stale_secs", "must be a finite number of seconds within ±%.0f, got %v", maxSecs, kv.StaleSecs)
 		sc.StaleAfter = 0
 	}
+	if kv.CurveSecretKeyEnv != "" && sc.CurveSecretKey == "" {
+		v.addf(key+".curve_secret_key_env", "environment variable %q is not set or empty", kv.CurveSecretKeyEnv)
+	}
 	errs := unjoin(sc.Validate())
 	for _, err := range errs {
 		v.addf(key+kvKey(err), "%s", err)
@@ -549,14 +558,20 @@ func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
 
 // subscriberConfig is c as the KV-event subscriber takes it (kvState.source subscribes with the same).
 func (c *KVEventsConfig) subscriberConfig() kvindex.SubscriberConfig {
-	return kvindex.SubscriberConfig{
-		Endpoint:       c.Endpoint,
-		Topic:          c.Topic,
-		ReplayEndpoint: c.ReplayEndpoint,
-		Mode:           c.Mode,
-		StaleAfter:     secs(c.StaleSecs),
-		MaxBlocks:      c.MaxBlocks,
+	sc := kvindex.SubscriberConfig{
+		Endpoint:          c.Endpoint,
+		Topic:             c.Topic,
+		ReplayEndpoint:    c.ReplayEndpoint,
+		Mode:              c.Mode,
+		StaleAfter:        secs(c.StaleSecs),
+		MaxBlocks:         c.MaxBlocks,
+		AllowedPublishers: c.AllowedPublishers,
+		CurveClientKeys:   c.CurveClientKeys,
 	}
+	if c.CurveSecretKeyEnv != "" {
+		sc.CurveSecretKey = os.Getenv(c.CurveSecretKeyEnv)
+	}
+	return sc
 }
 
 // lmcache checks [providers.lmcache]. The endpoint is checked by the poller's own rule
@@ -783,7 +798,7 @@ func validSecs(s float64) bool {
 
 // kvKeys are the [providers.kv_events] keys that kvindex.SubscriberConfig.Validate names in its errors
 // ("cannot use max_blocks 0: ...").
-var kvKeys = []string{"endpoint", "replay_endpoint", "mode", "stale_secs", "max_blocks"}
+var kvKeys = []string{"endpoint", "replay_endpoint", "mode", "stale_secs", "max_blocks", "allowed_publishers", "curve_secret_key", "curve_client_keys"}
 
 // kvKey returns the key, as ".max_blocks", that an error of kvindex.SubscriberConfig.Validate is about, or
 // "" (the table itself) for an error that names none of them.
@@ -791,6 +806,9 @@ func kvKey(err error) string {
 	msg := err.Error()
 	for _, k := range kvKeys {
 		if rest, ok := strings.CutPrefix(msg, "cannot use "+k); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, ":")) {
+			if k == "curve_secret_key" {
+				return ".curve_secret_key_env" // the key is read from the environment variable it names
+			}
 			return "." + k
 		}
 	}

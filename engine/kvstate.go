@@ -68,14 +68,8 @@ func (kv *kvState) source(name string, c *KVEventsConfig) (src *kvSource, fresh 
 	if id < 0 {
 		return nil, false, fmt.Errorf("at most %d KV-event sources can be live at once (reloads still draining count too)", kvindex.MaxTargets)
 	}
-	st, err := kv.sub.Add(id, kvindex.SubscriberConfig{
-		Endpoint:       c.Endpoint,
-		Topic:          c.Topic,
-		ReplayEndpoint: c.ReplayEndpoint,
-		Mode:           c.Mode,
-		StaleAfter:     secs(c.StaleSecs),
-		MaxBlocks:      c.MaxBlocks,
-	})
+	// The same conversion the config was validated with: what passed `rolter check` is what runs.
+	st, err := kv.sub.Add(id, c.subscriberConfig())
 	if err != nil {
 		return nil, false, fmt.Errorf("cannot subscribe to the KV events of provider %q: %w", name, err)
 	}
@@ -189,6 +183,7 @@ func registerKVMetrics(set *telemetry.Set, target string, st *kvindex.Stream) {
 		{"implausible_jumps", func(s *kvindex.StreamStats) uint64 { return s.ImplausibleJumps }},
 		{"queue_drops", func(s *kvindex.StreamStats) uint64 { return s.QueueDrops }},
 		{"disconnects", func(s *kvindex.StreamStats) uint64 { return s.Disconnects }},
+		{"auth_refused", func(s *kvindex.StreamStats) uint64 { return s.AuthRefused }},
 	} {
 		f := e.f
 		set.CounterFunc(telemetry.KVStream, l+",event="+telemetry.Label(e.event), func() uint64 { s := st.Stats(); return f(&s) })

@@ -5,6 +5,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -324,4 +325,67 @@ func dropProvider(text, name string) string {
 		out = append(out, b)
 	}
 	return strings.Join(out, "")
+}
+
+// TestBindModeAllowedPublishers: with kv_events in bind mode, a publisher from an allowed address is
+// ingested and one from an address not on allowed_publishers is refused and counted.
+func TestBindModeAllowedPublishers(t *testing.T) {
+	f := func(allowed string, wantIngested bool) {
+		t.Helper()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		endpoint := "tcp://" + ln.Addr().String()
+		ln.Close()
+		engines, _ := simFleet(t, 1, func(c *sim.Config) { c.KVEvents = endpoint })
+		policy := ""
+		if allowed != "" {
+			policy = fmt.Sprintf("allowed_publishers = [%q]", allowed)
+		}
+		cfg := fmt.Sprintf(`[server]
+listen = "127.0.0.1:0"
+[[providers]]
+name = "sim-0"
+api_base = %q
+[providers.kv_events]
+endpoint = %q
+mode = "bind"
+stale_secs = 60
+%s
+[[routes]]
+model = "m"
+strategy = "precise_cache_aware"
+[[routes.targets]]
+provider = "sim-0"
+model = "sim-model"
+`, engines[0].URL(), endpoint, policy)
+		gw := startGateway(t, cfg)
+		src := gw.g.Snapshot().kv["sim-0"]
+		deadline := time.Now().Add(5 * time.Second)
+		for i := 0; time.Now().Before(deadline); i++ {
+			// A new prompt each turn: a publisher whose first events went out before it was connected
+			// (ZMQ's slow joiner) publishes again.
+			msgs := longConversation(fmt.Sprintf("bind %s %d", allowed, i))
+			preciseTurn(t, gw, msgs, tokenize(t, engines[0], msgs))
+			st := src.st.Stats()
+			if wantIngested && st.StoredEvents > 0 {
+				return
+			}
+			if !wantIngested && st.AuthRefused > 0 {
+				if st.StoredEvents != 0 {
+					t.Fatalf("a refused publisher's events were ingested: %+v", st)
+				}
+				if m := metricsText(t, gw); !strings.Contains(m, `rolter_kv_stream_total{target="sim-0",event="auth_refused"}`) {
+					t.Fatalf("refusals not exported:\n%s", grepLines(m, "auth_refused"))
+				}
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("allowed_publishers %q: stats %+v, want ingested=%v", allowed, src.st.Stats(), wantIngested)
+	}
+	f("", true)
+	f("127.0.0.1", true)
+	f("10.9.9.9/32", false)
 }

@@ -55,6 +55,28 @@ type SubscriberConfig struct {
 	// message); 0 means DefaultMaxQueueBytes. It must hold at least one message of MaxMessageBytes. A
 	// message that does not fit is dropped, counted (StreamStats.QueueDrops) and treated as a gap.
 	MaxQueueBytes int64
+
+	// The publisher policy of a bind-mode target (see "Exposure" in doc.go). Without one, today's
+	// behaviour: any peer that reaches the bound socket publishes. With one, the target's socket asks the
+	// Subscriber's ZAP handler (ZMQ RFC 27) about every connection, and a refused one is closed before its
+	// first message and counted (StreamStats.AuthRefused). Connect mode takes none of these: there the
+	// gateway chooses whom it connects to, and the endpoint is checked by the gateway's egress policy.
+
+	// AllowedPublishers admits only publishers whose IP address is one of these addresses or falls in one
+	// of these CIDR prefixes ("10.0.0.7", "10.0.0.0/24", "fd00::/8"); IPv4 and IPv6, an IPv4 peer of a
+	// dual-stack socket (::ffff:a.b.c.d) counts as its IPv4 address. Empty: no address check. Bind mode
+	// over tcp:// only. The address is the TCP peer's: it proves where a connection comes from, not who
+	// sends on it, so on a network where addresses can be spoofed or shared use CURVE as well.
+	AllowedPublishers []string
+	// CurveSecretKey is the gateway's CURVE secret key (40 characters of Z85, as zmq_curve_keypair or
+	// libzmq's curve_keygen print it). When set, the socket is a CURVE server: publishers must use CURVE
+	// with the matching public key (CurvePublicKey derives it) as their server key and one of
+	// CurveClientKeys as their own; NULL (unauthenticated, unencrypted) connections are refused. Bind mode
+	// over tcp:// or ipc:// only; it needs CurveClientKeys.
+	CurveSecretKey string
+	// CurveClientKeys are the public keys (Z85) of the publishers CURVE admits. With AllowedPublishers
+	// too, a publisher needs both an allowed address and an allowed key.
+	CurveClientKeys []string
 }
 
 // maxMessageBytes returns MaxMessageBytes or its default.
@@ -104,6 +126,7 @@ func (c *SubscriberConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("cannot use max_queue_bytes %d: must hold one message of max_message_bytes %d "+
 			"(plus %d)", c.maxQueueBytes(), c.maxMessageBytes(), queuedOverhead))
 	}
+	errs = c.validatePolicy(errs)
 	return errors.Join(errs...)
 }
 
@@ -128,4 +151,15 @@ func CheckEndpoint(ep string) error {
 		}
 	}
 	return fmt.Errorf("%q: want tcp://, ipc:// or inproc://", ep)
+}
+
+// ipv6Host reports whether a tcp:// endpoint's host is an IPv6 literal ("tcp://[::]:5557"): libzmq binds
+// it only with ZMQ_IPV6 set (without it the bind fails with "no such device").
+func ipv6Host(endpoint string) bool {
+	rest, ok := strings.CutPrefix(endpoint, "tcp://")
+	if !ok {
+		return false
+	}
+	host, _, err := net.SplitHostPort(rest)
+	return err == nil && strings.Contains(host, ":")
 }

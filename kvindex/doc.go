@@ -104,11 +104,13 @@
 //
 // # Exposure
 //
-// The KV-event socket must be on a trusted network. vLLM publishes with ZMQ's NULL mechanism (no
-// authentication), so a peer that can reach a bound SUB (bind mode) or that answers at the endpoint
-// (connect mode) publishes batches the index believes: it can make a target untrusted at will (a forged gap
-// or restart clears it) or plant blocks that draw requests to it until the next clear. Against such a peer
-// the subscriber guarantees bounded memory and counters that stay meaningful, no more:
+// The index believes what it receives. vLLM publishes with ZMQ's NULL mechanism (no authentication, no
+// encryption), so a peer that reaches a bound SUB (bind mode) or that answers at the endpoint (connect
+// mode) publishes batches the index takes as the engine's: it can make a target untrusted at will (a forged
+// gap or restart clears it) or plant blocks that draw requests to it until the next clear. Who can publish
+// is therefore decided by the network, or, in bind mode, by a publisher policy; see "Publishers" below.
+// Against a peer that does get through, the subscriber guarantees bounded memory and counters that stay
+// meaningful, no more:
 //
 //   - Frames. The SUB and the replay DEALER accept frames up to MaxMessageBytes (default 16 MiB; the
 //     arithmetic is at DefaultMaxMessageBytes). libzmq checks a frame's announced size before allocating
@@ -137,12 +139,70 @@
 //     adds at most 2^20. The stream returns to the real publisher's sequence by itself (Stream.Handle).
 //   - Payloads. See the last paragraph of "Wire formats accepted".
 //
+// # Publishers
+//
+// Connect mode (vLLM's default: the engine's PUB binds tcp://*:5557, the gateway connects) admits nobody:
+// the gateway dials the endpoint it was given and believes whatever answers there. Its endpoint and
+// replay_endpoint (in either mode: vLLM's replay ROUTER always binds) are checked by the gateway's egress
+// policy, not here, and SubscriberConfig.Validate refuses a publisher policy in connect mode.
+//
+// Bind mode (llm-d style: the gateway's SUB binds, the engines connect; vLLM connects when its tcp://
+// endpoint has neither "*" nor "::", vllm/distributed/kv_events.py) accepts a connection from any peer that reaches the port,
+// on every interface the endpoint names (tcp://*:5557: all of them), and by default believes it. A
+// bind-mode target can set a publisher policy (SubscriberConfig; [providers.kv_events] keys in brackets):
+//
+//   - Allow-list [allowed_publishers]: IP addresses and CIDR prefixes, IPv4 and IPv6. A connection from any
+//     other address is refused during the handshake, before its first message. An IPv6 literal endpoint
+//     (tcp://[::]:5557) binds with ZMQ_IPV6 and is then dual-stack; its IPv4 peers (::ffff:a.b.c.d) count
+//     as their IPv4 address. The address says where the TCP connection comes from, not who is behind it:
+//     every process on an allowed host passes (every pod of a node's host network, say), and so does
+//     anyone who can take an allowed address over on the local network.
+//   - CURVE [curve_secret_key, curve_client_keys]: the socket is a CURVE server (ZMQ RFC 26). Connections
+//     are authenticated by key and encrypted (the events carry the prompts' token ids); NULL connections
+//     are refused, and so is a client key not in the list. Generate key pairs with zmq.NewCurveKeypair
+//     (pebbe/zmq4), zmq.curve_keypair() (pyzmq) or libzmq's curve_keygen tool: one for the gateway (its
+//     secret key here, best kept out of the config file), one per engine (its public key in the list). An
+//     engine needs the gateway's public key (CurvePublicKey derives it from the secret) as its
+//     ZMQ_CURVE_SERVERKEY and its own pair as ZMQ_CURVE_PUBLICKEY/SECRETKEY. vLLM's ZmqEventPublisher sets
+//     no security option, so stock vLLM cannot do CURVE: it needs a publisher that can (a patched one, or a
+//     relay beside the engine that subscribes on localhost and publishes to the gateway with CURVE).
+//   - With both, a publisher needs an allowed address and an allowed key.
+//
+// How. Each such target's socket sets its own ZAP domain (so each has its own allow-list), and libzmq
+// asks the Subscriber's ZAP handler (ZMQ RFC 27) about every connection: one goroutine with a REP socket
+// bound to inproc://zeromq.zap.01 in the Subscriber's own zmq context, started with the first target that
+// has a policy and stopped after the last socket closed (pebbe/zmq4's AuthStart is process-global, bound to
+// the default context, and panics on unexpected requests). It answers every request, malformed ones with
+// 500 (Subscriber.AuthErrors), and never panics (TestZAPHandlerMalformed). libzmq 4.3 admits every peer of
+// a socket with a ZAP domain when no handler is bound (ZMQ_ZAP_ENFORCE_DOMAIN, which would refuse them, is
+// a draft option), so the handler is bound before the first such socket binds and a target whose handler
+// failed to start does not bind at all.
+//
+// Refusals are counted per target (StreamStats.AuthRefused: every failed handshake on a socket with a
+// policy) and logged at most every 30 seconds per target, with the address and the reason for those the
+// handler refused. A libzmq 4.3 publisher does not reconnect after its handshake was refused (one with the
+// wrong server key excepted): after widening allowed_publishers or adding a key, restart the publisher of
+// every engine that was refused. A refused peer never sends a message, but it can open connections: each
+// costs a handshake, which libzmq abandons after ZMQ_HANDSHAKE_IVL (30 s).
+//
+// On a shared network (other tenants, or hosts you do not control, can reach the gateway or the engines):
+//
+//  1. Prefer connect mode with the endpoints under the gateway's egress policy: the gateway then listens
+//     on no KV-event port at all. Firewall the engines' PUB and replay ports to the gateway: vLLM serves its
+//     events, the prompts' token ids included, to anyone who connects, and replays them on request.
+//  2. In bind mode, bind to a private interface (tcp://10.0.0.5:5557, never tcp://*:5557 on a host with a
+//     public one) and set allowed_publishers to the engines' addresses.
+//  3. Where addresses prove nothing (a flat network shared with others, a host network shared by many
+//     pods), use CURVE, which authenticates each engine by key and encrypts the events; with
+//     allowed_publishers as well if the engines' addresses are known.
+//
 // # Metrics
 //
 // Stream.Stats returns a StreamStats snapshot (atomic loads, safe from any goroutine) for the metrics
 // layer: batches, gaps and lost batches, restarts, replays ok/failed, decode errors, garbage frames, stale
 // transitions, skipped (unknown) events, missed-event incidents, implausible sequence jumps, queue drops,
-// publisher disconnects, last sequence, trusted and reason; and,
+// publisher disconnects, refused publisher connections (AuthRefused), last sequence, trusted and reason;
+// and,
 // from the target's TargetStats: events by kind (stored, removed, cleared), blocks stored/removed, LRU
 // evictions, unknown parents, unknown removes, token-count and block-size mismatches, non-GPU events,
 // rekeys, clears, resident blocks, learned block size and the target's own bytes. Index.Stats gives the

@@ -85,7 +85,19 @@ type StreamStats struct {
 	QueueDrops uint64
 	// Disconnects counts publisher connections that libzmq closed: the publisher went away, heartbeats
 	// timed out, or it sent a frame over SubscriberConfig.MaxMessageBytes (libzmq does not tell which).
+	// For a target with a publisher policy, only connections that completed the handshake (see
+	// AuthRefused).
 	Disconnects uint64
+	// AuthRefused counts publisher connections refused by a bind-mode target's publisher policy
+	// (SubscriberConfig.AllowedPublishers, CURVE), each before its first message: every handshake that
+	// failed, whether the ZAP handler refused the address or the client key, the CURVE handshake failed
+	// before asking it (a NULL publisher where CURVE is required, a publisher with the wrong server key),
+	// or the connection broke during the handshake (a NULL publisher that noticed the mismatch first, a
+	// port scan). With a policy, Disconnects leaves these out. A libzmq 4.3 publisher does not reconnect
+	// after a refusal (it is counted once and stays away until its socket is reopened), except after a
+	// wrong server key, which it retries every 100 ms or so, counted each time. A peer that does not speak
+	// ZMTP 3 never reaches the policy: it shows only in Disconnects. Always 0 without a policy.
+	AuthRefused uint64
 
 	// LastSeq is the last sequence number accepted, when HasSeq.
 	LastSeq uint64
@@ -99,7 +111,7 @@ type streamCounters struct {
 	replaysOK, replaysFailed, decodeErrors     atomic.Uint64
 	garbageFrames, staleTransitions, skipped   atomic.Uint64
 	missedEvents, implausibleJumps, queueDrops atomic.Uint64
-	disconnects                                atomic.Uint64
+	disconnects, authRefused                   atomic.Uint64
 }
 
 // maxSeqJump is the largest forward sequence jump taken for a real gap: 2^20 batches is three hours of a
@@ -122,7 +134,8 @@ const maxSeqJump = 1 << 20
 //
 // Handle, HandleFrames and Tick must be called from one goroutine (the subscriber's applier); Trusted,
 // Reason and Stats are safe for concurrent use and cheap enough for the request path. The subscriber's
-// reader goroutine adds to the counters it owns (garbage frames, queue drops, disconnects).
+// reader goroutine adds to the counters it owns (garbage frames, queue drops, disconnects, refused
+// publishers).
 type Stream struct {
 	ti       *TargetIndex
 	dec      Decoder
@@ -186,6 +199,7 @@ func (st *Stream) Stats() StreamStats {
 		ImplausibleJumps: c.implausibleJumps.Load(),
 		QueueDrops:       c.queueDrops.Load(),
 		Disconnects:      c.disconnects.Load(),
+		AuthRefused:      c.authRefused.Load(),
 		LastSeq:          st.seq.Load(),
 		HasSeq:           st.hasSeq.Load(),
 		Trusted:          st.Trusted(),

@@ -20,6 +20,9 @@ import (
 // Supported reports whether this build can subscribe to KV events: pebbe/zmq4 needs cgo and libzmq.
 const Supported = true
 
+// curveAvailable reports whether libzmq can do CURVE (it needs libsodium or its own tweetnacl).
+func curveAvailable() bool { return zmq.HasCurve() }
+
 // Socket tuning. The receive timeout bounds how long Stop waits for a goroutine blocked in Recv
 // (libzmq offers no other way to interrupt it short of terminating the context, which waits for every
 // socket to close; docs/architecture.md, "libzmq and pebbe/zmq4 facts").
@@ -49,13 +52,17 @@ const endSeq = 0xffff_ffff_ffff_ffff
 // goroutines: a reader that owns the SUB socket (and its monitor) and does nothing but drain it into a
 // bounded msgQueue, and an applier that owns the Stream (and, for replay, a short-lived DEALER socket) and
 // applies the queued batches, so that a replay or a large batch never stalls the socket. Sockets come from
-// one zmq context and never cross goroutines (libzmq sockets are not thread-safe).
+// one zmq context and never cross goroutines (libzmq sockets are not thread-safe). When a bind-mode target
+// has a publisher policy (SubscriberConfig.AllowedPublishers, CURVE), one more goroutine answers libzmq's
+// ZAP requests for the whole context (zapHandler); it starts with the first such target and stops last.
 //
 // All methods are safe for concurrent use.
 type Subscriber struct {
 	ix   *Index
 	log  *slog.Logger
 	zctx *zmq.Context
+	auth *authorizer
+	zap  *zapHandler // started by launch, under mu
 
 	replayTimeout time.Duration
 	queueMessages int           // maxQueuedMessages; tests lower it
@@ -78,6 +85,12 @@ type worker struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
+	// policy is the target's publisher policy (bind mode), nil without one.
+	policy *authPolicy
+	// Owned by the reader goroutine: failed handshakes whose disconnect event has not been seen yet
+	// (checkMonitor), and the limit on the refusals' log lines.
+	refusedPending uint64
+	refusedLog     logLimiter
 }
 
 // NewSubscriber returns a Subscriber feeding ix. logger may be nil (slog.Default()).
@@ -89,10 +102,13 @@ func NewSubscriber(ix *Index, logger *slog.Logger) (*Subscriber, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	auth := newAuthorizer(logger)
 	return &Subscriber{
 		ix:            ix,
 		log:           logger,
 		zctx:          zctx,
+		auth:          auth,
+		zap:           &zapHandler{auth: auth, zctx: zctx, log: logger},
 		replayTimeout: defaultReplayTimeout,
 		queueMessages: maxQueuedMessages,
 		workers:       make(map[int]*worker),
@@ -117,6 +133,14 @@ func (s *Subscriber) Add(t int, cfg SubscriberConfig) (*Stream, error) {
 		return nil, fmt.Errorf("cannot add kv events subscription: target %d already subscribed", t)
 	}
 	w := &worker{s: s, target: t, cfg: cfg, q: newMsgQueue(cfg.maxQueueBytes(), s.queueMessages)}
+	if cfg.hasPolicy() {
+		policy, err := newAuthPolicy(t, s.auth.domain(t), &cfg)
+		if err != nil {
+			return nil, fmt.Errorf("cannot add kv events subscription for target %d: %w", t, err)
+		}
+		w.policy = policy
+		s.auth.add(policy)
+	}
 	var rp Replayer
 	if cfg.ReplayEndpoint != "" {
 		rp = &zmqReplayer{w: w}
@@ -152,8 +176,16 @@ func (s *Subscriber) Start(ctx context.Context) {
 	}
 }
 
-// launch starts w's goroutine. Called with s.mu held.
+// launch starts w's goroutine, and first the ZAP handler if w is the first target with a policy. Called
+// with s.mu held.
 func (s *Subscriber) launch(w *worker) {
+	if w.policy != nil && !s.zap.started {
+		s.zap.started = true
+		// On failure the handler stays down and the target's session refuses to bind (session).
+		if s.zap.err = s.zap.start(); s.zap.err != nil {
+			s.log.Error("cannot start the ZAP handler; kv events targets with allowed_publishers or curve keys stay closed", "err", s.zap.err)
+		}
+	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	w.ctx, w.cancel = ctx, cancel
 	w.done = make(chan struct{})
@@ -174,8 +206,20 @@ func (s *Subscriber) Remove(t int) {
 		w.cancel()
 		<-w.done
 	}
+	if w.policy != nil {
+		// Its socket is closed: no request can name the domain any more.
+		s.auth.remove(w.policy.domain)
+	}
 	// The goroutine is gone, so this goroutine is now the target's only writer.
 	w.st.ti.Clear()
+}
+
+// AuthErrors returns how many ZAP requests the handler could not attribute to a target: malformed ones
+// (answered 500) and ones naming no known domain (answered 400). libzmq sends neither; a non-zero value is
+// a bug or something else in the process speaking to the handler. Refused publishers are counted per
+// target (StreamStats.AuthRefused).
+func (s *Subscriber) AuthErrors() uint64 {
+	return s.auth.errors.Load()
 }
 
 // Stop stops every goroutine, waits for them and releases the zmq context. The Subscriber cannot be
@@ -192,10 +236,15 @@ func (s *Subscriber) Stop() {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
-	// Every socket is closed by its goroutine, so Term does not block.
+	// The ZAP handler last: until every target's socket is closed, a handler that went away would let any
+	// peer in (zapHandler). No launch can start it any more (stopped is set). Terminating the context wakes
+	// its Recv with ETERM at once; Term returns when it has closed its socket, every other socket being
+	// closed already by its goroutine.
+	s.zap.cancelRun()
 	if err := s.zctx.Term(); err != nil {
 		s.log.Warn("cannot terminate zmq context", "err", err)
 	}
+	s.zap.wait()
 }
 
 func (w *worker) logArgs(args ...any) []any {
@@ -269,6 +318,7 @@ func (w *worker) session(ctx context.Context, q *msgQueue) (received bool, err e
 	if mon, err = w.monitor(sock); err != nil {
 		return false, err
 	}
+	w.refusedPending = 0
 	if err := w.configure(sock); err != nil {
 		return false, err
 	}
@@ -338,13 +388,18 @@ func recvParts(sock *zmq.Socket, dst [][]byte) (int, error) {
 	}
 }
 
-// monitor attaches a monitor to sock that reports closed connections, and returns the PAIR socket that
-// reads it. Its queue is unbounded (rcvhwm 0): libzmq's I/O thread blocks when a monitor's queue is full,
-// which would stall every socket of the context; the reader drains it every monitorEvery messages and
-// whenever the socket is idle, and only a closed connection adds to it.
+// monitor attaches a monitor to sock that reports closed connections (and, with a publisher policy,
+// refused handshakes), and returns the PAIR socket that reads it. Its queue is unbounded (rcvhwm 0):
+// libzmq's I/O thread blocks when a monitor's queue is full, which would stall every socket of the
+// context; the reader drains it every monitorEvery messages and whenever the socket is idle, and only a
+// closed connection adds to it (a refused one adds two events).
 func (w *worker) monitor(sock *zmq.Socket) (*zmq.Socket, error) {
 	addr := fmt.Sprintf("inproc://kvindex-monitor-%d", w.s.monitors.Add(1))
-	if err := sock.Monitor(addr, zmq.EVENT_DISCONNECTED); err != nil {
+	events := zmq.EVENT_DISCONNECTED
+	if w.policy != nil {
+		events |= zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+	}
+	if err := sock.Monitor(addr, events); err != nil {
 		return nil, fmt.Errorf("cannot monitor SUB socket: %w", err)
 	}
 	mon, err := w.s.zctx.NewSocket(zmq.PAIR)
@@ -371,15 +426,41 @@ func (w *worker) monitor(sock *zmq.Socket) (*zmq.Socket, error) {
 // frame over ZMQ_MAXMSGSIZE is one (session_base_t::engine_error, libzmq 4.3), so the socket would stay
 // connected to nothing for good. The session ends and run reopens it. In bind mode the publisher
 // reconnects by itself.
+//
+// With a publisher policy it also counts refused connections, every handshake that failed:
+// HANDSHAKE_FAILED_AUTH (the ZAP handler said no), HANDSHAKE_FAILED_PROTOCOL (the CURVE handshake failed
+// before asking it: a NULL peer where CURVE is required, a wrong server key) and
+// HANDSHAKE_FAILED_NO_DETAIL (the connection broke during the handshake). The last one is needed: which
+// side of a NULL/CURVE mismatch notices it first is a race, and when the publisher does, it hangs up and
+// the gateway sees only a broken connection (EPIPE; measured over ipc with libzmq 4.3.4). A peer that
+// does not speak ZMTP 3 gets none of these, only DISCONNECTED. libzmq follows each failed handshake with
+// the connection's DISCONNECTED (stream_engine_base_t::error), which is not a publisher lost: as many
+// DISCONNECTED as failed handshakes are left out of Disconnects. Events of different connections may
+// interleave, but the totals are exact.
 func (w *worker) checkMonitor(mon *zmq.Socket) error {
 	lost := 0
 	for {
-		ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
+		ev, _, val, err := mon.RecvEvent(zmq.DONTWAIT)
 		if err != nil {
 			break
 		}
-		if ev == zmq.EVENT_DISCONNECTED {
-			lost++
+		switch ev {
+		case zmq.EVENT_DISCONNECTED:
+			if w.refusedPending > 0 {
+				w.refusedPending--
+			} else {
+				lost++
+			}
+		case zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+			w.refusedPending++
+			w.st.c.authRefused.Add(1)
+			if ev == zmq.EVENT_HANDSHAKE_FAILED_AUTH {
+				continue // logged by the ZAP handler, with the peer's address
+			}
+			if ok, suppressed := w.refusedLog.allow(time.Now()); ok {
+				w.s.log.Warn("kv events publisher refused: handshake failed", w.logArgs("reason", handshakeFailure(ev, val),
+					"refused_before_unlogged", suppressed)...)
+			}
 		}
 	}
 	if lost == 0 {
@@ -446,6 +527,22 @@ func (w *worker) applyItems(q *msgQueue, items []queued, pos int) (next int) {
 	return pos
 }
 
+// handshakeFailure describes a failed handshake: the ZMQ_PROTOCOL_ERROR_* value of a
+// HANDSHAKE_FAILED_PROTOCOL event (zmq.h), the errno of a HANDSHAKE_FAILED_NO_DETAIL one.
+func handshakeFailure(ev zmq.Event, val int) string {
+	if ev == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL {
+		return fmt.Sprintf("connection broke during the handshake (%s; a NULL publisher where CURVE is required may hang up first)",
+			syscall.Errno(val).Error())
+	}
+	switch val {
+	case 0x11000001:
+		return "cryptographic error (a publisher with the wrong server key)"
+	case 0x11000002:
+		return "mechanism mismatch (a NULL publisher where CURVE is required, or the reverse)"
+	}
+	return fmt.Sprintf("protocol error %#x", val)
+}
+
 func (w *worker) configure(sock *zmq.Socket) error {
 	set := func(name string, err error) error {
 		if err != nil {
@@ -488,6 +585,15 @@ func (w *worker) configure(sock *zmq.Socket) error {
 		return err
 	}
 	if w.cfg.Mode == "bind" {
+		if err := w.configurePolicy(sock); err != nil {
+			return err
+		}
+		if ipv6Host(w.cfg.Endpoint) {
+			// libzmq binds an IPv6 literal only with ZMQ_IPV6 ("tcp://[::]:5557" is then dual-stack).
+			if err := set("ipv6", sock.SetIpv6(true)); err != nil {
+				return err
+			}
+		}
 		if err := sock.Bind(w.cfg.Endpoint); err != nil {
 			return fmt.Errorf("cannot bind SUB to %q: %w", w.cfg.Endpoint, err)
 		}
@@ -495,6 +601,33 @@ func (w *worker) configure(sock *zmq.Socket) error {
 	}
 	if err := sock.Connect(w.cfg.Endpoint); err != nil {
 		return fmt.Errorf("cannot connect SUB to %q: %w", w.cfg.Endpoint, err)
+	}
+	return nil
+}
+
+// configurePolicy makes sock ask the ZAP handler about each connection, under the target's own domain (so
+// each target has its own allow-list), and, with CURVE, a CURVE server. It refuses when the handler is not
+// running: libzmq would then admit every peer (zapHandler).
+func (w *worker) configurePolicy(sock *zmq.Socket) error {
+	p := w.policy
+	if p == nil {
+		return nil
+	}
+	if !w.s.zap.started || w.s.zap.err != nil {
+		// zap.started and zap.err are written once, under Subscriber.mu, before this goroutine started.
+		return fmt.Errorf("cannot admit publishers: the ZAP handler is not running (%v)", w.s.zap.err)
+	}
+	if err := sock.SetZapDomain(p.domain); err != nil {
+		return fmt.Errorf("cannot set zap_domain: %w", err)
+	}
+	if p.curve {
+		if err := sock.SetCurveServer(1); err != nil {
+			return fmt.Errorf("cannot set curve_server: %w", err)
+		}
+		if err := sock.SetCurveSecretkey(w.cfg.CurveSecretKey); err != nil {
+			// The key is not in the error: it is secret.
+			return fmt.Errorf("cannot set curve_secretkey: %w", err)
+		}
 	}
 	return nil
 }

@@ -57,6 +57,13 @@ type testPub struct {
 // SUB (bind mode).
 func newTestPub(t testing.TB, zctx *zmq.Context, connectTo string) *testPub {
 	t.Helper()
+	return newTestPubWith(t, zctx, connectTo, nil)
+}
+
+// newTestPubWith is newTestPub with setup applied to the socket before it binds or connects (security
+// options take effect at the handshake).
+func newTestPubWith(t testing.TB, zctx *zmq.Context, connectTo string, setup func(*zmq.Socket) error) *testPub {
+	t.Helper()
 	sock, err := zctx.NewSocket(zmq.XPUB)
 	if err != nil {
 		t.Fatalf("cannot create XPUB: %s", err)
@@ -67,6 +74,11 @@ func newTestPub(t testing.TB, zctx *zmq.Context, connectTo string) *testPub {
 	// Report every subscription: a publisher that reconnects keeps its pipe, and with it the old
 	// subscription, so the new one would otherwise pass unseen.
 	_ = sock.SetXpubVerbose(1)
+	if setup != nil {
+		if err := setup(sock); err != nil {
+			t.Fatalf("cannot set up XPUB: %s", err)
+		}
+	}
 	p := &testPub{t: t, sock: sock}
 	if connectTo != "" {
 		if err := sock.Connect(connectTo); err != nil {
