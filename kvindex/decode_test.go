@@ -464,7 +464,7 @@ func TestDecodeDeepNesting(t *testing.T) {
 	payload = append(payload, removedEvent(42)...)
 	payload = msgp.AppendInt(payload, 0)
 	payload = append(payload, deep...) // a trailing batch element: skipped
-	var growth uint64
+	var growth int64
 	var err error
 	var r recorder
 	done := make(chan struct{})
@@ -475,13 +475,16 @@ func TestDecodeDeepNesting(t *testing.T) {
 		var d Decoder
 		_, err = d.Decode(payload, &r)
 		runtime.ReadMemStats(&after)
-		growth = after.StackInuse - before.StackInuse
+		// Signed: StackInuse is the whole process's, and other goroutines' stacks may shrink meanwhile.
+		growth = int64(after.StackInuse) - int64(before.StackInuse)
 	}()
 	<-done
 	if err != nil || len(r.lines) != 1 {
 		t.Fatalf("unexpected result %q %v", r.lines, err)
 	}
-	if growth > 256<<10 {
+	// A recursive skip needs tens of MiB here (8 MiB at 100,000 levels); the margin absorbs what other
+	// goroutines of the process do meanwhile.
+	if growth > 4<<20 {
 		t.Fatalf("decoding grew the stack by %d bytes", growth)
 	}
 }
