@@ -96,34 +96,6 @@ func (r *swapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.A
 	return []netip.Addr{netip.MustParseAddr(a)}, nil
 }
 
-func startGatewayWithResolver(t *testing.T, cfgText string, r *swapResolver) *testGateway {
-	t.Helper()
-	cfg, err := ParseConfig([]byte(cfgText), "test.toml")
-	if err != nil {
-		t.Fatalf("bad test config: %s\n%s", err, cfgText)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(cfg, Options{Logger: quietLog(), Version: "test", Resolver: r})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = g.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-		<-done
-	})
-	return &testGateway{g: g, URL: "http://" + ln.Addr().String(), addr: ln.Addr().String()}
-}
-
 // TestEgressProxyRebinding: a provider whose name starts resolving to a refused address is refused with a
 // clear 502, nothing is sent there, and the refusal is counted.
 func TestEgressProxyRebinding(t *testing.T) {
@@ -133,7 +105,7 @@ func TestEgressProxyRebinding(t *testing.T) {
 	})
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
 	res := &swapResolver{addrs: map[string]string{"engine.test": "127.0.0.1"}}
-	gw := startGatewayWithResolver(t, gatewayConfig("round_robin", "[retry]\nmax_retries = 0\n", "http://engine.test:"+port), res)
+	gw := startGatewayWith(t, gatewayConfig("round_robin", "[retry]\nmax_retries = 0\n", "http://engine.test:"+port), Options{Resolver: res})
 	if resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody("m", "x", false)); resp.StatusCode != 200 {
 		t.Fatalf("allowed name: %d %s", resp.StatusCode, got)
 	}
@@ -166,10 +138,8 @@ func TestEgressLMCacheEveryRefresh(t *testing.T) {
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	up := newFakeUpstream(t, okJSON)
 	res := &swapResolver{addrs: map[string]string{"lmcache.test": "127.0.0.1"}}
-	cfg := strings.Replace(gatewayConfig("lmcache_aware", "", up.URL), "model = \"m\"\n",
-		"model = \"m\"\n", 1)
-	cfg = strings.Replace(cfg, "[[routes]]", fmt.Sprintf("[providers.lmcache]\nendpoint = \"http://lmcache.test:%s/status\"\nrefresh_secs = 0.05\nstale_secs = 5\n[[routes]]", port), 1)
-	gw := startGatewayWithResolver(t, cfg, res)
+	cfg := strings.Replace(gatewayConfig("lmcache_aware", "", up.URL), "[[routes]]", fmt.Sprintf("[providers.lmcache]\nendpoint = \"http://lmcache.test:%s/status\"\nrefresh_secs = 0.05\nstale_secs = 5\n[[routes]]", port), 1)
+	gw := startGatewayWith(t, cfg, Options{Resolver: res})
 	p := gw.g.Snapshot().Providers[0]
 	waitFor(t, 3*time.Second, "a first LMCache status", func() bool {
 		_, _, ok := p.lmcache.get(time.Now().UnixNano())

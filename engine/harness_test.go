@@ -108,6 +108,12 @@ type testGateway struct {
 
 func startGateway(t *testing.T, cfgText string) *testGateway {
 	t.Helper()
+	return startGatewayWith(t, cfgText, Options{})
+}
+
+// startGatewayWith starts a gateway with opts (logger, version and watch delay are the harness's).
+func startGatewayWith(t *testing.T, cfgText string, opts Options) *testGateway {
+	t.Helper()
 	cfg, err := ParseConfig([]byte(cfgText), "test.toml")
 	if err != nil {
 		t.Fatalf("bad test config: %s\n%s", err, cfgText)
@@ -120,7 +126,8 @@ func startGateway(t *testing.T, cfgText string) *testGateway {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	g, err := New(cfg, Options{Logger: log, Version: "test", WatchDelay: 20 * time.Millisecond})
+	opts.Logger, opts.Version, opts.WatchDelay = log, "test", 20*time.Millisecond
+	g, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
