@@ -36,13 +36,13 @@ import (
 
 // Config is the [egress] section of rolter.toml.
 type Config struct {
-	BlockLinkLocal bool     `toml:"block_link_local"`
-	BlockLoopback  bool     `toml:"block_loopback"`
-	BlockPrivate   bool     `toml:"block_private"`
-	AllowHosts     []string `toml:"allow_hosts"`
-	DenyHosts      []string `toml:"deny_hosts"`
-	AllowCIDRs     []string `toml:"allow_cidrs"`
-	DenyCIDRs      []string `toml:"deny_cidrs"`
+	BlockLinkLocal bool     `toml:"block_link_local" json:"block_link_local"`
+	BlockLoopback  bool     `toml:"block_loopback" json:"block_loopback"`
+	BlockPrivate   bool     `toml:"block_private" json:"block_private"`
+	AllowHosts     []string `toml:"allow_hosts" json:"allow_hosts"`
+	DenyHosts      []string `toml:"deny_hosts" json:"deny_hosts"`
+	AllowCIDRs     []string `toml:"allow_cidrs" json:"allow_cidrs"`
+	DenyCIDRs      []string `toml:"deny_cidrs" json:"deny_cidrs"`
 }
 
 // DefaultConfig is the policy of a config without [egress]: link-local addresses refused, nothing else.

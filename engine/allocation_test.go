@@ -195,3 +195,32 @@ func TestAllocsWholeRequest(t *testing.T) {
 		t.Fatalf("%v allocs per whole proxied request, want at most 1 (fasthttp's body drain)", a)
 	}
 }
+
+// TestAllocsKeyedRoute: the data-plane key check (a keyed hash of the secret, looked up in the snapshot)
+// adds no allocation to the routing path.
+func TestAllocsKeyedRoute(t *testing.T) {
+	cfg := keyedConfig(t, "http://127.0.0.1:9")
+	g, err := New(cfg, Options{Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Shutdown(contextDone())
+	ctx := &fasthttp.RequestCtx{}
+	ctx.Request.Header.SetMethod("POST")
+	ctx.Request.Header.SetContentType("application/json")
+	ctx.Request.Header.Set("Authorization", "Bearer sk-one")
+	ctx.Request.SetRequestURI("/v1/chat/completions")
+	ctx.Request.SetBodyString(strings.Replace(chat20, `"model":"m"`, `"model":"m1"`, 1))
+	c := g.acquireCall(g.acquireSnapshot())
+	if e := readAndPrepare(c, ctx); e != nil || !c.stripAuth {
+		t.Fatalf("keyed request refused: %v", e)
+	}
+	if a := testing.AllocsPerRun(200, func() {
+		c.route = nil
+		if e := readAndPrepare(c, ctx); e != nil {
+			t.Fatal(e.message)
+		}
+	}); a != 0 {
+		t.Fatalf("%v allocs per keyed request up to the pick", a)
+	}
+}

@@ -78,6 +78,9 @@ type call struct {
 	// scratch formats numbers and addresses for the upstream request (a stack array would escape through
 	// the bufio.Writer's io.Writer).
 	scratch []byte
+	// authBuf is the input of the data-plane key hash; stripAuth keeps the client's key from the upstream.
+	authBuf   []byte
+	stripAuth bool
 
 	tokens    []uint32 // x-rolter-vllm-token-ids
 	kvScratch kvindex.Scratch
@@ -255,6 +258,19 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	if r == nil {
 		return modelNotFound(info.model)
 	}
+	if r.keyed {
+		// The route's org has data-plane keys: the request needs one of them. Another org's key finds no
+		// such model (404, as for one that does not exist); the key itself never goes upstream.
+		org, ok, scratch := c.snap.keyOrg(ctx.Request.Header.Peek("Authorization"), c.authBuf)
+		c.authBuf = scratch
+		if !ok {
+			return invalidKey()
+		}
+		if org != r.org {
+			return modelNotFound(info.model)
+		}
+		c.stripAuth = true
+	}
 	c.modelAt[0], c.modelAt[1] = info.modelStart, info.modelEnd
 	c.route = r
 
@@ -338,7 +354,7 @@ func (c *call) release() {
 		c.held = 0
 	}
 	c.g, c.snap, c.route, c.target = nil, nil, nil, nil
-	c.failingOpen, c.probe, c.recorded = false, false, false
+	c.failingOpen, c.probe, c.recorded, c.stripAuth = false, false, false, false
 	c.pick = Pick{}
 	c.tried, c.nOrder, c.retries = 0, 0, 0
 	c.conn, c.bodyStream = nil, nil

@@ -24,181 +24,208 @@ import (
 // section defaults are DefaultConfig, which decoding starts from; the defaults of the keys inside arrays of
 // tables are set by setDefaults, before validation. A Config returned by ParseConfig is complete and valid.
 type Config struct {
-	Server        ServerConfig     `toml:"server"`
-	Providers     []ProviderConfig `toml:"providers"`
-	Routes        []RouteConfig    `toml:"routes"`
-	MetricsScrape ScrapeConfig     `toml:"metrics_scrape"`
-	Health        HealthConfig     `toml:"health"`
-	Cooldown      CooldownConfig   `toml:"cooldown"`
-	Breaker       BreakerConfig    `toml:"breaker"`
-	Retry         RetryConfig      `toml:"retry"`
-	Timeouts      TimeoutsConfig   `toml:"timeouts"`
-	Queue         QueueConfig      `toml:"queue"`
-	Egress        egress.Config    `toml:"egress"`
+	Server        ServerConfig     `toml:"server" json:"server"`
+	Providers     []ProviderConfig `toml:"providers" json:"providers"`
+	Routes        []RouteConfig    `toml:"routes" json:"routes"`
+	MetricsScrape ScrapeConfig     `toml:"metrics_scrape" json:"metrics_scrape"`
+	Health        HealthConfig     `toml:"health" json:"health"`
+	Cooldown      CooldownConfig   `toml:"cooldown" json:"cooldown"`
+	Breaker       BreakerConfig    `toml:"breaker" json:"breaker"`
+	Retry         RetryConfig      `toml:"retry" json:"retry"`
+	Timeouts      TimeoutsConfig   `toml:"timeouts" json:"timeouts"`
+	Queue         QueueConfig      `toml:"queue" json:"queue"`
+	Egress        egress.Config    `toml:"egress" json:"egress"`
+	Control       ControlConfig    `toml:"control" json:"control"`
 
 	// File is the path the config was read from ("" for in-memory configs); used in error messages.
-	File string `toml:"-"`
+	File string `toml:"-" json:"-"`
+
+	// Keys are the data-plane API keys of the orgs made through the control plane, as keyed hashes:
+	// SHA-256(KeyPepper || secret). Set by the control plane, never by the file.
+	Keys      []DataKey `toml:"-" json:"-"`
+	KeyPepper [32]byte  `toml:"-" json:"-"`
 }
 
 // ServerConfig is the data-plane listener.
 type ServerConfig struct {
-	Listen         string `toml:"listen"`
-	MaxBodyBytes   int    `toml:"max_body_bytes"`
-	MaxHeaderBytes int    `toml:"max_header_bytes"`
+	Listen         string `toml:"listen" json:"listen"`
+	MaxBodyBytes   int    `toml:"max_body_bytes" json:"max_body_bytes"`
+	MaxHeaderBytes int    `toml:"max_header_bytes" json:"max_header_bytes"`
 	// MaxBodyMemoryBytes bounds the request bytes held by every request at once (bodies as they arrive and
 	// the prompt keys read from them); a request that would go over it is answered 503.
-	MaxBodyMemoryBytes int `toml:"max_body_memory_bytes"`
+	MaxBodyMemoryBytes int `toml:"max_body_memory_bytes" json:"max_body_memory_bytes"`
 	// MaxConns caps open client connections (0: derived from the open-file limit); MaxConnsPerIP caps them
 	// per client address (0: no per-address cap).
-	MaxConns      int `toml:"max_conns"`
-	MaxConnsPerIP int `toml:"max_conns_per_ip"`
+	MaxConns      int `toml:"max_conns" json:"max_conns"`
+	MaxConnsPerIP int `toml:"max_conns_per_ip" json:"max_conns_per_ip"`
 	// RoutingMemoryBytes is the budget of the prefix tries of every cache-aware target together; a route
 	// that does not set max_trie_nodes / max_trie_bytes gets an equal share per target.
-	RoutingMemoryBytes    int     `toml:"routing_memory_bytes"`
-	ReadTimeoutSecs       float64 `toml:"read_timeout_secs"`
-	WriteTimeoutSecs      float64 `toml:"write_timeout_secs"`
-	IdleTimeoutSecs       float64 `toml:"idle_timeout_secs"`
-	DrainSecs             float64 `toml:"drain_secs"`
-	ExposeDecisionHeaders bool    `toml:"expose_decision_headers"`
+	RoutingMemoryBytes    int     `toml:"routing_memory_bytes" json:"routing_memory_bytes"`
+	ReadTimeoutSecs       float64 `toml:"read_timeout_secs" json:"read_timeout_secs"`
+	WriteTimeoutSecs      float64 `toml:"write_timeout_secs" json:"write_timeout_secs"`
+	IdleTimeoutSecs       float64 `toml:"idle_timeout_secs" json:"idle_timeout_secs"`
+	DrainSecs             float64 `toml:"drain_secs" json:"drain_secs"`
+	ExposeDecisionHeaders bool    `toml:"expose_decision_headers" json:"expose_decision_headers"`
 	// ExposeMetrics serves GET /metrics on the data-plane listener.
-	ExposeMetrics bool `toml:"expose_metrics"`
+	ExposeMetrics bool `toml:"expose_metrics" json:"expose_metrics"`
+}
+
+// DataKey is one data-plane API key: the keyed hash of its secret and the org it belongs to.
+type DataKey struct {
+	Org  string
+	Hash [32]byte
+}
+
+// ControlConfig is [control]: the control plane's own listener, its store, and where the superadmin token
+// comes from.
+type ControlConfig struct {
+	Enabled       bool   `toml:"enabled" json:"enabled"`
+	Listen        string `toml:"listen" json:"listen"`
+	Store         string `toml:"store" json:"store"`
+	AdminTokenEnv string `toml:"admin_token_env" json:"admin_token_env"`
 }
 
 // ProviderConfig is one upstream engine (a vLLM or SGLang server, or any OpenAI-compatible API).
 type ProviderConfig struct {
-	Name      string            `toml:"name"`
-	Kind      string            `toml:"kind"`
-	APIBase   string            `toml:"api_base"`
-	APIKeyEnv string            `toml:"api_key_env"`
-	Headers   map[string]string `toml:"headers"`
-	MaxConns  int               `toml:"max_conns"`
-	KVEvents  *KVEventsConfig   `toml:"kv_events"`
-	LMCache   *LMCacheConfig    `toml:"lmcache"`
+	// Org owns a provider made through the control plane ("" for the file's); its name is then
+	// "<org id>/<name>" here, so orgs never collide.
+	Org       string            `toml:"-" json:"-"`
+	Name      string            `toml:"name" json:"name"`
+	Kind      string            `toml:"kind" json:"kind"`
+	APIBase   string            `toml:"api_base" json:"api_base"`
+	APIKeyEnv string            `toml:"api_key_env" json:"api_key_env"`
+	Headers   map[string]string `toml:"headers" json:"headers,omitempty"`
+	MaxConns  int               `toml:"max_conns" json:"max_conns"`
+	KVEvents  *KVEventsConfig   `toml:"kv_events" json:"kv_events,omitempty"`
+	LMCache   *LMCacheConfig    `toml:"lmcache" json:"lmcache,omitempty"`
 }
 
 // KVEventsConfig is a provider's vLLM KV-event stream (docs/architecture.md, "KV-event path").
 type KVEventsConfig struct {
-	Endpoint       string  `toml:"endpoint"`
-	Topic          string  `toml:"topic"`
-	ReplayEndpoint string  `toml:"replay_endpoint"`
-	Mode           string  `toml:"mode"`
-	MaxBlocks      int     `toml:"max_blocks"`
-	StaleSecs      float64 `toml:"stale_secs"`
+	Endpoint       string  `toml:"endpoint" json:"endpoint"`
+	Topic          string  `toml:"topic" json:"topic"`
+	ReplayEndpoint string  `toml:"replay_endpoint" json:"replay_endpoint"`
+	Mode           string  `toml:"mode" json:"mode"`
+	MaxBlocks      int     `toml:"max_blocks" json:"max_blocks"`
+	StaleSecs      float64 `toml:"stale_secs" json:"stale_secs"`
 	// Bind mode only: the publishers allowed to connect (addresses and CIDR prefixes; empty: anyone who
 	// can reach the port), and CURVE - the environment variable holding the gateway's secret key (Z85) and
 	// the allowed publishers' public keys. With CURVE, unauthenticated publishers are refused.
-	AllowedPublishers []string `toml:"allowed_publishers"`
-	CurveSecretKeyEnv string   `toml:"curve_secret_key_env"`
-	CurveClientKeys   []string `toml:"curve_client_keys"`
+	AllowedPublishers []string `toml:"allowed_publishers" json:"allowed_publishers"`
+	CurveSecretKeyEnv string   `toml:"curve_secret_key_env" json:"curve_secret_key_env"`
+	CurveClientKeys   []string `toml:"curve_client_keys" json:"curve_client_keys"`
 }
 
 // LMCacheConfig is a provider's LMCache-style status endpoint.
 type LMCacheConfig struct {
-	Endpoint    string  `toml:"endpoint"`
-	RefreshSecs float64 `toml:"refresh_secs"`
-	StaleSecs   float64 `toml:"stale_secs"`
+	Endpoint    string  `toml:"endpoint" json:"endpoint"`
+	RefreshSecs float64 `toml:"refresh_secs" json:"refresh_secs"`
+	StaleSecs   float64 `toml:"stale_secs" json:"stale_secs"`
 }
 
 // RouteConfig maps one public model name to targets and a strategy.
 type RouteConfig struct {
-	Model    string         `toml:"model"`
-	Strategy string         `toml:"strategy"`
-	Targets  []TargetConfig `toml:"targets"`
-	Params   RouteParams    `toml:"params"`
+	// Org owns a route made through the control plane ("" for the file's routes, which are public). Once
+	// the org has data-plane keys, its routes need one of them.
+	Org      string         `toml:"-" json:"-"`
+	Model    string         `toml:"model" json:"model"`
+	Strategy string         `toml:"strategy" json:"strategy"`
+	Targets  []TargetConfig `toml:"targets" json:"targets"`
+	Params   RouteParams    `toml:"params" json:"params"`
 }
 
 // TargetConfig is one (provider, upstream model) pair of a route.
 type TargetConfig struct {
-	Provider string   `toml:"provider"`
-	Model    string   `toml:"model"`
-	Weight   *float64 `toml:"weight"`
+	Provider string   `toml:"provider" json:"provider"`
+	Model    string   `toml:"model" json:"model"`
+	Weight   *float64 `toml:"weight" json:"weight,omitempty"`
 }
 
 // RouteParams holds strategy parameters. A parameter that the route's strategy does not use is an error,
 // so a typo or a misplaced parameter never goes unnoticed.
 type RouteParams struct {
-	Threshold      *float64 `toml:"threshold"`
-	MaxTrieNodes   *int     `toml:"max_trie_nodes"`
-	MaxTrieBytes   *int     `toml:"max_trie_bytes"`
-	SessionTTLSecs *float64 `toml:"session_ttl_secs"`
-	MaxSessions    *int     `toml:"max_sessions"`
-	Epsilon        *float64 `toml:"epsilon"`
-	VirtualNodes   *int     `toml:"virtual_nodes"`
-	KeyBytes       *int     `toml:"key_bytes"`
-	WeightFactor   *float64 `toml:"weight_factor"`
-	LoadFactor     *float64 `toml:"load_factor"`
-	CacheFactor    *float64 `toml:"cache_factor"`
+	Threshold      *float64 `toml:"threshold" json:"threshold,omitempty"`
+	MaxTrieNodes   *int     `toml:"max_trie_nodes" json:"max_trie_nodes,omitempty"`
+	MaxTrieBytes   *int     `toml:"max_trie_bytes" json:"max_trie_bytes,omitempty"`
+	SessionTTLSecs *float64 `toml:"session_ttl_secs" json:"session_ttl_secs,omitempty"`
+	MaxSessions    *int     `toml:"max_sessions" json:"max_sessions,omitempty"`
+	Epsilon        *float64 `toml:"epsilon" json:"epsilon,omitempty"`
+	VirtualNodes   *int     `toml:"virtual_nodes" json:"virtual_nodes,omitempty"`
+	KeyBytes       *int     `toml:"key_bytes" json:"key_bytes,omitempty"`
+	WeightFactor   *float64 `toml:"weight_factor" json:"weight_factor,omitempty"`
+	LoadFactor     *float64 `toml:"load_factor" json:"load_factor,omitempty"`
+	CacheFactor    *float64 `toml:"cache_factor" json:"cache_factor,omitempty"`
 }
 
 // ScrapeConfig is [metrics_scrape]: engine queue depth from each provider's /metrics.
 type ScrapeConfig struct {
-	Enabled      bool    `toml:"enabled"`
-	IntervalSecs float64 `toml:"interval_secs"`
-	TimeoutSecs  float64 `toml:"timeout_secs"`
-	Path         string  `toml:"path"`
+	Enabled      bool    `toml:"enabled" json:"enabled"`
+	IntervalSecs float64 `toml:"interval_secs" json:"interval_secs"`
+	TimeoutSecs  float64 `toml:"timeout_secs" json:"timeout_secs"`
+	Path         string  `toml:"path" json:"path"`
 }
 
 // HealthConfig is [health]: active checks per provider.
 type HealthConfig struct {
-	Enabled            bool    `toml:"enabled"`
-	Path               string  `toml:"path"`
-	IntervalSecs       float64 `toml:"interval_secs"`
-	TimeoutSecs        float64 `toml:"timeout_secs"`
-	UnhealthyThreshold int     `toml:"unhealthy_threshold"`
-	HealthyThreshold   int     `toml:"healthy_threshold"`
+	Enabled            bool    `toml:"enabled" json:"enabled"`
+	Path               string  `toml:"path" json:"path"`
+	IntervalSecs       float64 `toml:"interval_secs" json:"interval_secs"`
+	TimeoutSecs        float64 `toml:"timeout_secs" json:"timeout_secs"`
+	UnhealthyThreshold int     `toml:"unhealthy_threshold" json:"unhealthy_threshold"`
+	HealthyThreshold   int     `toml:"healthy_threshold" json:"healthy_threshold"`
 	// FailOpen: when no target of a route is eligible, send the request to the least-bad one (true) rather
 	// than answering 503 (false).
-	FailOpen bool `toml:"fail_open"`
+	FailOpen bool `toml:"fail_open" json:"fail_open"`
 	// MaxEjectionPercent caps the share of providers that passive failure tracking (cooldown and breaker)
 	// may take out of service at once; at least one may always be ejected. Active health checks are not
 	// capped: a provider that fails its probes is down whatever the others do.
-	MaxEjectionPercent float64 `toml:"max_ejection_percent"`
+	MaxEjectionPercent float64 `toml:"max_ejection_percent" json:"max_ejection_percent"`
 }
 
 // CooldownConfig is [cooldown]: passive failure tracking.
 type CooldownConfig struct {
-	Enabled           bool    `toml:"enabled"`
-	Failures          int     `toml:"failures"`
-	WindowSecs        float64 `toml:"window_secs"`
-	BaseSecs          float64 `toml:"base_secs"`
-	MaxSecs           float64 `toml:"max_secs"`
-	MaxRetryAfterSecs float64 `toml:"max_retry_after_secs"`
+	Enabled           bool    `toml:"enabled" json:"enabled"`
+	Failures          int     `toml:"failures" json:"failures"`
+	WindowSecs        float64 `toml:"window_secs" json:"window_secs"`
+	BaseSecs          float64 `toml:"base_secs" json:"base_secs"`
+	MaxSecs           float64 `toml:"max_secs" json:"max_secs"`
+	MaxRetryAfterSecs float64 `toml:"max_retry_after_secs" json:"max_retry_after_secs"`
 	// Consecutive5xx is how many HTTP 500-class answers in a row (with no success between them) count as
 	// one failure. An engine that answers is alive; one request it cannot serve must not eject it.
-	Consecutive5xx int `toml:"consecutive_5xx"`
+	Consecutive5xx int `toml:"consecutive_5xx" json:"consecutive_5xx"`
 }
 
 // BreakerConfig is [breaker]: a per-provider circuit breaker.
 type BreakerConfig struct {
-	Enabled        bool    `toml:"enabled"`
-	Failures       int     `toml:"failures"`
-	OpenSecs       float64 `toml:"open_secs"`
-	HalfOpenProbes int     `toml:"half_open_probes"`
+	Enabled        bool    `toml:"enabled" json:"enabled"`
+	Failures       int     `toml:"failures" json:"failures"`
+	OpenSecs       float64 `toml:"open_secs" json:"open_secs"`
+	HalfOpenProbes int     `toml:"half_open_probes" json:"half_open_probes"`
 }
 
 // RetryConfig is [retry].
 type RetryConfig struct {
-	MaxRetries   int     `toml:"max_retries"`
-	BackoffMs    float64 `toml:"backoff_ms"`
-	MaxBackoffMs float64 `toml:"max_backoff_ms"`
+	MaxRetries   int     `toml:"max_retries" json:"max_retries"`
+	BackoffMs    float64 `toml:"backoff_ms" json:"backoff_ms"`
+	MaxBackoffMs float64 `toml:"max_backoff_ms" json:"max_backoff_ms"`
 }
 
 // TimeoutsConfig is [timeouts] for upstream calls. None of them cuts a healthy long stream: HeadersSecs
 // bounds the wait for the response headers (for a non-streaming request that is the whole generation),
 // IdleSecs bounds every gap between two reads of the response body after that.
 type TimeoutsConfig struct {
-	ConnectSecs float64 `toml:"connect_secs"`
-	HeadersSecs float64 `toml:"headers_secs"`
-	IdleSecs    float64 `toml:"idle_secs"`
+	ConnectSecs float64 `toml:"connect_secs" json:"connect_secs"`
+	HeadersSecs float64 `toml:"headers_secs" json:"headers_secs"`
+	IdleSecs    float64 `toml:"idle_secs" json:"idle_secs"`
 }
 
 // QueueConfig is [queue]: admission control.
 type QueueConfig struct {
-	MaxInflight          int     `toml:"max_inflight"`
-	MaxInflightPerTarget int     `toml:"max_inflight_per_target"`
-	MaxWaitingPerTarget  int     `toml:"max_waiting_per_target"`
-	WaitTimeoutSecs      float64 `toml:"wait_timeout_secs"`
-	RetryAfterSecs       float64 `toml:"retry_after_secs"`
+	MaxInflight          int     `toml:"max_inflight" json:"max_inflight"`
+	MaxInflightPerTarget int     `toml:"max_inflight_per_target" json:"max_inflight_per_target"`
+	MaxWaitingPerTarget  int     `toml:"max_waiting_per_target" json:"max_waiting_per_target"`
+	WaitTimeoutSecs      float64 `toml:"wait_timeout_secs" json:"wait_timeout_secs"`
+	RetryAfterSecs       float64 `toml:"retry_after_secs" json:"retry_after_secs"`
 }
 
 // DefaultConfig returns a config with every section default (configs/rolter.example.toml lists them) and no
@@ -231,6 +258,7 @@ func DefaultConfig() *Config {
 		Timeouts: TimeoutsConfig{ConnectSecs: 5, HeadersSecs: 600, IdleSecs: 120},
 		Queue:    QueueConfig{WaitTimeoutSecs: 5, RetryAfterSecs: 1},
 		Egress:   egress.DefaultConfig(),
+		Control:  ControlConfig{Listen: "127.0.0.1:8081", Store: "rolter.db", AdminTokenEnv: "ROLTER_ADMIN_TOKEN"},
 	}
 }
 
@@ -421,6 +449,20 @@ func (v *validator) validate(cfg *Config) {
 	v.retry(&cfg.Retry)
 	v.timeouts(&cfg.Timeouts)
 	v.queue(&cfg.Queue)
+	v.control(&cfg.Control)
+}
+
+// control checks [control].
+func (v *validator) control(c *ControlConfig) {
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		v.addf("control.listen", "cannot parse listen address %q: want host:port", c.Listen)
+	}
+	if c.Store == "" {
+		v.addf("control.store", "missing store path")
+	}
+	if c.AdminTokenEnv == "" {
+		v.addf("control.admin_token_env", "missing environment variable name")
+	}
 }
 
 // egress checks [egress] and returns its policy (nil when the section is bad: the endpoints are then not
@@ -623,7 +665,10 @@ func (v *validator) routes(rs []RouteConfig, ps []ProviderConfig, byName map[str
 			tk := fmt.Sprintf("%s.targets[%d]", key, j)
 			if t.Provider == "" {
 				v.addf(tk+".provider", "missing provider")
-			} else if _, ok := byName[t.Provider]; !ok {
+			} else if pi, ok := byName[t.Provider]; !ok {
+				v.addf(tk+".provider", "unknown provider %q", t.Provider)
+			} else if po := ps[pi].Org; po != "" && po != r.Org {
+				// An org's provider serves only that org's routes (the file's providers serve anyone).
 				v.addf(tk+".provider", "unknown provider %q", t.Provider)
 			}
 			if w := *t.Weight; !(w > 0) || math.IsInf(w, 0) {

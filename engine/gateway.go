@@ -336,8 +336,15 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		g.post(ctx, epEmbeddings)
 	case "/v1/models":
 		if g.onlyGet(ctx) {
+			snap := g.snap.Load()
+			body := snap.models
+			if org, ok, _ := snap.keyOrg(ctx.Request.Header.Peek("Authorization"), nil); ok {
+				if b, keyed := snap.orgModels[org]; keyed {
+					body = b
+				}
+			}
 			ctx.SetContentType("application/json")
-			ctx.SetBody(g.snap.Load().models)
+			ctx.SetBody(body)
 		}
 	case "/healthz":
 		if g.onlyGet(ctx) {
@@ -397,7 +404,14 @@ func (g *Gateway) ready(ctx *fasthttp.RequestCtx) {
 }
 
 func (g *Gateway) model(ctx *fasthttp.RequestCtx, id []byte) {
-	r := g.snap.Load().route(id)
+	snap := g.snap.Load()
+	r := snap.route(id)
+	if r != nil && r.keyed {
+		// A keyed org's model is visible to its own keys only.
+		if org, ok, _ := snap.keyOrg(ctx.Request.Header.Peek("Authorization"), nil); !ok || org != r.org {
+			r = nil
+		}
+	}
 	if r == nil {
 		g.reject(ctx, modelNotFound(id))
 		return
@@ -406,6 +420,12 @@ func (g *Gateway) model(ctx *fasthttp.RequestCtx, id []byte) {
 	b = append(b, `,"object":"model","created":0,"owned_by":"rolter"}`...)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
+}
+
+// invalidKey answers a request to a route that needs a data-plane key without a valid one.
+func invalidKey() *apiError {
+	return &apiError{status: fasthttp.StatusUnauthorized, typ: typeAuth, code: "invalid_api_key",
+		message: "Incorrect API key provided.", noRetry: true}
 }
 
 func modelNotFound(model []byte) *apiError {

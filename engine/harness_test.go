@@ -118,6 +118,12 @@ func startGatewayWith(t *testing.T, cfgText string, opts Options) *testGateway {
 	if err != nil {
 		t.Fatalf("bad test config: %s\n%s", err, cfgText)
 	}
+	return startGatewayConfig(t, cfg, opts)
+}
+
+// startGatewayConfig starts a gateway on a config already parsed (and changed by the test).
+func startGatewayConfig(t *testing.T, cfg *Config, opts Options) *testGateway {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

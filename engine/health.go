@@ -315,6 +315,27 @@ func (h *providerHealth) setDown(down bool, reason string) {
 	}
 }
 
+// status says whether the provider is eligible at now and, when not, why.
+func (h *providerHealth) status(now int64) (eligible bool, why string) {
+	switch {
+	case h.down.Load():
+		return false, "unhealthy"
+	case now < h.coolUntil.Load():
+		return false, "cooling down"
+	}
+	switch h.brState.Load() {
+	case breakerOpen:
+		if now < h.brUntil.Load() {
+			return false, "breaker open"
+		}
+	case breakerHalfOpen:
+		if !h.eligible(now) {
+			return false, "breaker half-open"
+		}
+	}
+	return true, ""
+}
+
 // badness orders ineligible providers for fail-open: lower is less bad.
 func (h *providerHealth) badness(now int64) int64 {
 	var b int64

@@ -52,7 +52,9 @@ type Provider struct {
 	// engineLoad, when set, returns the engine's requests (running + waiting, from its /metrics) that are not
 	// this gateway's own, or 0 when that number is unknown or stale.
 	engineLoad func() int64
-	scraper    *telemetry.Scraper
+	// engineQueue, when set, returns the engine's running and waiting requests from a fresh scrape.
+	engineQueue func() (running, waiting int64, ok bool)
+	scraper     *telemetry.Scraper
 
 	health  *providerHealth
 	adm     *admission
@@ -235,6 +237,10 @@ func (p *Provider) newScraper(cfg *Config, log *slog.Logger, dialer *egress.Dial
 	p.engineLoad = func() int64 {
 		e, _ := load.External(time.Now().UnixNano(), maxAge)
 		return e
+	}
+	p.engineQueue = func() (int64, int64, bool) {
+		r, w, ok := load.Queue(time.Now().UnixNano(), maxAge)
+		return int64(r), int64(w), ok
 	}
 	set := p.set
 	l := "target=" + telemetry.Label(p.Name)

@@ -435,7 +435,7 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) er
 	var xff []byte
 	connTokens := ctx.Request.Header.Peek("Connection")
 	for k, v := range ctx.Request.Header.All() {
-		if skipRequestHeader(k) || (p.auth != nil && equalFold(k, "authorization")) || p.setsHeader(k) ||
+		if skipRequestHeader(k) || ((p.auth != nil || c.stripAuth) && equalFold(k, "authorization")) || p.setsHeader(k) ||
 			(len(connTokens) > 0 && listsToken(connTokens, k)) {
 			continue
 		}

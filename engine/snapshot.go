@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"slices"
 	"sort"
@@ -42,6 +43,11 @@ type Snapshot struct {
 	series []*series
 	// kv are the KV-event sources of the providers its precise_cache_aware routes use, by provider name.
 	kv map[string]*kvSource
+	// keys maps the keyed hash of each data-plane key to its org; pepper is the key of that hash.
+	// orgModels are the /v1/models bodies a key of each org sees (its routes and the public ones).
+	keys      map[[32]byte]string
+	pepper    [32]byte
+	orgModels map[string][]byte
 
 	users    atomic.Int64 // requests running on the snapshot
 	retiring atomic.Bool
@@ -74,6 +80,10 @@ type Route struct {
 	// strategyHeader and modelBytes are the x-rolter-strategy and x-rolter-route values.
 	strategyHeader []byte
 	modelBytes     []byte
+	// org owns the route ("" for public ones); keyed says the org has data-plane keys, so a request must
+	// carry one of them.
+	org   string
+	keyed bool
 }
 
 // target returns the index of the target of r with the given provider and upstream model, or -1.
@@ -88,6 +98,19 @@ func (r *Route) target(provider, model string) int {
 
 // Route returns the route for a public model name, or nil. Looking up with string(b) does not allocate.
 func (s *Snapshot) route(model []byte) *Route { return s.routes[string(model)] }
+
+// keyOrg returns the org of the data-plane key in an Authorization header value ("Bearer <secret>"), using
+// scratch for the hash input (it returns it, grown, for reuse). ok is false for a missing or unknown key.
+// It does not allocate once scratch has room.
+func (s *Snapshot) keyOrg(auth, scratch []byte) (org string, ok bool, _ []byte) {
+	const bearer = "bearer "
+	if len(auth) <= len(bearer) || !equalFold(auth[:len(bearer)], bearer) || len(s.keys) == 0 {
+		return "", false, scratch
+	}
+	scratch = append(append(scratch[:0], s.pepper[:]...), auth[len(bearer):]...)
+	org, ok = s.keys[sha256.Sum256(scratch)]
+	return org, ok, scratch
+}
 
 // Config returns the snapshot's config. It must not be modified.
 func (s *Snapshot) Config() *Config { return s.cfg }
@@ -207,7 +230,7 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 	}
 	trieNodes, trieBytes := trieShare(cfg)
 	for _, rc := range cfg.Routes {
-		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy), modelBytes: []byte(rc.Model)}
+		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy), modelBytes: []byte(rc.Model), org: rc.Org}
 		rs := seriesFor("route\x00"+rc.Model+"\x00"+rc.Strategy, func(set *telemetry.Set, se *series) {
 			se.route = set.NewRouteMetrics(rc.Model, rc.Strategy, reasonLabels)
 		})
@@ -254,7 +277,33 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		s.Routes = append(s.Routes, r)
 	}
 	sort.Slice(s.Routes, func(a, b int) bool { return s.Routes[a].Model < s.Routes[b].Model })
-	s.models = modelsBody(s.Routes, time.Now().Unix())
+	s.pepper = cfg.KeyPepper
+	s.keys = make(map[[32]byte]string, len(cfg.Keys))
+	for _, k := range cfg.Keys {
+		s.keys[k.Hash] = k.Org
+	}
+	keyed := map[string]bool{}
+	for _, org := range s.keys {
+		keyed[org] = true
+	}
+	created := time.Now().Unix()
+	var public []*Route
+	byOrg := map[string][]*Route{}
+	for _, r := range s.Routes {
+		r.keyed = keyed[r.org]
+		if !r.keyed {
+			public = append(public, r)
+		} else {
+			byOrg[r.org] = append(byOrg[r.org], r)
+		}
+	}
+	s.models = modelsBody(public, created)
+	s.orgModels = map[string][]byte{}
+	for org, rs := range byOrg {
+		all := append(append([]*Route(nil), public...), rs...)
+		sort.Slice(all, func(a, b int) bool { return all[a].Model < all[b].Model })
+		s.orgModels[org] = modelsBody(all, created)
+	}
 	// The ejection cap counts this snapshot's providers; carried providers move over to it.
 	for _, p := range s.Providers {
 		p.health.fleet.Store(fleet)

@@ -230,6 +230,17 @@ func newLazyCounters(set *metrics.Set, name, fixed, label string, names []string
 	return &lazyCounters{set: set, prefix: prefix, label: label, names: names, slots: make([]atomic.Pointer[metrics.Counter], len(names))}
 }
 
+// Values returns the counters used so far, by name.
+func (c *lazyCounters) Values() map[string]uint64 {
+	out := map[string]uint64{}
+	for i := range c.slots {
+		if ctr := c.slots[i].Load(); ctr != nil {
+			out[c.names[i]] = ctr.Get()
+		}
+	}
+	return out
+}
+
 // Inc increments the counter for names[i].
 func (c *lazyCounters) Inc(i int) {
 	if i < 0 || i >= len(c.slots) {
@@ -328,6 +339,9 @@ func (s *Set) NewRouteMetrics(route, strategy string, reasons []string) *RouteMe
 
 // Decision counts one routing decision by reason index.
 func (m *RouteMetrics) DecisionMade(reason int) { m.decisions.Inc(reason) }
+
+// Decisions returns the route's decisions so far, by reason.
+func (m *RouteMetrics) Decisions() map[string]uint64 { return m.decisions.Values() }
 
 // UnroutedRequest counts a request of this route answered without reaching a target.
 func (m *RouteMetrics) UnroutedRequest(code int) { m.Unrouted.Inc(statusSlot(code)) }

@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// keyedConfig is a config with a public route "pub" and two org routes, "m1" (org1) and "m2" (org2), each
+// org with one data-plane key.
+func keyedConfig(t *testing.T, url string) *Config {
+	t.Helper()
+	text := gatewayConfig("round_robin", "", url)
+	for _, m := range []string{"m1", "m2", "pub"} {
+		text += "[[routes]]\nmodel = \"" + m + "\"\n[[routes.targets]]\nprovider = \"p0\"\nmodel = \"up-model\"\n"
+	}
+	cfg, err := ParseConfig([]byte(text), "keys.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cfg.Routes {
+		switch cfg.Routes[i].Model {
+		case "m1":
+			cfg.Routes[i].Org = "org1"
+		case "m2", "m":
+			cfg.Routes[i].Org = "org2"
+		}
+	}
+	cfg.KeyPepper = [32]byte{1, 2, 3}
+	cfg.Keys = []DataKey{{Org: "org1", Hash: keyHash(cfg.KeyPepper, "sk-one")}, {Org: "org2", Hash: keyHash(cfg.KeyPepper, "sk-two")}}
+	if errs := validateConfig(cfg); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return cfg
+}
+
+func keyHash(pepper [32]byte, secret string) [32]byte {
+	return sha256.Sum256(append(pepper[:], secret...))
+}
+
+// TestDataPlaneKeys: an org with keys needs one on its routes (401 without), a key sees only its org's
+// models (another org's is 404), public routes need none, and the upstream never sees the client's key.
+func TestDataPlaneKeys(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGatewayConfig(t, keyedConfig(t, up.URL), Options{})
+	f := func(model, auth string, want int) {
+		t.Helper()
+		var hdr []string
+		if auth != "" {
+			hdr = []string{"Authorization", auth}
+		}
+		resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody(model, "x", false), hdr...)
+		if resp.StatusCode != want {
+			t.Fatalf("model %s, %q: status %d, want %d: %s", model, auth, resp.StatusCode, want, got)
+		}
+		switch want {
+		case 401:
+			assertOpenAIError(t, got, "invalid_api_key")
+		case 404:
+			assertOpenAIError(t, got, "model_not_found")
+		case 200:
+			if _, h := up.last(); h.Get("Authorization") != "" {
+				t.Fatalf("the upstream saw Authorization %q", h.Get("Authorization"))
+			}
+		}
+	}
+	f("m1", "", 401)
+	f("m1", "Bearer sk-wrong", 401)
+	f("m1", "Basic sk-one", 401)
+	f("m1", "Bearer sk-one", 200)
+	f("m1", "bearer sk-one", 200)
+	f("m1", "Bearer sk-two", 404)
+	f("m2", "Bearer sk-two", 200)
+	f("pub", "", 200)
+	f("nope", "Bearer sk-one", 404)
+
+	models := func(auth string) string {
+		req, _ := http.NewRequest("GET", gw.URL+"/v1/models", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := testClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if got := models(""); !strings.Contains(got, `"pub"`) || strings.Contains(got, `"m1"`) || strings.Contains(got, `"m2"`) {
+		t.Fatalf("/v1/models without a key: %s", got)
+	}
+	if got := models("Bearer sk-one"); !strings.Contains(got, `"m1"`) || !strings.Contains(got, `"pub"`) || strings.Contains(got, `"m2"`) {
+		t.Fatalf("/v1/models with org1's key: %s", got)
+	}
+	resp, err := testClient.Get(gw.URL + "/v1/models/m2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("/v1/models/m2 without a key: %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestOrgProviderIsPrivate: a route cannot use another org's provider.
+func TestOrgProviderIsPrivate(t *testing.T) {
+	cfg := keyedConfig(t, "http://127.0.0.1:9")
+	cfg.Providers[0].Org = "org1"
+	errs := validateConfig(cfg)
+	if len(errs) == 0 || !strings.Contains(errs.Error(), `unknown provider "p0"`) {
+		t.Fatalf("a route of org2 over org1's provider: %v", errs)
+	}
+}
