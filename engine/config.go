@@ -412,6 +412,11 @@ func ParseConfig(data []byte, file string) (*Config, error) {
 	return cfg, nil
 }
 
+// ValidateConfig checks a config built in code (the control plane's, composed from the file and its
+// store) exactly as ParseConfig checks a file - one validation path - and sets its defaults. Each
+// problem's Key is its path ("providers[3].kv_events.endpoint"); there is no line.
+func ValidateConfig(cfg *Config) ConfigErrors { return validateConfig(cfg) }
+
 // validateConfig does to cfg what ParseConfig does after decoding: it sets the defaults cfg lacks (changing
 // cfg) and checks it. Problems are returned all at once; the lines of a config that did not come from a
 // file are unknown.

@@ -1,0 +1,176 @@
+package control
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/rolter-ai/rolter/engine"
+)
+
+// Origin says where a provider or route of a composed config comes from: the file (Org "") or an org of
+// the store.
+type Origin struct {
+	Org  string // org id, "" for the file
+	Name string // provider name or route model, as the API knows it
+}
+
+// Origins map the providers and routes of a composed config, by index, to where they come from, so a
+// validation problem ("providers[5].api_base") can be told to the API caller as a field of the object it
+// wrote.
+type Origins struct {
+	Providers []Origin
+	Routes    []Origin
+}
+
+// engineName is the name an org's provider has in the gateway's config: orgs never collide.
+func engineName(org, name string) string { return org + "/" + name }
+
+// Compose returns the gateway's config: the file's, plus every org's providers, routes and data-plane keys
+// from the store state st. An org route's target names a provider of its own org, or else one of the
+// file's (shared engines). Objects are decoded strictly (unknown fields are errors). The result is not
+// validated: engine.ValidateConfig does that, one path for the file and the API alike.
+func Compose(file *engine.Config, st *State) (*engine.Config, *Origins, error) {
+	cfg := *file
+	cfg.Providers = append([]engine.ProviderConfig(nil), file.Providers...)
+	cfg.Routes = append([]engine.RouteConfig(nil), file.Routes...)
+	cfg.Keys = nil
+	o := &Origins{}
+	for _, p := range file.Providers {
+		o.Providers = append(o.Providers, Origin{Name: p.Name})
+	}
+	for _, r := range file.Routes {
+		o.Routes = append(o.Routes, Origin{Name: r.Model})
+	}
+	orgProviders := map[string]map[string]bool{}
+	for _, sp := range st.Providers {
+		var pc engine.ProviderConfig
+		if err := decodeStrict(sp.Config, &pc); err != nil {
+			return nil, nil, fmt.Errorf("cannot decode provider %q of org %q from the store: %w", sp.Name, sp.OrgID, err)
+		}
+		pc.Name, pc.Org = engineName(sp.OrgID, sp.Name), sp.OrgID
+		cfg.Providers = append(cfg.Providers, pc)
+		o.Providers = append(o.Providers, Origin{Org: sp.OrgID, Name: sp.Name})
+		if orgProviders[sp.OrgID] == nil {
+			orgProviders[sp.OrgID] = map[string]bool{}
+		}
+		orgProviders[sp.OrgID][sp.Name] = true
+	}
+	for _, sr := range st.Routes {
+		var rc engine.RouteConfig
+		if err := decodeStrict(sr.Config, &rc); err != nil {
+			return nil, nil, fmt.Errorf("cannot decode route %q of org %q from the store: %w", sr.Model, sr.OrgID, err)
+		}
+		rc.Model, rc.Org = sr.Model, sr.OrgID
+		rc.Targets = append([]engine.TargetConfig(nil), rc.Targets...)
+		for i := range rc.Targets {
+			if orgProviders[sr.OrgID][rc.Targets[i].Provider] {
+				rc.Targets[i].Provider = engineName(sr.OrgID, rc.Targets[i].Provider)
+			}
+		}
+		cfg.Routes = append(cfg.Routes, rc)
+		o.Routes = append(o.Routes, Origin{Org: sr.OrgID, Name: sr.Model})
+	}
+	cfg.KeyPepper = st.Pepper
+	for _, k := range st.Keys {
+		cfg.Keys = append(cfg.Keys, engine.DataKey{Org: k.OrgID, Hash: k.Hash})
+	}
+	return &cfg, o, nil
+}
+
+// decodeStrict decodes JSON refusing unknown fields and trailing data, as the TOML loader refuses unknown
+// keys.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return fmt.Errorf("unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// FieldError is one problem of an object written through the API, at its JSON field path.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// FieldErrors turns the problems of a composed config into the field errors of one API object: the
+// provider or route (kind "providers" or "routes") of org named name. Problems of other objects are
+// returned apart (they mean the change breaks something else, e.g. a route that names a provider being
+// deleted).
+func FieldErrors(errs engine.ConfigErrors, o *Origins, kind, org, name string) (own []FieldError, other []string) {
+	for _, e := range errs {
+		idx, rest, ok := indexOf(e.Key, kind)
+		if ok {
+			var origin Origin
+			switch kind {
+			case "providers":
+				if idx < len(o.Providers) {
+					origin = o.Providers[idx]
+				}
+			case "routes":
+				if idx < len(o.Routes) {
+					origin = o.Routes[idx]
+				}
+			}
+			if origin.Org == org && origin.Name == name {
+				field := strings.TrimPrefix(rest, ".")
+				own = append(own, FieldError{Field: field, Message: orgMessage(e.Msg, org)})
+				continue
+			}
+		}
+		other = append(other, describe(e, o))
+	}
+	return own, other
+}
+
+// indexOf parses "providers[3].kv_events.endpoint" into 3 and ".kv_events.endpoint" when the key is of kind.
+func indexOf(key, kind string) (int, string, bool) {
+	rest, ok := strings.CutPrefix(key, kind+"[")
+	if !ok {
+		return 0, "", false
+	}
+	end := strings.IndexByte(rest, ']')
+	if end < 0 {
+		return 0, "", false
+	}
+	i, err := strconv.Atoi(rest[:end])
+	if err != nil {
+		return 0, "", false
+	}
+	return i, rest[end+1:], true
+}
+
+// describe names where a problem is, in the API's terms.
+func describe(e *engine.ConfigError, o *Origins) string {
+	for _, kind := range []string{"providers", "routes"} {
+		if i, rest, ok := indexOf(e.Key, kind); ok {
+			var origin Origin
+			if kind == "providers" && i < len(o.Providers) {
+				origin = o.Providers[i]
+			} else if kind == "routes" && i < len(o.Routes) {
+				origin = o.Routes[i]
+			}
+			where := "rolter.toml"
+			if origin.Org != "" {
+				where = "org " + origin.Org
+			}
+			return fmt.Sprintf("%s %s %q%s: %s", where, strings.TrimSuffix(kind, "s"), origin.Name, rest, orgMessage(e.Msg, origin.Org))
+		}
+	}
+	return e.Error()
+}
+
+// orgMessage takes the engine's "<org>/" prefix off provider names in a message.
+func orgMessage(msg, org string) string {
+	if org == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, org+"/", "")
+}
