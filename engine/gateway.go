@@ -30,6 +30,9 @@ type Options struct {
 	WatchDelay time.Duration
 	// Resolver, when set, replaces DNS for the egress policy's lookups (tests).
 	Resolver egress.Resolver
+	// Compose, when set, turns a config read from the file (at ReloadFile) into the one to run: the control
+	// plane adds its orgs' providers, routes and keys. New is given a config already composed.
+	Compose func(file *Config) (*Config, error)
 }
 
 // Gateway is the data plane: a fasthttp server that routes OpenAI-compatible requests to upstream targets.
@@ -39,6 +42,7 @@ type Gateway struct {
 	watchDelay time.Duration
 	dial       func(string, time.Duration) (net.Conn, error)
 	resolver   egress.Resolver
+	compose    func(*Config) (*Config, error)
 
 	snap     atomic.Pointer[Snapshot]
 	server   *fasthttp.Server
@@ -80,6 +84,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		watchDelay: opts.WatchDelay,
 		dial:       opts.Dial,
 		resolver:   opts.Resolver,
+		compose:    opts.Compose,
 		stop:       make(chan struct{}),
 	}
 	if g.log == nil {
@@ -232,6 +237,9 @@ func (g *Gateway) Reload(cfg *Config) (err error) {
 	if err := restartOnly(&cur.cfg.Server, &cfg.Server); err != nil {
 		return err
 	}
+	if cur.cfg.Control != cfg.Control {
+		return errors.New("cannot reload: [control] changed, which needs a restart")
+	}
 	next, err := g.buildSnapshot(cfg, cur)
 	if err != nil {
 		return fmt.Errorf("cannot build the new config: %w", err)
@@ -257,6 +265,13 @@ func (g *Gateway) ReloadFile(path string) error {
 		}
 		g.log.Error("config reload refused; the running config keeps serving", "file", path)
 		return err
+	}
+	if g.compose != nil {
+		if cfg, err = g.compose(cfg); err != nil {
+			g.reloads.Reloaded(false, time.Now())
+			g.log.Error("config reload refused; the running config keeps serving", "file", path, "error", err.Error())
+			return err
+		}
 	}
 	return g.Reload(cfg)
 }
