@@ -33,9 +33,17 @@ func engineName(org, name string) string { return org + "/" + name }
 // file's (shared engines). Objects are decoded strictly (unknown fields are errors). The result is not
 // validated: engine.ValidateConfig does that, one path for the file and the API alike.
 func Compose(file *engine.Config, st *State) (*engine.Config, *Origins, error) {
+	// Validation sets defaults in place: everything it can write is copied, so the file's config (read by
+	// whoever holds it) is never written.
 	cfg := *file
-	cfg.Providers = append([]engine.ProviderConfig(nil), file.Providers...)
-	cfg.Routes = append([]engine.RouteConfig(nil), file.Routes...)
+	cfg.Providers = nil
+	for _, p := range file.Providers {
+		cfg.Providers = append(cfg.Providers, copyProvider(p))
+	}
+	cfg.Routes = nil
+	for _, r := range file.Routes {
+		cfg.Routes = append(cfg.Routes, copyRoute(r))
+	}
 	cfg.Keys = nil
 	o := &Origins{}
 	for _, p := range file.Providers {
@@ -78,6 +86,32 @@ func Compose(file *engine.Config, st *State) (*engine.Config, *Origins, error) {
 		cfg.Keys = append(cfg.Keys, engine.DataKey{Org: k.OrgID, Hash: k.Hash})
 	}
 	return &cfg, o, nil
+}
+
+// copyProvider copies p deeply enough that setting its defaults does not write into p.
+func copyProvider(p engine.ProviderConfig) engine.ProviderConfig {
+	if p.KVEvents != nil {
+		kv := *p.KVEvents
+		p.KVEvents = &kv
+	}
+	if p.LMCache != nil {
+		lc := *p.LMCache
+		p.LMCache = &lc
+	}
+	if p.Headers != nil {
+		h := make(map[string]string, len(p.Headers))
+		for k, v := range p.Headers {
+			h[k] = v
+		}
+		p.Headers = h
+	}
+	return p
+}
+
+// copyRoute copies r deeply enough that setting its defaults does not write into r.
+func copyRoute(r engine.RouteConfig) engine.RouteConfig {
+	r.Targets = append([]engine.TargetConfig(nil), r.Targets...)
+	return r
 }
 
 // decodeStrict decodes JSON refusing unknown fields and trailing data, as the TOML loader refuses unknown

@@ -125,8 +125,8 @@ type LMCacheConfig struct {
 
 // RouteConfig maps one public model name to targets and a strategy.
 type RouteConfig struct {
-	// Org owns a route made through the control plane ("" for the file's routes, which are public). Once
-	// the org has data-plane keys, its routes need one of them.
+	// Org owns a route made through the control plane ("" for the file's routes, which are public). A
+	// request to an org's route needs one of the org's data-plane keys.
 	Org      string         `toml:"-" json:"-"`
 	Model    string         `toml:"model" json:"model"`
 	Strategy string         `toml:"strategy" json:"strategy"`

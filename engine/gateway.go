@@ -30,9 +30,6 @@ type Options struct {
 	WatchDelay time.Duration
 	// Resolver, when set, replaces DNS for the egress policy's lookups (tests).
 	Resolver egress.Resolver
-	// Compose, when set, turns a config read from the file (at ReloadFile) into the one to run: the control
-	// plane adds its orgs' providers, routes and keys. New is given a config already composed.
-	Compose func(file *Config) (*Config, error)
 }
 
 // Gateway is the data plane: a fasthttp server that routes OpenAI-compatible requests to upstream targets.
@@ -42,7 +39,6 @@ type Gateway struct {
 	watchDelay time.Duration
 	dial       func(string, time.Duration) (net.Conn, error)
 	resolver   egress.Resolver
-	compose    func(*Config) (*Config, error)
 
 	snap     atomic.Pointer[Snapshot]
 	server   *fasthttp.Server
@@ -84,7 +80,6 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		watchDelay: opts.WatchDelay,
 		dial:       opts.Dial,
 		resolver:   opts.Resolver,
-		compose:    opts.Compose,
 		stop:       make(chan struct{}),
 	}
 	if g.log == nil {
@@ -256,24 +251,25 @@ func (g *Gateway) Reload(cfg *Config) (err error) {
 func (g *Gateway) ReloadFile(path string) error {
 	cfg, err := LoadConfig(path)
 	if err != nil {
-		g.reloads.Reloaded(false, time.Now())
-		var errs ConfigErrors
-		if errors.As(err, &errs) {
-			for _, e := range errs {
-				g.log.Error("config reload refused", "problem", e.Error())
-			}
-		}
-		g.log.Error("config reload refused; the running config keeps serving", "file", path)
+		g.RefuseReload(path, err)
 		return err
 	}
-	if g.compose != nil {
-		if cfg, err = g.compose(cfg); err != nil {
-			g.reloads.Reloaded(false, time.Now())
-			g.log.Error("config reload refused; the running config keeps serving", "file", path, "error", err.Error())
-			return err
-		}
-	}
 	return g.Reload(cfg)
+}
+
+// RefuseReload records a reload refused before it reached Reload - a file that does not load: it is
+// counted as failed and every problem is logged (with file:line). The running config keeps serving.
+func (g *Gateway) RefuseReload(path string, err error) {
+	g.reloads.Reloaded(false, time.Now())
+	var errs ConfigErrors
+	if errors.As(err, &errs) {
+		for _, e := range errs {
+			g.log.Error("config reload refused", "problem", e.Error())
+		}
+	} else {
+		g.log.Error("config reload refused", "problem", err.Error())
+	}
+	g.log.Error("config reload refused; the running config keeps serving", "file", path)
 }
 
 // restartOnly refuses a change to a [server] setting the running listener cannot take.

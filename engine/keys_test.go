@@ -114,3 +114,24 @@ func TestOrgProviderIsPrivate(t *testing.T) {
 		t.Fatalf("a route of org2 over org1's provider: %v", errs)
 	}
 }
+
+// TestOrgRoutesAlwaysNeedAKey: an org's routes need one of its keys even when it has none left: revoking
+// the last key must not open them to everyone, and a revoked key is never forwarded.
+func TestOrgRoutesAlwaysNeedAKey(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	cfg := keyedConfig(t, up.URL)
+	cfg.Keys = cfg.Keys[1:] // org1's only key revoked
+	gw := startGatewayConfig(t, cfg, Options{})
+	for _, auth := range []string{"", "Bearer sk-one"} {
+		var hdr []string
+		if auth != "" {
+			hdr = []string{"Authorization", auth}
+		}
+		if resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody("m1", "x", false), hdr...); resp.StatusCode != 401 {
+			t.Fatalf("org1 without keys, %q: %d %s, want 401", auth, resp.StatusCode, got)
+		}
+	}
+	if up.requests.Load() != 0 {
+		t.Fatal("a request reached the upstream")
+	}
+}

@@ -80,8 +80,9 @@ type Route struct {
 	// strategyHeader and modelBytes are the x-rolter-strategy and x-rolter-route values.
 	strategyHeader []byte
 	modelBytes     []byte
-	// org owns the route ("" for public ones); keyed says the org has data-plane keys, so a request must
-	// carry one of them.
+	// org owns the route ("" for public ones); keyed says a request must carry one of the org's
+	// data-plane keys: always, for an org's route - an org without (valid) keys serves nobody, so revoking
+	// its last key can never open its routes to everyone.
 	org   string
 	keyed bool
 }
@@ -282,15 +283,11 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 	for _, k := range cfg.Keys {
 		s.keys[k.Hash] = k.Org
 	}
-	keyed := map[string]bool{}
-	for _, org := range s.keys {
-		keyed[org] = true
-	}
 	created := time.Now().Unix()
 	var public []*Route
 	byOrg := map[string][]*Route{}
 	for _, r := range s.Routes {
-		r.keyed = keyed[r.org]
+		r.keyed = r.org != ""
 		if !r.keyed {
 			public = append(public, r)
 		} else {

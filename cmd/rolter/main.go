@@ -119,23 +119,42 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rolter: not starting: the config has problems")
 		return 1
 	}
+	var cp *controlPlane
+	run := cfg
+	if cfg.Control.Enabled {
+		if cp, run, err = openControl(cfg, log); err != nil {
+			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, "rolter: not starting: the control plane cannot start")
+			return 1
+		}
+		defer cp.stop()
+	}
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
 		log.Error("cannot listen", "addr", cfg.Server.Listen, "err", err)
 		return 1
 	}
-	g, err := engine.New(cfg, engine.Options{Logger: log, Version: version})
+	g, err := engine.New(run, engine.Options{Logger: log, Version: version})
 	if err != nil {
 		log.Error("cannot start the gateway", "err", err)
 		return 1
 	}
-	return serveUntilSignal(g, ln, time.Duration(cfg.Server.DrainSecs*float64(time.Second)), *path, log)
+	reload := func() { _ = g.ReloadFile(*path) } // logs what it refused
+	if cp != nil {
+		if err := cp.start(g); err != nil {
+			log.Error("cannot start the control plane", "err", err)
+			_ = g.Shutdown(context.Background())
+			return 1
+		}
+		reload = func() { cp.reload(g, *path) }
+	}
+	return serveUntilSignal(g, ln, time.Duration(cfg.Server.DrainSecs*float64(time.Second)), reload, log)
 }
 
-// serveUntilSignal serves until SIGINT or SIGTERM, then drains in-flight requests up to drain. SIGHUP
-// reloads the config file at path; a file that does not load is refused (every problem is logged) and the
-// running config keeps serving.
-func serveUntilSignal(g *engine.Gateway, ln net.Listener, drain time.Duration, path string, log *slog.Logger) int {
+// serveUntilSignal serves until SIGINT or SIGTERM, then drains in-flight requests up to drain. SIGHUP calls
+// reload, which re-reads the config file: a file that does not load is refused (every problem is logged)
+// and the running config keeps serving.
+func serveUntilSignal(g *engine.Gateway, ln net.Listener, drain time.Duration, reload func(), log *slog.Logger) int {
 	// Signals are caught before the first request can be served, so none of them can kill the process.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -153,8 +172,8 @@ wait:
 			return 0
 		case s := <-sig:
 			if s == syscall.SIGHUP {
-				log.Info("reloading the config", "signal", s.String(), "file", path)
-				_ = g.ReloadFile(path) // logs what it refused
+				log.Info("reloading the config", "signal", s.String())
+				reload()
 				continue
 			}
 			log.Info("draining", "signal", s.String(), "deadline", drain.String())

@@ -128,7 +128,7 @@ func up(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "    -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":\"Hello, Rolter!\"}]}'\n\n", model)
 	fmt.Fprintf(stdout, "Ctrl-C stops everything.\n")
 
-	code := serveUntilSignal(g, ln, 5*time.Second, path, log)
+	code := serveUntilSignal(g, ln, 5*time.Second, func() { _ = g.ReloadFile(path) }, log)
 	fmt.Fprintln(stdout, "stopped.")
 	return code
 }

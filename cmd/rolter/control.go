@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/rolter-ai/rolter/control"
+	"github.com/rolter-ai/rolter/engine"
+)
+
+// controlPlane is `rolter serve`'s control plane ([control] enabled): the store, the /api/v1 server on its
+// own listener, and the live file config the server composes with the store.
+type controlPlane struct {
+	store *control.Store
+	srv   *control.Server
+	http  *http.Server
+	ln    net.Listener
+	file  atomic.Pointer[engine.Config]
+	log   *slog.Logger
+}
+
+// openControl opens the store and returns the config to start the gateway with: the file's composed with
+// the store's orgs. Nothing listens yet (start does that, once the gateway exists).
+func openControl(file *engine.Config, log *slog.Logger) (*controlPlane, *engine.Config, error) {
+	store, err := control.Open(file.Control.Store)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := store.Load(context.Background())
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	cfg, _, err := control.Compose(file, st)
+	if err == nil {
+		if errs := engine.ValidateConfig(cfg); len(errs) > 0 {
+			err = fmt.Errorf("the config composed with the control plane's store %s has problems:\n%w", file.Control.Store, errs)
+		}
+	}
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	cp := &controlPlane{store: store, log: log}
+	cp.file.Store(file)
+	return cp, cfg, nil
+}
+
+// start serves /api/v1 for gateway g on [control] listen.
+func (cp *controlPlane) start(g *engine.Gateway) error {
+	c := cp.file.Load().Control
+	srv, err := control.NewServer(control.Options{
+		Store:      cp.store,
+		File:       cp.file.Load,
+		Apply:      g.Reload,
+		State:      g.State,
+		AdminToken: os.Getenv(c.AdminTokenEnv),
+		Listen:     c.Listen,
+		Logger:     cp.log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("cannot listen for the control plane on %s: %w", c.Listen, err)
+	}
+	cp.srv, cp.ln = srv, ln
+	cp.http = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	go func() {
+		if err := cp.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			cp.log.Error("control plane stopped", "err", err)
+		}
+	}()
+	cp.log.Info("control plane serving", "addr", ln.Addr().String(), "store", cp.store.Path())
+	return nil
+}
+
+// reload is SIGHUP with a control plane: the file is read again and composed with the store under the
+// server's lock, so it cannot race an API write.
+func (cp *controlPlane) reload(g *engine.Gateway, path string) {
+	file, err := engine.LoadConfig(path)
+	if err != nil {
+		g.RefuseReload(path, err)
+		return
+	}
+	prev := cp.file.Swap(file)
+	if err := cp.srv.Reload(); err != nil {
+		cp.file.Store(prev) // the running config is still the previous file's
+		cp.log.Error("config reload refused; the running config keeps serving", "error", err.Error())
+	}
+}
+
+// stop closes the listener and the store, after the gateway drained.
+func (cp *controlPlane) stop() {
+	if cp.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = cp.http.Shutdown(ctx)
+	}
+	if err := cp.store.Close(); err != nil {
+		cp.log.Error("cannot close the control plane's store", "err", err)
+	}
+}

@@ -1,0 +1,409 @@
+package control
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+
+	"github.com/rolter-ai/rolter/engine"
+)
+
+// openAPI is the API's OpenAPI 3.0 document, served as is at GET /api/v1/openapi.json. The tests validate
+// every response they receive against it (api_test.go).
+//
+//go:embed openapi.json
+var openAPI []byte
+
+// fileOrg is the reserved org id under which the providers and routes of rolter.toml are shown: read-only,
+// to the superadmin only. The store's org ids all start with "org_", so none is "file".
+const fileOrg = "file"
+
+// readOnlyFile is the answer to any write to an object of rolter.toml (issue 14).
+const readOnlyFile = "defined in rolter.toml: read-only; change the file and send SIGHUP"
+
+// Options configure a Server. Every field but Logger is required; AdminToken may be empty only when Listen
+// is a loopback address.
+type Options struct {
+	Store *Store
+	// File returns the live file config (valid, with its defaults set, as engine.ParseConfig returns it); it
+	// changes on SIGHUP, after which the caller calls Reload. The Server never modifies it.
+	File func() *engine.Config
+	// Apply makes a config serve (engine.Gateway.Reload): it returns after the new snapshot serves, or with
+	// the reason it refused the config, in which case the running config keeps serving.
+	Apply func(*engine.Config) error
+	// State returns the gateway's live state (engine.Gateway.State).
+	State func() engine.State
+	// AdminToken is the superadmin's bearer token. Empty: the control plane runs open (every caller without
+	// a token is the superadmin), which is refused unless Listen is a loopback address.
+	AdminToken string
+	// Listen is the address the control plane's listener binds (its host decides whether open mode is
+	// allowed); the Server does not listen itself.
+	Listen string
+	Logger *slog.Logger
+}
+
+// Server is the control plane's REST API under /api/v1 (issue 14; the contract is openapi.json). Every accepted change goes through one path: the candidate store state is
+// composed with the file config and validated by engine.ValidateConfig, written to the store, and applied
+// to the gateway; the answer is sent after the gateway serves it, and a change the gateway refuses is
+// taken back out of the store.
+//
+// Server is safe for concurrent use: reads go to the store concurrently, writes and reloads are serialised.
+type Server struct {
+	store *Store
+	file  func() *engine.Config
+	apply func(*engine.Config) error
+	state func() engine.State
+	log   *slog.Logger
+
+	admin  [32]byte // SHA-256 of the superadmin token: compared in constant time, whatever its length
+	open   bool     // no superadmin token: a caller without a token is the superadmin
+	pepper [32]byte // the store's: secrets are hashed as SHA-256(pepper || secret)
+
+	mux       *http.ServeMux
+	endpoints []endpoint
+
+	// mu serialises writes and reloads: a write validates, stores and applies against the state it read,
+	// with no other write between.
+	mu sync.Mutex
+}
+
+// NewServer returns the control plane for opts. It refuses an empty AdminToken unless opts.Listen is a
+// loopback address, and then logs at Warn that the control plane runs open.
+func NewServer(opts Options) (*Server, error) {
+	switch {
+	case opts.Store == nil:
+		return nil, errors.New("cannot create the control plane: no store")
+	case opts.File == nil || opts.Apply == nil || opts.State == nil:
+		return nil, errors.New("cannot create the control plane: File, Apply and State are required")
+	}
+	s := &Server{
+		store:  opts.Store,
+		file:   opts.File,
+		apply:  opts.Apply,
+		state:  opts.State,
+		log:    opts.Logger,
+		pepper: opts.Store.Pepper(),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("component", "control")
+	if opts.AdminToken == "" {
+		if !isLoopback(opts.Listen) {
+			return nil, fmt.Errorf("cannot start the control plane on %q without a superadmin token: set the environment variable named by [control] admin_token_env, or listen on a loopback address", opts.Listen)
+		}
+		s.open = true
+		s.log.Warn("the control plane runs open: no superadmin token is set, so every local caller without a token is the superadmin", "listen", opts.Listen)
+	} else {
+		s.admin = sha256.Sum256([]byte(opts.AdminToken))
+	}
+	s.routes()
+	return s, nil
+}
+
+// isLoopback reports whether the host of listen (host:port) is a loopback address: 127.0.0.0/8, ::1, or
+// "localhost" (RFC 6761, section 6.3). An empty host listens on every interface.
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}
+
+// Handler returns the API's handler: /api/v1/... only.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Reload composes the live file config with the store and applies it. The caller calls it at start and
+// after the file changed (SIGHUP); it returns every problem of the composed config, each named by where it
+// is (rolter.toml or an org's provider or route), or the reason the gateway refused it.
+func (s *Server) Reload() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applyLocked(context.Background())
+}
+
+// applyLocked composes the file config with the store as it is and applies it. s.mu is held.
+func (s *Server) applyLocked(ctx context.Context) error {
+	st, err := s.store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	cfg, o, err := Compose(s.file(), st)
+	if err != nil {
+		return fmt.Errorf("cannot compose the config: %w", err)
+	}
+	if errs := engine.ValidateConfig(cfg); len(errs) > 0 {
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = describe(e, o)
+		}
+		return fmt.Errorf("cannot apply the config of rolter.toml and the store: %s", strings.Join(msgs, "; "))
+	}
+	if err := s.apply(cfg); err != nil {
+		return err
+	}
+	return nil
+}
+
+// caller is who sent a request: the superadmin, or an org admin token.
+type caller struct {
+	super bool
+	org   string // the token's org; "" for the superadmin
+	actor string // as the audit log names it: "superadmin" or the token id
+}
+
+// access says who may call an endpoint.
+type access int
+
+const (
+	public    access = iota // no token needed
+	anyone                  // any valid token; the handler shows an org token only its org
+	orgScoped               // the superadmin, or a token of the org named by the {org} path value
+	superOnly               // the superadmin only (an org token gets 403)
+)
+
+// endpoint is one operation of the API; openapi.json documents each (TestAPIDocument checks both ways).
+type endpoint struct {
+	method, path string
+	access       access
+	handle       func(w http.ResponseWriter, r *http.Request, c *caller) error
+}
+
+// routes registers every endpoint, and a fallback that answers unknown paths 404 and known paths with
+// another method 405, in the API's error shape.
+func (s *Server) routes() {
+	s.endpoints = []endpoint{
+		{"GET", "/api/v1/openapi.json", public, s.getOpenAPI},
+		{"GET", "/api/v1/state", anyone, s.getState},
+		{"GET", "/api/v1/audit", superOnly, s.getAudit},
+		{"GET", "/api/v1/orgs", anyone, s.listOrgs},
+		{"POST", "/api/v1/orgs", superOnly, s.createOrg},
+		{"GET", "/api/v1/orgs/{org}", orgScoped, s.getOrg},
+		{"DELETE", "/api/v1/orgs/{org}", superOnly, s.deleteOrg},
+		{"GET", "/api/v1/orgs/{org}/providers", orgScoped, s.listObjects(providerKind)},
+		{"POST", "/api/v1/orgs/{org}/providers", orgScoped, s.createObject(providerKind)},
+		{"GET", "/api/v1/orgs/{org}/providers/{name}", orgScoped, s.getObject(providerKind)},
+		{"PUT", "/api/v1/orgs/{org}/providers/{name}", orgScoped, s.putObject(providerKind)},
+		{"DELETE", "/api/v1/orgs/{org}/providers/{name}", orgScoped, s.deleteObject(providerKind)},
+		{"GET", "/api/v1/orgs/{org}/routes", orgScoped, s.listObjects(routeKind)},
+		{"POST", "/api/v1/orgs/{org}/routes", orgScoped, s.createObject(routeKind)},
+		{"GET", "/api/v1/orgs/{org}/routes/{model}", orgScoped, s.getObject(routeKind)},
+		{"PUT", "/api/v1/orgs/{org}/routes/{model}", orgScoped, s.putObject(routeKind)},
+		{"DELETE", "/api/v1/orgs/{org}/routes/{model}", orgScoped, s.deleteObject(routeKind)},
+		{"GET", "/api/v1/orgs/{org}/keys", orgScoped, s.listCredentials(keyCredentials)},
+		{"POST", "/api/v1/orgs/{org}/keys", orgScoped, s.createCredential(keyCredentials)},
+		{"DELETE", "/api/v1/orgs/{org}/keys/{id}", orgScoped, s.revokeCredential(keyCredentials)},
+		{"GET", "/api/v1/orgs/{org}/tokens", superOnly, s.listCredentials(tokenCredentials)},
+		{"POST", "/api/v1/orgs/{org}/tokens", superOnly, s.createCredential(tokenCredentials)},
+		{"DELETE", "/api/v1/orgs/{org}/tokens/{id}", superOnly, s.revokeCredential(tokenCredentials)},
+		{"GET", "/api/v1/orgs/{org}/audit", orgScoped, s.getOrgAudit},
+	}
+	s.mux = http.NewServeMux()
+	for _, e := range s.endpoints {
+		s.mux.Handle(e.method+" "+e.path, s.wrap(e))
+	}
+	s.mux.HandleFunc("/", s.fallback)
+}
+
+// wrap authenticates and authorises a request for e, runs its handler and writes the error it returns.
+func (s *Server) wrap(e endpoint) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Answers may carry secrets (a new key) and always carry state that changes: never cached.
+		w.Header().Set("Cache-Control", "no-store")
+		c := &caller{super: true, actor: "superadmin"}
+		if e.access != public {
+			var err error
+			if c, err = s.authenticate(r); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
+		switch {
+		case e.access == superOnly && !c.super:
+			s.writeError(w, r, errorf(http.StatusForbidden, "forbidden", "this endpoint is for the superadmin only"))
+			return
+		case e.access == orgScoped && !c.super && r.PathValue("org") != c.org:
+			// Another org's id is answered as if it did not exist: a token learns nothing about other orgs.
+			s.writeError(w, r, errOrgNotFound(r.PathValue("org")))
+			return
+		}
+		if err := e.handle(w, r, c); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// authenticate finds the caller of r from its Authorization header (RFC 6750 "Bearer <token>"): the
+// superadmin token, compared in constant time, or an org admin token, found by its keyed hash.
+func (s *Server) authenticate(r *http.Request) (*caller, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		if s.open {
+			return &caller{super: true, actor: "superadmin"}, nil
+		}
+		return nil, errorf(http.StatusUnauthorized, "unauthorized", "missing Authorization: Bearer <token>")
+	}
+	scheme, token, ok := strings.Cut(h, " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
+		return nil, errorf(http.StatusUnauthorized, "unauthorized", "the Authorization header is not Bearer <token>")
+	}
+	if !s.open {
+		sum := sha256.Sum256([]byte(token))
+		if subtle.ConstantTimeCompare(sum[:], s.admin[:]) == 1 {
+			return &caller{super: true, actor: "superadmin"}, nil
+		}
+	}
+	org, id, found, err := s.store.TokenByHash(r.Context(), s.secretHash(token))
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, errorf(http.StatusUnauthorized, "unauthorized", "invalid or revoked token")
+	}
+	return &caller{org: org, actor: id}, nil
+}
+
+// secretHash is the keyed hash a key or token is stored and looked up by: SHA-256(pepper || secret).
+func (s *Server) secretHash(secret string) [32]byte {
+	b := make([]byte, 0, len(s.pepper)+len(secret))
+	return sha256.Sum256(append(append(b, s.pepper[:]...), secret...))
+}
+
+// fallback answers what no endpoint matched: 405 when the path is an endpoint's with another method, else
+// 404.
+func (s *Server) fallback(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "/" && pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		s.writeError(w, r, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method %s is not allowed here; allowed: %s", r.Method, strings.Join(allow, ", ")))
+		return
+	}
+	s.writeError(w, r, errorf(http.StatusNotFound, "not_found", "no API endpoint at %s", r.URL.Path))
+}
+
+func (s *Server) getOpenAPI(w http.ResponseWriter, r *http.Request, _ *caller) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(openAPI)
+	return nil
+}
+
+// apiError is an answer other than 2xx, in the shape of openapi.json's Error:
+// {"error":{"message","type","code","fields","problems"}}.
+type apiError struct {
+	status   int
+	code     string
+	msg      string
+	fields   []FieldError // the fields of the object written that are wrong (400)
+	problems []string     // problems of other objects the change would cause (409)
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+func errOrgNotFound(org string) *apiError {
+	return errorf(http.StatusNotFound, "not_found", "org %q not found", org)
+}
+
+// errorType is OpenAI's error type for a status (engine/errors.go uses the same names).
+func errorType(status int) string {
+	switch status {
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	}
+	if status >= 500 {
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+// storeError turns an error of the store into the API's: not found, conflict, invalid; anything else is a
+// failure of the store itself (500).
+func storeError(err error) error {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, ErrNotFound):
+		return errorf(http.StatusNotFound, "not_found", "%s", err)
+	case errors.Is(err, ErrConflict):
+		return errorf(http.StatusConflict, "conflict", "%s", err)
+	case errors.Is(err, ErrInvalid):
+		return errorf(http.StatusBadRequest, "invalid_config", "%s", err)
+	}
+	return err
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	if !errors.As(storeError(err), &ae) {
+		s.log.Error("control plane request failed", "method", r.Method, "path", r.URL.Path, "error", err.Error())
+		ae = errorf(http.StatusInternalServerError, "internal_error", "internal error; the control plane's log has the cause")
+	}
+	if ae.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="rolter"`)
+	}
+	type body struct {
+		Message  string       `json:"message"`
+		Type     string       `json:"type"`
+		Code     string       `json:"code"`
+		Fields   []FieldError `json:"fields,omitempty"`
+		Problems []string     `json:"problems,omitempty"`
+	}
+	writeJSON(w, ae.status, struct {
+		Error body `json:"error"`
+	}{body{ae.msg, errorType(ae.status), ae.code, ae.fields, ae.problems}})
+}
+
+// writeJSON writes v as the JSON body of a status answer.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("BUG: cannot encode an API answer: " + err.Error())
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// list is the shape of every list answer.
+type list[T any] struct {
+	Data []T `json:"data"`
+}
+
+func listOf[T any](items []T) list[T] {
+	if items == nil {
+		items = []T{}
+	}
+	return list[T]{Data: items}
+}

@@ -1,0 +1,572 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rolter-ai/rolter/engine"
+)
+
+// objectKind is what the providers and routes endpoints share: both are versioned config objects of an
+// org, kept in the store as JSON and validated as part of the composed config.
+type objectKind struct {
+	plural string // "providers", "routes": the path segment, and the composed config's key (FieldErrors)
+	object string // "provider", "route"
+	key    string // "name", "model": the JSON field and path value naming one
+
+	// find returns org's stored object name in st, or ok false; a route is found whatever its org (owner
+	// may be another): the public model names are one namespace.
+	find func(st *State, org, name string) (owner string, config []byte, version int64, ok bool)
+	// with returns a copy of st where org's object name has config (nil: it is gone).
+	with func(st *State, org, name string, config []byte) *State
+	// decode decodes a request body strictly and returns the name it gives ("" if none) and the config to
+	// store: the body without the name.
+	decode func(body []byte) (name string, config []byte, err error)
+	// view returns the object as the API shows it: the config as the gateway runs it (defaults filled).
+	view func(org, name string, config []byte) (any, error)
+	// fileObjects returns the objects of rolter.toml, as the API shows them.
+	fileObjects func(file *engine.Config) []fileObject
+
+	// The store's methods (a method expression: the store first).
+	put    func(s *Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (bool, int64, error)
+	create func(s *Store, ctx context.Context, actor, org, name string, config []byte) error
+	del    func(s *Store, ctx context.Context, actor, org, name string, expect int64) error
+	list   func(s *Store, ctx context.Context, org string) ([]storedObject, error)
+	get    func(s *Store, ctx context.Context, org, name string) (storedObject, error)
+}
+
+// storedObject is a provider or route as read from the store.
+type storedObject struct {
+	name             string
+	config           []byte
+	version          int64
+	created, updated time.Time
+}
+
+// fileObject is a provider or route of rolter.toml.
+type fileObject struct {
+	name string
+	view any
+}
+
+// meta are the fields the control plane adds to an object's config in its answers (openapi.json's
+// Provider and Route).
+type meta struct {
+	Org     string `json:"org"`
+	Version int64  `json:"version,omitempty"` // absent for the objects of rolter.toml
+	Created string `json:"created,omitempty"`
+	Updated string `json:"updated,omitempty"`
+}
+
+type providerView struct {
+	engine.ProviderConfig
+	meta
+}
+
+type routeView struct {
+	engine.RouteConfig
+	meta
+}
+
+// readOnlyFields are the fields of meta: shown, never taken.
+var readOnlyFields = []string{"org", "version", "created", "updated"}
+
+var providerKind = &objectKind{
+	plural: "providers", object: "provider", key: "name",
+	find: func(st *State, org, name string) (string, []byte, int64, bool) {
+		for _, p := range st.Providers {
+			if p.OrgID == org && p.Name == name {
+				return p.OrgID, p.Config, p.Version, true
+			}
+		}
+		return "", nil, 0, false
+	},
+	with: func(st *State, org, name string, config []byte) *State {
+		next := *st
+		next.Providers = slices.DeleteFunc(slices.Clone(st.Providers), func(p Provider) bool { return p.OrgID == org && p.Name == name })
+		if config != nil {
+			next.Providers = append(next.Providers, Provider{OrgID: org, Name: name, Config: config})
+		}
+		return &next
+	},
+	decode: func(body []byte) (string, []byte, error) {
+		var pc engine.ProviderConfig
+		if err := decodeObject(body, &pc, readOnlyFields...); err != nil {
+			return "", nil, err
+		}
+		config, err := withoutField(body, "name")
+		return pc.Name, config, err
+	},
+	view: func(org, name string, config []byte) (any, error) {
+		var pc engine.ProviderConfig
+		if err := decodeStrict(config, &pc); err != nil {
+			return nil, fmt.Errorf("cannot decode provider %q of org %q from the store: %w", name, org, err)
+		}
+		pc.Name = name
+		// The defaults are the engine's, set where it sets them for the file (engine.ValidateConfig); the
+		// problems of this lone provider are not looked at: it passed them, composed, when it was written.
+		cfg := engine.Config{Providers: []engine.ProviderConfig{pc}}
+		engine.ValidateConfig(&cfg)
+		return providerView{ProviderConfig: cfg.Providers[0]}, nil
+	},
+	fileObjects: func(file *engine.Config) []fileObject {
+		out := make([]fileObject, len(file.Providers))
+		for i, p := range file.Providers {
+			out[i] = fileObject{name: p.Name, view: providerView{ProviderConfig: p, meta: meta{Org: fileOrg}}}
+		}
+		return out
+	},
+	put:    (*Store).PutProvider,
+	create: (*Store).CreateProvider,
+	del:    (*Store).DeleteProvider,
+	list: func(s *Store, ctx context.Context, org string) ([]storedObject, error) {
+		ps, err := s.ListProviders(ctx, org)
+		out := make([]storedObject, len(ps))
+		for i, p := range ps {
+			out[i] = storedObject{p.Name, p.Config, p.Version, p.Created, p.Updated}
+		}
+		return out, err
+	},
+	get: func(s *Store, ctx context.Context, org, name string) (storedObject, error) {
+		p, err := s.GetProvider(ctx, org, name)
+		return storedObject{p.Name, p.Config, p.Version, p.Created, p.Updated}, err
+	},
+}
+
+var routeKind = &objectKind{
+	plural: "routes", object: "route", key: "model",
+	find: func(st *State, _, model string) (string, []byte, int64, bool) {
+		for _, r := range st.Routes {
+			if r.Model == model {
+				return r.OrgID, r.Config, r.Version, true
+			}
+		}
+		return "", nil, 0, false
+	},
+	with: func(st *State, org, model string, config []byte) *State {
+		next := *st
+		next.Routes = slices.DeleteFunc(slices.Clone(st.Routes), func(r Route) bool { return r.Model == model })
+		if config != nil {
+			next.Routes = append(next.Routes, Route{OrgID: org, Model: model, Config: config})
+		}
+		return &next
+	},
+	decode: func(body []byte) (string, []byte, error) {
+		var rc engine.RouteConfig
+		if err := decodeObject(body, &rc, readOnlyFields...); err != nil {
+			return "", nil, err
+		}
+		config, err := withoutField(body, "model")
+		return rc.Model, config, err
+	},
+	view: func(org, model string, config []byte) (any, error) {
+		var rc engine.RouteConfig
+		if err := decodeStrict(config, &rc); err != nil {
+			return nil, fmt.Errorf("cannot decode route %q of org %q from the store: %w", model, org, err)
+		}
+		rc.Model = model
+		cfg := engine.Config{Routes: []engine.RouteConfig{rc}} // defaults, as for providers
+		engine.ValidateConfig(&cfg)
+		return routeView{RouteConfig: cfg.Routes[0]}, nil
+	},
+	fileObjects: func(file *engine.Config) []fileObject {
+		out := make([]fileObject, len(file.Routes))
+		for i, r := range file.Routes {
+			out[i] = fileObject{name: r.Model, view: routeView{RouteConfig: r, meta: meta{Org: fileOrg}}}
+		}
+		return out
+	},
+	put:    (*Store).PutRoute,
+	create: (*Store).CreateRoute,
+	del:    (*Store).DeleteRoute,
+	list: func(s *Store, ctx context.Context, org string) ([]storedObject, error) {
+		rs, err := s.ListRoutes(ctx, org)
+		out := make([]storedObject, len(rs))
+		for i, r := range rs {
+			out[i] = storedObject{r.Model, r.Config, r.Version, r.Created, r.Updated}
+		}
+		return out, err
+	},
+	get: func(s *Store, ctx context.Context, org, model string) (storedObject, error) {
+		r, err := s.GetRoute(ctx, org, model)
+		return storedObject{r.Model, r.Config, r.Version, r.Created, r.Updated}, err
+	},
+}
+
+// withoutField returns body, a JSON object, compacted without its field name (the object's name is its
+// key in the store, not part of its config).
+func withoutField(body []byte, name string) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("BUG: a checked body does not decode: %w", err)
+	}
+	delete(m, name)
+	return json.Marshal(m) // sorted keys, compact values
+}
+
+// objectView is a stored object as the API shows it.
+func objectView(k *objectKind, org string, o storedObject) (any, error) {
+	v, err := k.view(org, o.name, o.config)
+	if err != nil {
+		return nil, err
+	}
+	m := meta{Org: org, Version: o.version, Created: timestamp(o.created), Updated: timestamp(o.updated)}
+	switch v := v.(type) {
+	case providerView:
+		v.meta = m
+		return v, nil
+	case routeView:
+		v.meta = m
+		return v, nil
+	}
+	panic(fmt.Sprintf("BUG: unknown view %T", v))
+}
+
+// timestamp formats a store time as RFC 3339 (with milliseconds when it has them).
+func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// etag is the entity tag of an object's version (RFC 9110, section 8.8.3): If-Match takes it back.
+func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
+
+// precondition is an If-Match header: the version a write expects (RFC 9110, section 13.1.1).
+type precondition struct {
+	version int64 // > 0: exactly this version
+	exists  bool  // "*": any version, but it must exist
+}
+
+func parseIfMatch(r *http.Request) (precondition, error) {
+	h := strings.TrimSpace(r.Header.Get("If-Match"))
+	if h == "" {
+		return precondition{}, nil
+	}
+	if h == "*" {
+		return precondition{exists: true}, nil
+	}
+	if v, ok := strings.CutPrefix(h, `"`); ok {
+		if v, ok := strings.CutSuffix(v, `"`); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+				return precondition{version: n}, nil
+			}
+		}
+	}
+	return precondition{}, errorf(http.StatusBadRequest, "invalid_request", `cannot use If-Match %q: want an ETag this API gave, "<version>", or *`, h)
+}
+
+// check returns the conflict of a write with precondition p, given whether the object exists and its
+// version.
+func (p precondition) check(what string, exists bool, version int64) error {
+	switch {
+	case p.version > 0 && !exists:
+		return errorf(http.StatusConflict, "conflict", "%s: expected version %d, but it does not exist", what, p.version)
+	case p.version > 0 && p.version != version:
+		return errorf(http.StatusConflict, "conflict", "%s: expected version %d, the stored version is %d", what, p.version, version)
+	case p.exists && !exists:
+		return errorf(http.StatusConflict, "conflict", "%s: If-Match * but it does not exist", what)
+	}
+	return nil
+}
+
+func (s *Server) listObjects(k *objectKind) func(http.ResponseWriter, *http.Request, *caller) error {
+	return func(w http.ResponseWriter, r *http.Request, c *caller) error {
+		org := r.PathValue("org")
+		var out []any
+		if org == fileOrg {
+			for _, o := range k.fileObjects(s.file()) {
+				out = append(out, o.view)
+			}
+			writeJSON(w, http.StatusOK, listOf(out))
+			return nil
+		}
+		objs, err := k.list(s.store, r.Context(), org)
+		if errors.Is(err, ErrNotFound) {
+			return errOrgNotFound(org)
+		}
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			v, err := objectView(k, org, o)
+			if err != nil {
+				return err
+			}
+			out = append(out, v)
+		}
+		writeJSON(w, http.StatusOK, listOf(out))
+		return nil
+	}
+}
+
+func (s *Server) getObject(k *objectKind) func(http.ResponseWriter, *http.Request, *caller) error {
+	return func(w http.ResponseWriter, r *http.Request, c *caller) error {
+		org, name := r.PathValue("org"), r.PathValue(k.key)
+		if org == fileOrg {
+			for _, o := range k.fileObjects(s.file()) {
+				if o.name == name {
+					writeJSON(w, http.StatusOK, o.view)
+					return nil
+				}
+			}
+			return errorf(http.StatusNotFound, "not_found", "rolter.toml has no %s %q", k.object, name)
+		}
+		o, err := k.get(s.store, r.Context(), org, name)
+		if errors.Is(err, ErrNotFound) {
+			if err := s.orgExists(r.Context(), org); err != nil {
+				return err
+			}
+			return errorf(http.StatusNotFound, "not_found", "org %q has no %s %q", org, k.object, name)
+		}
+		if err != nil {
+			return err
+		}
+		v, err := objectView(k, org, o)
+		if err != nil {
+			return err
+		}
+		w.Header().Set("ETag", etag(o.version))
+		writeJSON(w, http.StatusOK, v)
+		return nil
+	}
+}
+
+// createObject is POST .../providers and .../routes: the body names the object; one that exists is 409.
+func (s *Server) createObject(k *objectKind) func(http.ResponseWriter, *http.Request, *caller) error {
+	return func(w http.ResponseWriter, r *http.Request, c *caller) error {
+		org := r.PathValue("org")
+		if org == fileOrg {
+			return errorf(http.StatusConflict, "conflict", "%s", readOnlyFile)
+		}
+		body, err := readBody(w, r)
+		if err != nil {
+			return err
+		}
+		name, config, err := k.decode(body)
+		if err != nil {
+			return err
+		}
+		if name == "" {
+			return fieldError(k.key, missingName(k))
+		}
+		return s.writeObject(w, r, c, k, org, name, config, precondition{}, true)
+	}
+}
+
+// putObject is PUT .../providers/{name} and .../routes/{model}: create or replace, or with If-Match
+// replace only that version.
+func (s *Server) putObject(k *objectKind) func(http.ResponseWriter, *http.Request, *caller) error {
+	return func(w http.ResponseWriter, r *http.Request, c *caller) error {
+		org, name := r.PathValue("org"), r.PathValue(k.key)
+		if org == fileOrg {
+			return errorf(http.StatusConflict, "conflict", "%s", readOnlyFile)
+		}
+		cond, err := parseIfMatch(r)
+		if err != nil {
+			return err
+		}
+		body, err := readBody(w, r)
+		if err != nil {
+			return err
+		}
+		bodyName, config, err := k.decode(body)
+		if err != nil {
+			return err
+		}
+		if bodyName != "" && bodyName != name {
+			return fieldError(k.key, fmt.Sprintf("%q differs from the %s in the path, %q: a %s is renamed by creating the new one and deleting the old", bodyName, k.key, name, k.object))
+		}
+		return s.writeObject(w, r, c, k, org, name, config, cond, false)
+	}
+}
+
+func (s *Server) deleteObject(k *objectKind) func(http.ResponseWriter, *http.Request, *caller) error {
+	return func(w http.ResponseWriter, r *http.Request, c *caller) error {
+		org, name := r.PathValue("org"), r.PathValue(k.key)
+		if org == fileOrg {
+			return errorf(http.StatusConflict, "conflict", "%s", readOnlyFile)
+		}
+		cond, err := parseIfMatch(r)
+		if err != nil {
+			return err
+		}
+		return s.writeObject(w, r, c, k, org, name, nil, cond, false)
+	}
+}
+
+// missingName is the engine's message for an object without its name (one validation path).
+func missingName(k *objectKind) string {
+	if k == routeKind {
+		return "missing public model name"
+	}
+	return "missing provider name"
+}
+
+func fieldError(field, msg string) *apiError {
+	e := errorf(http.StatusBadRequest, "invalid_config", "%s: %s", field, msg)
+	e.fields = []FieldError{{Field: field, Message: msg}}
+	return e
+}
+
+// writeObject creates, replaces (config != nil) or deletes (config nil) org's object name, the one way
+// every change of a provider or route takes: under s.mu, check the change against the store as it is and
+// the live file config (400 for problems of the object, 409 for problems it causes elsewhere), write the
+// store, apply; if the gateway refuses, put the store back and answer 422. The answer is written after the
+// gateway serves the change.
+func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, k *objectKind, org, name string, config []byte, cond precondition, createOnly bool) error {
+	if config != nil {
+		if err := checkName(k.object+" "+k.key, name, maxNameLen); err != nil {
+			return fieldError(k.key, strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "))
+		}
+	}
+	// A write that has begun is finished whatever the client does: the store and the gateway must agree.
+	ctx := context.WithoutCancel(r.Context())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, err := s.store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(st.Orgs, func(o Org) bool { return o.ID == org }) {
+		return errOrgNotFound(org)
+	}
+	file := s.file()
+	what := fmt.Sprintf("%s %q", k.object, name)
+	if k == routeKind && slices.ContainsFunc(file.Routes, func(rc engine.RouteConfig) bool { return rc.Model == name }) {
+		return errorf(http.StatusConflict, "conflict", "model %q is routed by rolter.toml: the public model names are one namespace", name)
+	}
+	owner, prev, version, exists := k.find(st, org, name)
+	switch {
+	case exists && owner != org:
+		// As the store says it: that the model is taken, not by whom.
+		return errorf(http.StatusConflict, "conflict", "model %q is used by another org", name)
+	case config == nil && !exists && cond == precondition{}:
+		return errorf(http.StatusNotFound, "not_found", "org %q has no %s", org, what)
+	case createOnly && exists:
+		return errorf(http.StatusConflict, "conflict", "%s exists (version %d): replace it with PUT", what, version)
+	}
+	if err := cond.check(what, exists, version); err != nil {
+		return err
+	}
+	if err := s.checkChange(file, st, k.with(st, org, name, config), k.plural, org, name); err != nil {
+		return err
+	}
+
+	var created bool
+	switch {
+	case config == nil:
+		err = k.del(s.store, ctx, c.actor, org, name, version)
+	case createOnly:
+		created, version, err = true, 1, k.create(s.store, ctx, c.actor, org, name, config)
+	default:
+		// The version read under s.mu: another process writing the store meanwhile is a conflict.
+		created, version, err = k.put(s.store, ctx, c.actor, org, name, config, version)
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.applyLocked(ctx); err != nil {
+		var undo error
+		switch {
+		case config == nil:
+			_, _, undo = k.put(s.store, ctx, c.actor, org, name, prev, 0)
+		case created:
+			undo = k.del(s.store, ctx, c.actor, org, name, version)
+		default:
+			_, _, undo = k.put(s.store, ctx, c.actor, org, name, prev, version)
+		}
+		return s.applyFailed(org, err, undo)
+	}
+	action := "replace"
+	switch {
+	case config == nil:
+		action = "delete"
+	case created:
+		action = "create"
+	}
+	s.log.Info("control plane change", "actor", c.actor, "action", action, "object", k.object, "org", org, "name", name, "version", version)
+	if config == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	o, err := k.get(s.store, ctx, org, name)
+	if err != nil {
+		return err
+	}
+	v, err := objectView(k, org, o)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("ETag", etag(o.version))
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/api/v1/orgs/"+url.PathEscape(org)+"/"+k.plural+"/"+url.PathEscape(name))
+	}
+	writeJSON(w, status, v)
+	return nil
+}
+
+// applyFailed is the answer to a change the gateway refused to apply (422). undo is the error of taking it
+// back out of the store.
+func (s *Server) applyFailed(org string, err, undo error) error {
+	reason := orgMessage(err.Error(), org)
+	s.log.Error("a control plane change was refused by the gateway", "org", org, "error", err.Error())
+	if undo != nil {
+		s.log.Error("cannot take a refused change back out of the store", "org", org, "error", undo.Error())
+		return errorf(http.StatusUnprocessableEntity, "apply_failed", "the gateway refused the change: %s; and it could not be taken back out of the store (%s): the store now differs from what serves", reason, undo)
+	}
+	return errorf(http.StatusUnprocessableEntity, "apply_failed", "the gateway refused the change: %s; the store was put back and the running config keeps serving", reason)
+}
+
+// checkChange validates next, the store state st with one change applied, composed with the file config
+// as the gateway will run it. Problems of the object written (kind, org, name) are its fields (400);
+// problems of other objects that st did not have are what the change breaks (409). Problems st has already
+// are not the change's doing and do not refuse it.
+func (s *Server) checkChange(file *engine.Config, st, next *State, kind, org, name string) error {
+	_, before, err := problems(file, st, kind, org, name)
+	if err != nil {
+		return err
+	}
+	own, after, err := problems(file, next, kind, org, name)
+	if err != nil {
+		return err
+	}
+	if len(own) > 0 {
+		msgs := make([]string, len(own))
+		for i, f := range own {
+			msgs[i] = f.Field + ": " + f.Message
+		}
+		e := errorf(http.StatusBadRequest, "invalid_config", "%s", strings.Join(msgs, "; "))
+		e.fields = own
+		return e
+	}
+	var caused []string
+	for _, p := range after {
+		if !slices.Contains(before, p) {
+			caused = append(caused, p)
+		}
+	}
+	if len(caused) > 0 {
+		e := errorf(http.StatusConflict, "conflict", "the change would break other objects: %s", strings.Join(caused, "; "))
+		e.problems = caused
+		return e
+	}
+	return nil
+}
+
+// problems composes st with file, validates it, and splits the problems into those of the object (kind,
+// org, name) and the others.
+func problems(file *engine.Config, st *State, kind, org, name string) ([]FieldError, []string, error) {
+	cfg, o, err := Compose(file, st)
+	if err != nil {
+		return nil, nil, err
+	}
+	own, other := FieldErrors(engine.ValidateConfig(cfg), o, kind, org, name)
+	return own, other, nil
+}
