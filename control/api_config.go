@@ -111,10 +111,9 @@ var providerKind = &objectKind{
 			return nil, fmt.Errorf("cannot decode provider %q of org %q from the store: %w", name, org, err)
 		}
 		pc.Name = name
-		// The defaults are the engine's, set where it sets them for the file (engine.ValidateConfig); the
-		// problems of this lone provider are not looked at: it passed them, composed, when it was written.
+		// The defaults are the engine's, set as it sets them for the file.
 		cfg := engine.Config{Providers: []engine.ProviderConfig{pc}}
-		engine.ValidateConfig(&cfg)
+		cfg.SetDefaults()
 		return providerView{ProviderConfig: cfg.Providers[0]}, nil
 	},
 	fileObjects: func(file *engine.Config) []fileObject {
@@ -174,7 +173,7 @@ var routeKind = &objectKind{
 		}
 		rc.Model = model
 		cfg := engine.Config{Routes: []engine.RouteConfig{rc}} // defaults, as for providers
-		engine.ValidateConfig(&cfg)
+		cfg.SetDefaults()
 		return routeView{RouteConfig: cfg.Routes[0]}, nil
 	},
 	fileObjects: func(file *engine.Config) []fileObject {

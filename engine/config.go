@@ -22,7 +22,7 @@ import (
 
 // Config is the decoded rolter.toml. Field names are the TOML keys (configs/rolter.example.toml). The
 // section defaults are DefaultConfig, which decoding starts from; the defaults of the keys inside arrays of
-// tables are set by setDefaults, before validation. A Config returned by ParseConfig is complete and valid.
+// tables are set by SetDefaults, before validation. A Config returned by ParseConfig is complete and valid.
 type Config struct {
 	Server        ServerConfig     `toml:"server" json:"server"`
 	Providers     []ProviderConfig `toml:"providers" json:"providers"`
@@ -230,7 +230,7 @@ type QueueConfig struct {
 
 // DefaultConfig returns a config with every section default (configs/rolter.example.toml lists them) and no
 // providers or routes. TOML decoding starts from it, so a key a file leaves out keeps its default; the
-// defaults of the keys inside arrays of tables ([[providers]], [[routes]]) are filled by setDefaults.
+// defaults of the keys inside arrays of tables ([[providers]], [[routes]]) are filled by SetDefaults.
 func DefaultConfig() *Config {
 	return &Config{
 		Server: ServerConfig{
@@ -265,7 +265,7 @@ func DefaultConfig() *Config {
 // Provider kinds.
 const kindOpenAICompatible = "openai_compatible"
 
-// Defaults of the keys inside arrays of tables, filled by setDefaults (configs/rolter.example.toml lists
+// Defaults of the keys inside arrays of tables, filled by SetDefaults (configs/rolter.example.toml lists
 // them too). A target's model defaults to its route's model.
 const (
 	defaultProviderMaxConns   = 1024
@@ -278,11 +278,11 @@ const (
 	defaultTargetWeight       = 1.0
 )
 
-// setDefaults fills every default cfg lacks; validation runs after it and only checks. The sections start
+// SetDefaults fills every default cfg lacks; validation runs after it and only checks. The sections start
 // complete (decoding starts from DefaultConfig); an element of [[providers]] or [[routes]] starts from zero
 // and gets its defaults here. Only zero values are filled, so setting the defaults of a config that has
 // them changes nothing: Gateway.Reload sets them again on a config ParseConfig returned.
-func (cfg *Config) setDefaults() {
+func (cfg *Config) SetDefaults() {
 	for i := range cfg.Providers {
 		p := &cfg.Providers[i]
 		if p.Kind == "" {
@@ -404,7 +404,7 @@ func ParseConfig(data []byte, file string) (*Config, error) {
 		seen[plain]++
 		v.errs = append(v.errs, &ConfigError{File: file, Line: line, Key: plain, Msg: "unknown key"})
 	}
-	cfg.setDefaults()
+	cfg.SetDefaults()
 	v.validate(cfg)
 	if len(v.errs) > 0 {
 		return nil, v.errs
@@ -422,7 +422,7 @@ func ValidateConfig(cfg *Config) ConfigErrors { return validateConfig(cfg) }
 // file are unknown.
 func validateConfig(cfg *Config) ConfigErrors {
 	v := &validator{file: cfg.File}
-	cfg.setDefaults()
+	cfg.SetDefaults()
 	v.validate(cfg)
 	return v.errs
 }
@@ -441,7 +441,7 @@ func (v *validator) addf(key, format string, args ...any) {
 	v.errs = append(v.errs, &ConfigError{File: v.file, Line: v.lines.lineOf(key), Key: key, Msg: fmt.Sprintf(format, args...)})
 }
 
-// validate checks cfg, whose defaults are set (setDefaults).
+// validate checks cfg, whose defaults are set (SetDefaults).
 func (v *validator) validate(cfg *Config) {
 	v.server(&cfg.Server)
 	v.policy = v.egress(&cfg.Egress)

@@ -9,7 +9,7 @@ import (
 
 // Effective returns a copy of cfg (a validated config) with every default written out, the strategy
 // parameters included: what the gateway actually runs with. The section and per-element defaults are in cfg
-// already (DefaultConfig, setDefaults); the strategy parameters are not, because an unset max_trie_nodes or
+// already (DefaultConfig, SetDefaults); the strategy parameters are not, because an unset max_trie_nodes or
 // max_trie_bytes is a share of server.routing_memory_bytes that changes with the routes, so they are
 // written out here. cfg is not changed.
 func (cfg *Config) Effective() *Config {
