@@ -36,6 +36,7 @@ type Config struct {
 	Queue         QueueConfig      `toml:"queue" json:"queue"`
 	Egress        egress.Config    `toml:"egress" json:"egress"`
 	Control       ControlConfig    `toml:"control" json:"control"`
+	Docs          DocsConfig       `toml:"docs" json:"docs"`
 
 	// File is the path the config was read from ("" for in-memory configs); used in error messages.
 	File string `toml:"-" json:"-"`
@@ -83,6 +84,12 @@ type ControlConfig struct {
 	Listen        string `toml:"listen" json:"listen"`
 	Store         string `toml:"store" json:"store"`
 	AdminTokenEnv string `toml:"admin_token_env" json:"admin_token_env"`
+}
+
+// DocsConfig is [docs]: where the product's documentation is served, for the dashboard's links ("" =
+// no links).
+type DocsConfig struct {
+	BaseURL string `toml:"base_url" json:"base_url"`
 }
 
 // ProviderConfig is one upstream engine (a vLLM or SGLang server, or any OpenAI-compatible API).
@@ -455,6 +462,11 @@ func (v *validator) validate(cfg *Config) {
 	v.timeouts(&cfg.Timeouts)
 	v.queue(&cfg.Queue)
 	v.control(&cfg.Control)
+	if b := cfg.Docs.BaseURL; b != "" {
+		if err := checkHTTPURL(b); err != nil {
+			v.addf("docs.base_url", "%s", err)
+		}
+	}
 }
 
 // control checks [control].

@@ -28,6 +28,9 @@ type TargetState struct {
 	Model    string  `json:"model"`
 	Weight   float64 `json:"weight"`
 	Inflight int64   `json:"inflight"`
+	// Requests counts the requests the target finished, since the route's series began (a dashboard
+	// plots its rate).
+	Requests uint64 `json:"requests"`
 	// EngineRunning and EngineWaiting are the engine's own queue from its /metrics ([metrics_scrape]);
 	// absent when unknown or stale.
 	EngineRunning *int64 `json:"engine_running,omitempty"`
@@ -58,7 +61,7 @@ func (g *Gateway) State() State {
 		}
 		for i, t := range r.Targets {
 			p := t.Provider
-			ts := TargetState{Provider: p.Name, Model: t.Model, Weight: t.Weight, Inflight: p.Inflight()}
+			ts := TargetState{Provider: p.Name, Model: t.Model, Weight: t.Weight, Inflight: p.Inflight(), Requests: t.m.Requests()}
 			ts.Eligible, ts.Why = p.health.status(now)
 			if p.engineQueue != nil {
 				if run, wait, ok := p.engineQueue(); ok {

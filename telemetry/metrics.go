@@ -302,6 +302,15 @@ func (s *Set) NewTargetMetrics(route, target string, failKinds []string) *Target
 // Request counts one finished request with its final status.
 func (m *TargetMetrics) Request(code int) { m.requests.Inc(statusSlot(code)) }
 
+// Requests returns the finished requests so far, all statuses together.
+func (m *TargetMetrics) Requests() uint64 {
+	var n uint64
+	for _, v := range m.requests.Values() {
+		n += v
+	}
+	return n
+}
+
 // UpstreamError counts a failed attempt of the given kind (index into failKinds).
 func (m *TargetMetrics) UpstreamError(kind int) { m.upstreamErrors.Inc(kind) }
 
