@@ -82,6 +82,13 @@ type call struct {
 	authBuf   []byte
 	stripAuth bool
 
+	// matches is the strategy's predicted reuse per target (Pick.Matches); usage follows the response body
+	// for the engine's own account of it (usage.go).
+	matches [maxTargets]int32
+	usage   usageScan
+	// shadow is the request's slot with the route's shadow strategies (shadow.go), nil when it has none.
+	shadow *shadowSlot
+
 	tokens    []uint32 // x-rolter-vllm-token-ids
 	kvScratch kvindex.Scratch
 	kvOut     [kvindex.MaxTargets]int
@@ -282,6 +289,10 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	p.kvScratch = &c.kvScratch
 	p.kvOut = c.kvOut[:]
 	p.tmp = c.tmp[:0]
+	p.Matches = c.matches[:len(r.Targets)]
+	for i := range p.Matches {
+		p.Matches[i] = -1
+	}
 	if h := ctx.Request.Header.Peek("X-Rolter-Vllm-Token-Ids"); len(h) > 0 {
 		var ok bool
 		if c.tokens, ok = parseTokenIDs(c.tokens[:0], h); ok {
@@ -297,6 +308,9 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	}
 	r.m.DecisionMade(int(c.decision.Reason))
 	r.m.Decision.UpdateDuration(c.start)
+	if r.shadows != nil {
+		c.shadow = r.shadows.enqueue(p)
+	}
 	return nil
 }
 
@@ -347,6 +361,7 @@ func (c *call) failOpen() *apiError {
 
 func (c *call) release() {
 	c.watch.disarm()
+	c.endShadow(-1, false)
 	c.g.inflight.Add(-1)
 	c.snap.releaseUser()
 	if c.held > 0 {
@@ -361,6 +376,7 @@ func (c *call) release() {
 	c.status, c.sse, c.gotFirst, c.upstreamDone = 0, false, false, false
 	c.streamFail, c.pendingErr, c.pending = failNone, nil, nil
 	c.tail = c.tail[:0]
+	c.usage.reset()
 	c.bytesOut, c.closed = 0, false
 	c.respBuf, c.respOff = c.respBuf[:0], 0
 	// Pooled calls keep their buffers for the next request, but never large ones: a pool of calls that once
@@ -583,6 +599,9 @@ func (c *call) finishUnstreamed(ctx *fasthttp.RequestCtx) {
 func (c *call) finish(status int) {
 	switch {
 	case c.target != nil:
+		if status >= 200 && status < 300 {
+			c.accountReuse()
+		}
 		c.target.m.Request(status)
 		c.target.m.Duration.UpdateDuration(c.start)
 		if c.bytesOut > 0 {
@@ -591,5 +610,54 @@ func (c *call) finish(status int) {
 	case c.route != nil:
 		c.route.m.UnroutedRequest(status)
 	}
+	if w := c.g.capture.Load(); w != nil && c.route != nil {
+		w.record(c, status)
+	}
+	served := -1
+	if c.target != nil {
+		served = c.target.Index
+	}
+	c.endShadow(served, status >= 200 && status < 300)
 	c.release()
+}
+
+// endShadow tells the route's shadow strategies that the request ended, once.
+func (c *call) endShadow(served int, ok bool) {
+	if c.shadow != nil {
+		c.route.shadows.ended(c.shadow, served, ok)
+		c.shadow = nil
+	}
+}
+
+// accountReuse records the routing evidence of a successful request (docs/architecture.md, "Routing
+// evidence"): the reuse its engine reported, and beside it, over the same requests, the reuse the strategy
+// predicted - the best match over the eligible targets (held) and the chosen target's (captured).
+func (c *call) accountReuse() {
+	m := c.target.m
+	u := &c.usage
+	if !u.found || !u.hasCached {
+		// No usage, or usage without cached_tokens (an engine that does not report prompt token details):
+		// unmeasured, which is not the same as no reuse.
+		m.Unmeasured.Inc()
+		return
+	}
+	m.Measured.Inc()
+	m.PromptTokens.Add(int(u.prompt))
+	m.CachedTokens.Add(int(u.cached))
+	p := &c.pick
+	if p.MatchOf <= 0 {
+		return
+	}
+	held := int32(0)
+	for _, i := range p.Eligible {
+		held = max(held, p.Matches[i])
+	}
+	captured := max(p.Matches[c.target.Index], 0)
+	held = max(held, captured) // a fail-open target outside the eligible set
+	m.ReuseScored.Add(p.MatchOf)
+	m.ReuseHeld.Add(int(held))
+	m.ReuseCaptured.Add(int(captured))
+	if u.prompt > 0 {
+		c.target.gap.add(float64(captured)/float64(p.MatchOf) - float64(u.cached)/float64(u.prompt))
+	}
 }

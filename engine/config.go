@@ -15,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/rolter-ai/rolter/capture"
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/telemetry"
@@ -37,6 +38,7 @@ type Config struct {
 	Egress        egress.Config    `toml:"egress" json:"egress"`
 	Control       ControlConfig    `toml:"control" json:"control"`
 	Docs          DocsConfig       `toml:"docs" json:"docs"`
+	Trace         TraceConfig      `toml:"trace" json:"trace"`
 
 	// File is the path the config was read from ("" for in-memory configs); used in error messages.
 	File string `toml:"-" json:"-"`
@@ -92,6 +94,22 @@ type DocsConfig struct {
 	BaseURL string `toml:"base_url" json:"base_url"`
 }
 
+// TraceConfig is [trace]: the routing trace, one JSON line per request with lengths, hashes and the routing
+// decision, never prompt text (capture.go; `rolter replay` reads it).
+type TraceConfig struct {
+	// Path is the file written ("" = no trace), rotated when it reaches MaxBytes, Keep old files kept.
+	Path     string `toml:"path" json:"path"`
+	MaxBytes int64  `toml:"max_bytes" json:"max_bytes"`
+	Keep     int    `toml:"keep" json:"keep"`
+	// BlockBytes is the prompt-key block size of the chained hashes.
+	BlockBytes int `toml:"block_bytes" json:"block_bytes"`
+	// SaltEnv names the environment variable holding the hashes' salt; "" draws a random salt at start (the
+	// hashes of two runs then do not match).
+	SaltEnv string `toml:"salt_env" json:"salt_env"`
+	// QueueSize bounds the lines waiting to be written; a full queue drops lines and counts them.
+	QueueSize int `toml:"queue_size" json:"queue_size"`
+}
+
 // ProviderConfig is one upstream engine (a vLLM or SGLang server, or any OpenAI-compatible API).
 type ProviderConfig struct {
 	// Org owns a provider made through the control plane ("" for the file's); its name is then
@@ -139,7 +157,34 @@ type RouteConfig struct {
 	Strategy string         `toml:"strategy" json:"strategy"`
 	Targets  []TargetConfig `toml:"targets" json:"targets"`
 	Params   RouteParams    `toml:"params" json:"params"`
+	// Shadow ranks every request with other strategies too, without moving traffic ([routes.shadow];
+	// shadow.go).
+	Shadow *ShadowConfig `toml:"shadow" json:"shadow,omitempty"`
 }
+
+// ShadowConfig is [routes.shadow]: strategies that rank the route's requests beside the live one, each
+// against its own counterfactual state, for comparison only.
+type ShadowConfig struct {
+	Strategies []string `toml:"strategies" json:"strategies"`
+}
+
+// needsKVEvents reports whether the route's strategy, or one of its shadows, routes on KV events.
+func (rc *RouteConfig) needsKVEvents() bool {
+	if strategies[rc.Strategy].needsKVEvents {
+		return true
+	}
+	if rc.Shadow != nil {
+		for _, name := range rc.Shadow.Strategies {
+			if strategies[name].needsKVEvents {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// maxShadows bounds the shadow strategies of one route.
+const maxShadows = 4
 
 // TargetConfig is one (provider, upstream model) pair of a route.
 type TargetConfig struct {
@@ -266,6 +311,7 @@ func DefaultConfig() *Config {
 		Queue:    QueueConfig{WaitTimeoutSecs: 5, RetryAfterSecs: 1},
 		Egress:   egress.DefaultConfig(),
 		Control:  ControlConfig{Listen: "127.0.0.1:8081", Store: "rolter.db", AdminTokenEnv: "ROLTER_ADMIN_TOKEN"},
+		Trace:    TraceConfig{MaxBytes: 100 << 20, Keep: 5, BlockBytes: capture.DefaultBlockBytes, QueueSize: 4096},
 	}
 }
 
@@ -462,10 +508,33 @@ func (v *validator) validate(cfg *Config) {
 	v.timeouts(&cfg.Timeouts)
 	v.queue(&cfg.Queue)
 	v.control(&cfg.Control)
+	v.trace(&cfg.Trace)
 	if b := cfg.Docs.BaseURL; b != "" {
 		if err := checkHTTPURL(b); err != nil {
 			v.addf("docs.base_url", "%s", err)
 		}
+	}
+}
+
+// trace checks [trace].
+func (v *validator) trace(t *TraceConfig) {
+	if t.Path == "" {
+		return
+	}
+	if t.MaxBytes < 4096 {
+		v.addf("trace.max_bytes", "must be >= 4096, got %d", t.MaxBytes)
+	}
+	if t.Keep < 1 || t.Keep > 1000 {
+		v.addf("trace.keep", "must be between 1 and 1000, got %d", t.Keep)
+	}
+	if t.BlockBytes < 16 || t.BlockBytes > 1<<20 {
+		v.addf("trace.block_bytes", "must be between 16 and 1048576, got %d", t.BlockBytes)
+	}
+	if t.QueueSize < 1 || t.QueueSize > 1<<20 {
+		v.addf("trace.queue_size", "must be between 1 and 1048576, got %d", t.QueueSize)
+	}
+	if t.SaltEnv != "" && os.Getenv(t.SaltEnv) == "" {
+		v.addf("trace.salt_env", "environment variable %s is empty or not set", t.SaltEnv)
 	}
 }
 
@@ -696,13 +765,46 @@ func (v *validator) routes(rs []RouteConfig, ps []ProviderConfig, byName map[str
 			continue
 		}
 		v.params(key+".params", r.Strategy, spec, &r.Params)
-		if spec.needsKVEvents {
-			for j := range r.Targets {
-				if pi, ok := byName[r.Targets[j].Provider]; ok && ps[pi].KVEvents == nil {
-					v.addf(fmt.Sprintf("%s.targets[%d].provider", key, j),
-						"strategy %q needs [providers.kv_events] on provider %q", r.Strategy, r.Targets[j].Provider)
-				}
-			}
+		v.needsKVEvents(key, r.Strategy, spec, r, ps, byName)
+		if r.Shadow != nil {
+			v.shadow(key, r, ps, byName)
+		}
+	}
+}
+
+// needsKVEvents checks that a strategy that routes on KV events has a source on every target.
+func (v *validator) needsKVEvents(key, strategy string, spec strategySpec, r *RouteConfig, ps []ProviderConfig, byName map[string]int) {
+	if !spec.needsKVEvents {
+		return
+	}
+	for j := range r.Targets {
+		if pi, ok := byName[r.Targets[j].Provider]; ok && ps[pi].KVEvents == nil {
+			v.addf(fmt.Sprintf("%s.targets[%d].provider", key, j),
+				"strategy %q needs [providers.kv_events] on provider %q", strategy, r.Targets[j].Provider)
+		}
+	}
+}
+
+// shadow checks [routes.shadow] of the route at routeKey: known strategies, each once, not the live one, at
+// most maxShadows, and KV events on every target for a shadow that routes on them.
+func (v *validator) shadow(routeKey string, r *RouteConfig, ps []ProviderConfig, byName map[string]int) {
+	key := routeKey + ".shadow"
+	names := r.Shadow.Strategies
+	if len(names) > maxShadows {
+		v.addf(key+".strategies", "at most %d shadow strategies per route, got %d", maxShadows, len(names))
+	}
+	for i, name := range names {
+		sk := fmt.Sprintf("%s.strategies[%d]", key, i)
+		spec, ok := strategies[name]
+		switch {
+		case !ok:
+			v.addf(sk, "unknown strategy %q; want one of %s", name, strategyNames())
+		case name == r.Strategy:
+			v.addf(sk, "%q is the route's own strategy", name)
+		case slices.Index(names, name) < i:
+			v.addf(sk, "%q is listed twice", name)
+		default:
+			v.needsKVEvents(routeKey, name, spec, r, ps, byName)
 		}
 	}
 }

@@ -41,6 +41,7 @@ type Gateway struct {
 	resolver   egress.Resolver
 
 	snap     atomic.Pointer[Snapshot]
+	capture  atomic.Pointer[captureWriter] // [trace], nil when off (capture.go)
 	server   *fasthttp.Server
 	draining atomic.Bool
 	lnMu     sync.Mutex
@@ -96,16 +97,23 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	g.conns = g.clients.budget // upstream sockets come out of the same budget as client connections
 	g.series = map[string]*series{}
 	g.reloadMu.Lock()
+	capw, err := openCapture(cfg.Trace, nil, g.log)
+	if err != nil {
+		g.reloadMu.Unlock()
+		return nil, err
+	}
 	snap, err := g.buildSnapshot(cfg, nil)
 	if err != nil {
 		g.reloadMu.Unlock()
 		if g.kv != nil {
 			g.kv.stop()
 		}
+		capw.close()
 		return nil, err
 	}
 	snap.gen = 1
 	g.publish(snap)
+	g.swapCapture(capw)
 	g.reloadMu.Unlock()
 	g.reloads = telemetry.NewReloadMetrics(func() uint64 { return g.snap.Load().gen })
 	g.reloads.Register()
@@ -194,6 +202,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if g.kv != nil {
 		g.kv.stop()
 	}
+	g.swapCapture(nil)
 	g.reloadMu.Unlock()
 	g.reloads.Unregister()
 	g.global.Unregister() // rolter_draining reads 1 until here
@@ -235,12 +244,20 @@ func (g *Gateway) Reload(cfg *Config) (err error) {
 	if cur.cfg.Control != cfg.Control {
 		return errors.New("cannot reload: [control] changed, which needs a restart")
 	}
+	capw, err := openCapture(cfg.Trace, g.capture.Load(), g.log)
+	if err != nil {
+		return fmt.Errorf("cannot build the new config: %w", err)
+	}
 	next, err := g.buildSnapshot(cfg, cur)
 	if err != nil {
+		if capw != g.capture.Load() {
+			capw.close()
+		}
 		return fmt.Errorf("cannot build the new config: %w", err)
 	}
 	next.gen = cur.gen + 1
 	g.publish(next)
+	g.swapCapture(capw)
 	g.log.Info("config reloaded", "generation", next.gen, "routes", next.describe(),
 		"took", time.Since(start).Round(time.Microsecond).String())
 	return nil

@@ -657,6 +657,7 @@ func (c *call) Read(p []byte) (int, error) {
 		c.respOff += n
 		c.bytesOut += int64(n)
 		c.keepTail(p[:n])
+		c.usage.feed(p[:n])
 		return n, nil
 	}
 	if len(c.pending) > 0 {
@@ -681,6 +682,7 @@ func (c *call) Read(p []byte) (int, error) {
 		}
 		c.bytesOut += int64(n)
 		c.keepTail(p[:n])
+		c.usage.feed(p[:n])
 		if err != nil && err != io.EOF {
 			c.pendingErr = err
 		} else if err == io.EOF {

@@ -20,11 +20,17 @@ var chat20 = chatTurns(20)
 // benchCall returns a gateway over 8 targets with the given strategy and a request context holding chat20.
 func benchCall(t testing.TB, strategy string) (*Gateway, *fasthttp.RequestCtx) {
 	t.Helper()
+	return benchCallExtra(t, strategy, "")
+}
+
+// benchCallExtra is benchCall with extra config after the route.
+func benchCallExtra(t testing.TB, strategy, extra string) (*Gateway, *fasthttp.RequestCtx) {
+	t.Helper()
 	urls := make([]string, 8)
 	for i := range urls {
 		urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 20000+i)
 	}
-	cfg, err := ParseConfig([]byte(gatewayConfig(strategy, "", urls...)), "b.toml")
+	cfg, err := ParseConfig([]byte(gatewayConfig(strategy, extra, urls...)), "b.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +113,33 @@ func BenchmarkScanRequest(b *testing.B) {
 				key = info.key
 			}
 			Sink.Add(int64(len(info.key)))
+		})
+	}
+}
+
+// BenchmarkRoutingPathShadows is BenchmarkRoutingPath for cache_aware without and with two shadow
+// strategies: the shadows' work is off the request path, so the two should be within noise of each other
+// (each request still copies its prompt key to the shadows and queues its end).
+func BenchmarkRoutingPathShadows(b *testing.B) {
+	for _, shadows := range []string{"", `["pipeline", "consistent_hash"]`} {
+		name := "none"
+		extra := ""
+		if shadows != "" {
+			name, extra = "two", "[routes.shadow]\nstrategies = "+shadows+"\n"
+		}
+		b.Run(name, func(b *testing.B) {
+			g, ctx := benchCallExtra(b, "cache_aware", extra)
+			c := g.acquireCall(g.acquireSnapshot())
+			b.ReportAllocs()
+			b.SetBytes(int64(len(chat20)))
+			for b.Loop() {
+				c.route = nil
+				if e := readAndPrepare(c, ctx); e != nil {
+					b.Fatal(e.message)
+				}
+				c.endShadow(c.order[0], true)
+			}
+			Sink.Add(int64(c.order[0]))
 		})
 	}
 }

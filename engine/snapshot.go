@@ -64,6 +64,7 @@ type Target struct {
 	modelJSON []byte
 	Weight    float64
 	m         *telemetry.TargetMetrics
+	gap       *ewma
 }
 
 // Load is the target's provider load.
@@ -76,6 +77,7 @@ type Route struct {
 	Strategy     Strategy
 	Targets      []*Target
 	recorder     Recorder
+	shadows      *shadowSet // [routes.shadow], or nil
 	m            *telemetry.RouteMetrics
 	// strategyHeader and modelBytes are the x-rolter-strategy and x-rolter-route values.
 	strategyHeader []byte
@@ -131,7 +133,8 @@ type series struct {
 	set    *telemetry.Set
 	route  *telemetry.RouteMetrics
 	target *telemetry.TargetMetrics
-	holds  int // as Provider.holds
+	gap    *ewma // a target's recent gap between predicted and delivered reuse (usage.go)
+	holds  int   // as Provider.holds
 }
 
 // buildSnapshot turns a validated config into runtime objects, taking over from prev (the live snapshot,
@@ -191,7 +194,7 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 
 	// KV-event sources, for the providers that precise_cache_aware routes use.
 	for _, rc := range cfg.Routes {
-		if !strategies[rc.Strategy].needsKVEvents {
+		if !rc.needsKVEvents() {
 			continue
 		}
 		for _, tc := range rc.Targets {
@@ -241,6 +244,8 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 			p := s.providers[tc.Provider]
 			ts := seriesFor("target\x00"+rc.Model+"\x00"+p.Name, func(set *telemetry.Set, se *series) {
 				se.target = set.NewTargetMetrics(rc.Model, p.Name, failKindLabels)
+				se.gap = newEWMA()
+				set.ReuseGap(rc.Model, p.Name, se.gap.value)
 			})
 			if !slices.Contains(s.series, ts) {
 				s.series = append(s.series, ts)
@@ -252,6 +257,7 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 				modelJSON: appendJSONString(nil, tc.Model),
 				Weight:    *tc.Weight,
 				m:         ts.target,
+				gap:       ts.gap,
 			})
 		}
 		spec := strategies[rc.Strategy]
@@ -274,6 +280,15 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		}
 		r.Strategy = st
 		r.recorder, _ = st.(Recorder)
+		if rc.Shadow != nil && len(rc.Shadow.Strategies) > 0 {
+			var prevShadows *shadowSet
+			if env.prev != nil {
+				prevShadows = env.prev.shadows
+			}
+			if r.shadows, err = newShadowSet(r, rc.Shadow.Strategies, prevShadows, env); err != nil {
+				return nil, fmt.Errorf("cannot build the shadow strategies of route %q: %w", rc.Model, err)
+			}
+		}
 		s.routes[r.Model] = r
 		s.Routes = append(s.Routes, r)
 	}
@@ -355,6 +370,9 @@ func (g *Gateway) publish(s *Snapshot) {
 		if lc, ok := r.Strategy.(lifecycle); ok {
 			lc.Start()
 		}
+		if r.shadows != nil {
+			r.shadows.start()
+		}
 	}
 	s.set.Register()
 	g.snap.Store(s)
@@ -389,6 +407,9 @@ func (g *Gateway) release(s *Snapshot) {
 	for _, r := range s.Routes {
 		if lc, ok := r.Strategy.(lifecycle); ok {
 			lc.Stop()
+		}
+		if r.shadows != nil {
+			r.shadows.stop()
 		}
 	}
 	for _, p := range s.Providers {
@@ -474,6 +495,13 @@ func trieShare(cfg *Config) (nodes, bytes int) {
 	for _, rc := range cfg.Routes {
 		if strategies[rc.Strategy].usesTries && (rc.Params.MaxTrieNodes == nil || rc.Params.MaxTrieBytes == nil) {
 			n += len(rc.Targets)
+		}
+		if rc.Shadow != nil {
+			for _, name := range rc.Shadow.Strategies {
+				if strategies[name].usesTries {
+					n += len(rc.Targets) // a shadow's tries take their share of the routing memory too
+				}
+			}
 		}
 	}
 	share := cfg.Server.RoutingMemoryBytes / max(n, 1)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"time"
 
 	"github.com/rolter-ai/rolter/trie"
@@ -20,6 +21,32 @@ type RouteState struct {
 	Org       string            `json:"org,omitempty"`
 	Decisions map[string]uint64 `json:"decisions"` // since the route's series began, by reason
 	Targets   []TargetState     `json:"targets"`
+	// Shadows are the route's shadow strategies ([routes.shadow]); ShadowDropped the requests they had no
+	// room for.
+	Shadows       []ShadowState `json:"shadows,omitempty"`
+	ShadowDropped uint64        `json:"shadow_dropped,omitempty"`
+}
+
+// ShadowState is one shadow strategy of a route: what it would have done, in its own counterfactual state.
+type ShadowState struct {
+	Strategy string `json:"strategy"`
+	// Ranked requests; Succeeded of them ended 2xx, Agreed of those went to the target the shadow picked.
+	Ranked    uint64 `json:"ranked"`
+	Succeeded uint64 `json:"succeeded"`
+	Agreed    uint64 `json:"agreed"`
+	// Its predicted reuse (as a target's reuse_* fields) and the load spread its picks would have made.
+	Reuse   Reuse    `json:"reuse"`
+	LoadCoV *float64 `json:"load_cov,omitempty"`
+}
+
+// Reuse is predicted prompt reuse in the strategy's unit (key bytes, or tokens for precise_cache_aware):
+// the prompts' size (Scored), the best match over the eligible targets (Held) and the chosen target's
+// (Captured). Captured/Held is routing quality; Captured/Scored beside a target's CachedTokens/PromptTokens
+// is index accuracy.
+type Reuse struct {
+	Scored   uint64 `json:"scored"`
+	Held     uint64 `json:"held"`
+	Captured uint64 `json:"captured"`
 }
 
 // TargetState is one target of a route.
@@ -46,6 +73,17 @@ type TargetState struct {
 	KVBlocks  *int   `json:"kv_blocks,omitempty"`
 	KVTrusted *bool  `json:"kv_trusted,omitempty"`
 	KVReason  string `json:"kv_reason,omitempty"`
+
+	// Delivered reuse, from the engines' own usage: the 2xx responses that reported prompt and cached
+	// tokens (Measured; the others are Unmeasured, not zero reuse) and their token sums.
+	Measured     uint64 `json:"usage_measured"`
+	Unmeasured   uint64 `json:"usage_unmeasured"`
+	PromptTokens uint64 `json:"prompt_tokens"`
+	CachedTokens uint64 `json:"cached_tokens"`
+	// Predicted reuse over the same measured responses, and the recent gap between the predicted and the
+	// delivered fraction (absent until measured): a gap that grows says the index went stale.
+	Reuse    Reuse    `json:"reuse"`
+	ReuseGap *float64 `json:"reuse_gap,omitempty"`
 }
 
 // State returns the view of the live snapshot. It is safe for concurrent use and never blocks requests.
@@ -72,13 +110,34 @@ func (g *Gateway) State() State {
 				stats := tries[i].Stats()
 				ts.TrieNodes, ts.TriePromptBytes = &stats.Nodes, &stats.EdgeBytes
 			}
+			m := t.m
+			ts.Measured, ts.Unmeasured = m.Measured.Get(), m.Unmeasured.Get()
+			ts.PromptTokens, ts.CachedTokens = m.PromptTokens.Get(), m.CachedTokens.Get()
+			ts.Reuse = Reuse{Scored: m.ReuseScored.Get(), Held: m.ReuseHeld.Get(), Captured: m.ReuseCaptured.Get()}
+			ts.ReuseGap = finite(t.gap.value())
 			if src := s.kv[p.Name]; src != nil {
 				kst := src.st.Stats()
 				ts.KVBlocks, ts.KVTrusted, ts.KVReason = &kst.Blocks, &kst.Trusted, kst.Reason.String()
 			}
 			rs.Targets = append(rs.Targets, ts)
 		}
+		if ss := r.shadows; ss != nil {
+			rs.ShadowDropped = ss.dropped.Get()
+			for _, sh := range ss.shadows {
+				rs.Shadows = append(rs.Shadows, ShadowState{Strategy: sh.name, Ranked: sh.m.ranked.Get(), Succeeded: sh.m.ended.Get(),
+					Agreed: sh.m.agreed.Get(), LoadCoV: finite(sh.cov.value()),
+					Reuse: Reuse{Scored: sh.m.scored.Get(), Held: sh.m.held.Get(), Captured: sh.m.captured.Get()}})
+			}
+		}
 		st.Routes = append(st.Routes, rs)
 	}
 	return st
+}
+
+// finite returns &v, or nil for NaN (not measured yet).
+func finite(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
 }

@@ -59,6 +59,13 @@ type Pick struct {
 	// Now is the request's start in unix nanoseconds.
 	Now int64
 
+	// Predicted reuse, for the routing evidence (docs/architecture.md, "Routing evidence"): a strategy that
+	// scores prefixes sets MatchOf to the prompt's size in its unit (key bytes, or tokens) and Matches[i] to
+	// target i's match in that unit, for the eligible targets it scored. The engine sets MatchOf to 0 and
+	// every Matches[i] to -1 (not scored) before Rank; len(Matches) == len(Route.Targets).
+	Matches []int32
+	MatchOf int
+
 	// Scratch for precise_cache_aware's index lookup, owned by the request.
 	kvScratch *kvindex.Scratch
 	kvOut     []int

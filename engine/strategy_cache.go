@@ -103,6 +103,12 @@ func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
 	score := 0.0
 	if n > 0 {
 		score = float64(bestLen) / float64(n)
+		if p.Matches != nil {
+			p.MatchOf = n
+			for k, i := range p.Eligible {
+				p.Matches[i] = int32(mbuf[k])
+			}
+		}
 	}
 	reason := ReasonNoMatch
 	if bestLen > 0 && score >= s.threshold {

@@ -97,7 +97,11 @@ func (s *pipeline) Rank(p *Pick, out []int) (int, Decision) {
 	for k, i := range p.Eligible {
 		match := 0.0
 		if n > 0 && s.cacheF != 0 {
-			match = float64(s.tries[i].Match(p.Key)) / float64(n)
+			m := s.tries[i].Match(p.Key)
+			match = float64(m) / float64(n)
+			if p.Matches != nil {
+				p.Matches[i], p.MatchOf = int32(m), n
+			}
 		}
 		score := s.weightF*s.weights[i]/maxW +
 			s.loadF*(minEff+1)/(effBuf[k]+1) +

@@ -67,6 +67,9 @@ func (s *preciseCacheAware) Rank(p *Pick, out []int) (int, Decision) {
 		if full := len(p.TokenIDs) / s.ix.BlockSize(id); full > 0 {
 			score = float64(resident[id]) / float64(full)
 		}
+		if p.Matches != nil {
+			p.Matches[i], p.MatchOf = int32(resident[id]*s.ix.BlockSize(id)), len(p.TokenIDs)
+		}
 		// Targets holding the same number of blocks are ties: the less loaded wins, then chance.
 		switch {
 		case score > bestScore || (score == bestScore && l < bestLoad):

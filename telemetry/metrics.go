@@ -64,6 +64,35 @@ const (
 	mUpstreamHeaders = "rolter_upstream_headers_seconds"    // {route,target} histogram: send -> headers
 	mBodyBytes       = "rolter_response_bytes_total"        // {route,target}
 
+	// Routing evidence, per route and target (docs/architecture.md, "Routing evidence"). Delivered: what the
+	// engines' usage reported, over 2xx responses that reported both numbers (usage="measured"); the others
+	// are counted as usage="unmeasured", never as zero reuse. Predicted, over the same measured responses, in
+	// the strategy's unit (key bytes for the trie strategies, tokens for precise_cache_aware): the prompt's
+	// size, the best match over the eligible targets (held) and the chosen target's (captured).
+	mUsageResponses = "rolter_usage_responses_total" // {route,target,usage} measured | unmeasured
+	mPromptTokens   = "rolter_prompt_tokens_total"   // {route,target}
+	mCachedTokens   = "rolter_cached_tokens_total"   // {route,target}
+	mReuseScored    = "rolter_reuse_scored_total"    // {route,target} prompt size in the strategy's unit
+	mReuseHeld      = "rolter_reuse_held_total"      // {route,target}
+	mReuseCaptured  = "rolter_reuse_captured_total"  // {route,target}
+	mReuseGap       = "rolter_reuse_gap_ratio"       // {route,target} gauge: recent captured - delivered fraction
+
+	// Shadow strategies ([routes.shadow]), per route and shadow strategy: requests ranked, requests that
+	// ended with a 2xx, those whose answering target was the shadow's pick, the shadow's predicted reuse in
+	// its own counterfactual state, and the load spread (coefficient of variation of in-flight requests over
+	// the eligible targets, recent average) its picks would have made - shadow="live" is the live strategy's.
+	mShadowRanked        = "rolter_shadow_ranked_total"         // {route,shadow}
+	mShadowEnded         = "rolter_shadow_succeeded_total"      // {route,shadow}
+	mShadowAgreed        = "rolter_shadow_agreed_total"         // {route,shadow}
+	mShadowDropped       = "rolter_shadow_dropped_total"        // {route} requests the shadows had no room for
+	mShadowReuseScored   = "rolter_shadow_reuse_scored_total"   // {route,shadow}
+	mShadowReuseHeld     = "rolter_shadow_reuse_held_total"     // {route,shadow}
+	mShadowReuseCaptured = "rolter_shadow_reuse_captured_total" // {route,shadow}
+	mShadowLoadCoV       = "rolter_shadow_load_cov"             // {route,shadow} gauge
+
+	// The routing trace ([trace]).
+	mTraceRecords = "rolter_trace_records_total" // {result} written | dropped (queue full) | write_failed
+
 	// Client connections (engine/listener.go).
 	mClientConns    = "rolter_client_connections"                // gauge, open
 	mClientRejected = "rolter_client_connections_rejected_total" // {reason} closed by the listener
@@ -283,6 +312,11 @@ type TargetMetrics struct {
 	TTFB           *metrics.PrometheusHistogram
 	Headers        *metrics.PrometheusHistogram
 	ResponseBytes  *metrics.Counter
+
+	// Routing evidence (the m* constants above say what each counts).
+	Measured, Unmeasured                  *metrics.Counter
+	PromptTokens, CachedTokens            *metrics.Counter
+	ReuseScored, ReuseHeld, ReuseCaptured *metrics.Counter
 }
 
 // NewTargetMetrics creates the handles for one target of a route. failKinds names the upstream failure kinds.
@@ -296,7 +330,20 @@ func (s *Set) NewTargetMetrics(route, target string, failKinds []string) *Target
 		TTFB:           s.s.NewPrometheusHistogramExt(mTTFT+"{"+l+"}", latencyBuckets),
 		Headers:        s.s.NewPrometheusHistogramExt(mUpstreamHeaders+"{"+l+"}", latencyBuckets),
 		ResponseBytes:  s.s.NewCounter(mBodyBytes + "{" + l + "}"),
+		Measured:       s.s.NewCounter(mUsageResponses + "{" + l + `,usage="measured"}`),
+		Unmeasured:     s.s.NewCounter(mUsageResponses + "{" + l + `,usage="unmeasured"}`),
+		PromptTokens:   s.s.NewCounter(mPromptTokens + "{" + l + "}"),
+		CachedTokens:   s.s.NewCounter(mCachedTokens + "{" + l + "}"),
+		ReuseScored:    s.s.NewCounter(mReuseScored + "{" + l + "}"),
+		ReuseHeld:      s.s.NewCounter(mReuseHeld + "{" + l + "}"),
+		ReuseCaptured:  s.s.NewCounter(mReuseCaptured + "{" + l + "}"),
 	}
+}
+
+// ReuseGap exports f, the recent gap between predicted and delivered reuse of one target (NaN: not
+// measured yet), as a gauge.
+func (s *Set) ReuseGap(route, target string, f func() float64) {
+	s.s.NewGauge(mReuseGap+"{route="+Label(route)+",target="+Label(target)+"}", f)
 }
 
 // Request counts one finished request with its final status.
@@ -475,12 +522,22 @@ const (
 	KVTrusted         = mKVTrusted
 	KVLastSeq         = mKVLastSeq
 	Sessions          = mSessions
-	QueueWaiting      = mQueueWaiting
-	TargetStates      = mTargetState
-	HealthChecks      = mHealthChecks
-	Scrapes           = mScrapes
-	KVEvents          = mKVEvents
-	KVStream          = mKVStream
-	LMCachePolls      = mLMCachePolls
-	Admission         = mAdmission
+
+	ShadowRanked        = mShadowRanked
+	ShadowEnded         = mShadowEnded
+	ShadowAgreed        = mShadowAgreed
+	ShadowDropped       = mShadowDropped
+	ShadowReuseScored   = mShadowReuseScored
+	ShadowReuseHeld     = mShadowReuseHeld
+	ShadowReuseCaptured = mShadowReuseCaptured
+	ShadowLoadCoV       = mShadowLoadCoV
+	TraceRecords        = mTraceRecords
+	QueueWaiting        = mQueueWaiting
+	TargetStates        = mTargetState
+	HealthChecks        = mHealthChecks
+	Scrapes             = mScrapes
+	KVEvents            = mKVEvents
+	KVStream            = mKVStream
+	LMCachePolls        = mLMCachePolls
+	Admission           = mAdmission
 )
