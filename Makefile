@@ -7,13 +7,14 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 
 export ROLTER_REQUIRE_SDK := 1
+export ROLTER_REQUIRE_BROWSER := 1
 
 .PHONY: all deps build run test test-unit test-race test-nocgo bench bench-routing bench-overhead fuzz-short lint fmt vet clean
 
 all: build
 
-# deps installs what a fresh Debian machine lacks: libzmq (cgo, for KV events) and the OpenAI Node SDK used
-# by the real-client test.
+# deps installs what a fresh Debian machine lacks: libzmq (cgo, for KV events), the OpenAI Node SDK used
+# by the real-client test, and Chromium for the dashboard's browser test.
 deps:
 	@if ! pkg-config --exists libzmq 2>/dev/null; then \
 		echo "deps: installing libzmq3-dev and pkg-config with apt"; \
@@ -26,6 +27,10 @@ deps:
 	@if [ ! -d engine/testdata/sdk/node_modules/openai ]; then \
 		echo "deps: installing the openai npm package for the SDK test"; \
 		cd engine/testdata/sdk && npm ci --no-audit --no-fund --silent; \
+	fi
+	@if [ ! -x /usr/bin/chromium ]; then \
+		echo "deps: installing chromium with apt for the dashboard's browser test"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; \
 	fi
 
 build: deps

@@ -49,7 +49,9 @@ type Options struct {
 	// Listen is the address the control plane's listener binds (its host decides whether open mode is
 	// allowed); the Server does not listen itself.
 	Listen string
-	Logger *slog.Logger
+	// Version is the gateway's version, shown by GET /api/v1/info and the dashboard; "" is "dev".
+	Version string
+	Logger  *slog.Logger
 }
 
 // Server is the control plane's REST API under /api/v1 (issue 14; the contract is openapi.json). Every accepted change goes through one path: the candidate store state is
@@ -64,6 +66,9 @@ type Server struct {
 	apply func(*engine.Config) error
 	state func() engine.State
 	log   *slog.Logger
+
+	version   string
+	dashboard *dashboard // the embedded web UI at /dashboard/ (dashboard.go)
 
 	admin  [32]byte // SHA-256 of the superadmin token: compared in constant time, whatever its length
 	open   bool     // no superadmin token: a caller without a token is the superadmin
@@ -94,6 +99,14 @@ func NewServer(opts Options) (*Server, error) {
 		log:    opts.Logger,
 		pepper: opts.Store.Pepper(),
 	}
+	if s.version = opts.Version; s.version == "" {
+		s.version = "dev"
+	}
+	d, err := newDashboard()
+	if err != nil {
+		return nil, err
+	}
+	s.dashboard = d
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -125,7 +138,7 @@ func isLoopback(listen string) bool {
 	return err == nil && a.IsLoopback()
 }
 
-// Handler returns the API's handler: /api/v1/... only.
+// Handler returns the control plane's handler: the API under /api/v1/ and the dashboard under /dashboard/.
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // Reload composes the live file config with the store and applies it. The caller calls it at start and
@@ -189,6 +202,7 @@ type endpoint struct {
 func (s *Server) routes() {
 	s.endpoints = []endpoint{
 		{"GET", "/api/v1/openapi.json", public, s.getOpenAPI},
+		{"GET", "/api/v1/info", anyone, s.getInfo},
 		{"GET", "/api/v1/state", anyone, s.getState},
 		{"GET", "/api/v1/audit", superOnly, s.getAudit},
 		{"GET", "/api/v1/orgs", anyone, s.listOrgs},
@@ -217,6 +231,10 @@ func (s *Server) routes() {
 	for _, e := range s.endpoints {
 		s.mux.Handle(e.method+" "+e.path, s.wrap(e))
 	}
+	// The dashboard is static assets calling the API like any client: it needs no token to load, and
+	// every call it makes is authenticated as above (issue 15).
+	s.mux.Handle("GET /dashboard/", s.dashboard)
+	s.mux.HandleFunc("GET /dashboard", redirectDashboard)
 	s.mux.HandleFunc("/", s.fallback)
 }
 
@@ -308,6 +326,25 @@ func (s *Server) getOpenAPI(w http.ResponseWriter, r *http.Request, _ *caller) e
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-cache")
 	_, _ = w.Write(openAPI)
+	return nil
+}
+
+// infoView is GET /api/v1/info (openapi.json's Info).
+type infoView struct {
+	Version     string `json:"version"`
+	Generation  int64  `json:"generation"`
+	DocsBaseURL string `json:"docs_base_url"`
+	Superadmin  bool   `json:"superadmin"`
+}
+
+// getInfo tells a client (the dashboard) what it talks to: the version, the store's generation, and the
+// live file's [docs] base_url, which it links the strategies' documentation to.
+func (s *Server) getInfo(w http.ResponseWriter, r *http.Request, c *caller) error {
+	gen, err := s.store.Generation(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, infoView{Version: s.version, Generation: gen, DocsBaseURL: s.file().Docs.BaseURL, Superadmin: c.super})
 	return nil
 }
 

@@ -53,7 +53,7 @@ func openControl(file *engine.Config, log *slog.Logger) (*controlPlane, *engine.
 	return cp, cfg, nil
 }
 
-// start serves /api/v1 for gateway g on [control] listen.
+// start serves /api/v1 and the dashboard (/dashboard/) for gateway g on [control] listen.
 func (cp *controlPlane) start(g *engine.Gateway) error {
 	c := cp.file.Load().Control
 	srv, err := control.NewServer(control.Options{
@@ -63,6 +63,7 @@ func (cp *controlPlane) start(g *engine.Gateway) error {
 		State:      g.State,
 		AdminToken: os.Getenv(c.AdminTokenEnv),
 		Listen:     c.Listen,
+		Version:    version,
 		Logger:     cp.log,
 	})
 	if err != nil {
@@ -79,7 +80,8 @@ func (cp *controlPlane) start(g *engine.Gateway) error {
 			cp.log.Error("control plane stopped", "err", err)
 		}
 	}()
-	cp.log.Info("control plane serving", "addr", ln.Addr().String(), "store", cp.store.Path())
+	cp.log.Info("control plane serving", "addr", ln.Addr().String(), "store", cp.store.Path(),
+		"dashboard", "http://"+ln.Addr().String()+"/dashboard/")
 	return nil
 }
 

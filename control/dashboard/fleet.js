@@ -1,0 +1,238 @@
+// Fleet: the gateway's live state (GET /api/v1/state), polled every 2 s and when the window regains focus.
+// Per route and target: in flight, finished requests and their rate, the engine's queue, eligibility and
+// why, the prefix trie, the KV index and its stream, the delivered cache hits; the route's decisions by
+// reason; and a chart of requests per second per target over the last minutes, from successive
+// `requests` counts.
+
+import { api, describe, APIError } from "./api.js";
+import { h, svg, replace, clock } from "./dom.js";
+
+const POLL_MS = 2000;
+const WINDOW_MS = 5 * 60 * 1000;
+const SERIES = 8; // colours in dashboard.css (.s0 ... .s7); more targets share them
+
+// The rate history outlives the page: leaving Fleet and coming back keeps the chart.
+const last = new Map(); // target key -> {t, requests}
+const rates = new Map(); // target key -> [{t, rate}]
+
+const key = (route, t) => `${route.model}\u0000${t.provider}\u0000${t.model}`;
+
+// record adds one poll's counts to the history. A count that went down (the route's series began anew,
+// at a reload that changed it) starts the target over rather than plotting a negative rate.
+function record(state, now) {
+  for (const route of state.routes) {
+    for (const t of route.targets) {
+      const k = key(route, t);
+      const prev = last.get(k);
+      last.set(k, { t: now, requests: t.requests });
+      if (!prev || t.requests < prev.requests || now <= prev.t) continue;
+      const series = rates.get(k) || [];
+      series.push({ t: now, rate: (t.requests - prev.requests) / ((now - prev.t) / 1000) });
+      rates.set(k, series);
+    }
+  }
+  for (const [k, series] of rates) {
+    while (series.length && series[0].t < now - WINDOW_MS) series.shift();
+    if (!series.length) rates.delete(k);
+  }
+}
+
+function currentRate(k) {
+  const series = rates.get(k);
+  return series && series.length ? series[series.length - 1].rate : null;
+}
+
+const fmtRate = (r) => (r === null ? "—" : r < 10 ? r.toFixed(1) : r.toFixed(0));
+
+export function fleetPage(ctx) {
+  const status = h("p", { class: "fleet-status", id: "fleet-status" }, "Loading the live state…");
+  const content = h("div", { id: "fleet" });
+  ctx.show(h("section", {},
+    h("div", { class: "page-head" }, h("h1", { tabindex: "-1" }, "Fleet"),
+      h("button", { type: "button", id: "fleet-refresh", onclick: () => poll() }, "Refresh now")),
+    h("p", { class: "hint" }, "Live: refreshes every 2 seconds and when this window regains focus. " +
+      "Every route the token can see; the names are the gateway's."),
+    status, content));
+
+  let stopped = false;
+  let busy = false;
+  let lastOK = null; // time of the last state shown
+  let failingSince = null;
+
+  const poll = async () => {
+    if (stopped || busy) return;
+    busy = true;
+    try {
+      const { data } = await api("GET", "/state");
+      if (stopped) return;
+      const now = Date.now();
+      record(data, now);
+      lastOK = new Date(now);
+      failingSince = null;
+      content.classList.remove("stale");
+      status.classList.remove("error");
+      status.textContent = `Updated ${clock(lastOK)} · config generation ${data.generation}`;
+      render(ctx, content, data, now);
+    } catch (err) {
+      if (stopped || (err instanceof APIError && err.status === 401)) return;
+      failingSince = failingSince || new Date();
+      content.classList.add("stale");
+      status.classList.add("error");
+      const what = err instanceof APIError ? `the control plane answered an error since ${clock(failingSince)}: ${describe(err)}`
+        : `Control plane unreachable since ${clock(failingSince)}`;
+      status.textContent = lastOK ? `${what}; the numbers below are from ${clock(lastOK)}.` : `${what}.`;
+    } finally {
+      busy = false;
+    }
+  };
+  const onFocus = () => poll();
+  const onVisible = () => {
+    if (document.visibilityState === "visible") poll();
+  };
+  const timer = setInterval(poll, POLL_MS);
+  window.addEventListener("focus", onFocus);
+  document.addEventListener("visibilitychange", onVisible);
+  poll();
+  return () => {
+    stopped = true;
+    clearInterval(timer);
+    window.removeEventListener("focus", onFocus);
+    document.removeEventListener("visibilitychange", onVisible);
+  };
+}
+
+function render(ctx, content, state, now) {
+  if (!state.routes.length) {
+    replace(content, h("p", { class: "empty" }, "No routes serve yet."));
+    return;
+  }
+  const orgName = (id) => (id ? (ctx.orgs.find((o) => o.id === id) || { name: id }).name : "rolter.toml");
+  const keys = [];
+  const sections = state.routes.map((route) => {
+    const decisions = Object.entries(route.decisions).sort((a, b) => b[1] - a[1]);
+    const rows = route.targets.map((t) => {
+      const k = key(route, t);
+      keys.push({ k, label: `${route.model}: ${shortName(route, t.provider)}` });
+      const cell = (col, label, value) => h("td", { "data-col": col, "data-label": label }, value);
+      return h("tr", { "data-route": route.model, "data-provider": t.provider },
+        // One span in the cell: a narrow window lays a cell out as a grid of label and value.
+        h("th", { scope: "row", "data-label": "Target" },
+          h("span", {}, swatch(keys.length - 1), shortName(route, t.provider), h("span", { class: "sub" }, ` → ${t.model}`))),
+        cell("weight", "Weight", String(t.weight)),
+        cell("inflight", "In flight", String(t.inflight)),
+        cell("requests", "Requests", String(t.requests)),
+        cell("rate", "Req/s", fmtRate(currentRate(k))),
+        cell("engine", "Engine queue", t.engine_running === undefined ? "—" : `${t.engine_running} running, ${t.engine_waiting} waiting`),
+        cell("eligible", "Eligible", t.eligible ? "yes" : `no: ${t.why || "unknown"}`),
+        cell("trie", "Trie", t.trie_nodes === undefined ? "—" : `${t.trie_nodes} nodes, ${t.trie_edge_bytes} bytes`),
+        cell("kv", "KV index", t.kv_blocks === undefined ? "—"
+          : `${t.kv_blocks} blocks, stream ${t.kv_trusted ? "trusted" : "untrusted"}${t.kv_reason && t.kv_reason !== "none" ? ` (${t.kv_reason})` : ""}`),
+        cell("hits", "Cache hits", targetHits(t)));
+    });
+    return h("section", { class: "route-state", "data-route": route.model },
+      h("h2", {}, route.model, h("span", { class: "sub" }, ` · ${route.strategy} · ${orgName(route.org)}`)),
+      h("div", { class: "table-wrap" }, h("table", { class: "cards" },
+        h("thead", {}, h("tr", {}, ["Target", "Weight", "In flight", "Requests", "Req/s", "Engine queue", "Eligible", "Trie", "KV index", "Cache hits"]
+          .map((c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, rows))),
+      h("p", { class: "decisions", "data-col": "decisions" }, "Decisions by reason: ",
+        decisions.length ? decisions.map(([r, n]) => `${r} ${n}`).join(" · ") : "none yet"),
+      h("p", { class: "ratio", "data-col": "hit-ratio" }, hitRatio(route)));
+  });
+  replace(content, chart(keys, now, content.clientWidth), sections);
+}
+
+// Delivered cache hits: the engines' own usage.prompt_tokens_details.cached_tokens over usage.prompt_tokens
+// of the 2xx responses that reported both (usage_measured); the others (usage_unmeasured: a stream without
+// stream_options.include_usage, an engine without prompt token details) are not counted as zero reuse.
+// A gateway whose state view has no usage fields shows that it does not report them.
+const pct = (part, whole) => (whole > 0 ? `${((100 * part) / whole).toFixed(1)}%` : "0%");
+
+function targetHits(t) {
+  if (typeof t.usage_measured !== "number") return "—";
+  if (t.usage_measured === 0) return t.usage_unmeasured > 0 ? "not measured" : "—";
+  return pct(t.cached_tokens, t.prompt_tokens);
+}
+
+function hitRatio(route) {
+  let measured = 0, unmeasured = 0, prompt = 0, cached = 0, reported = false;
+  for (const t of route.targets) {
+    if (typeof t.usage_measured !== "number") continue;
+    reported = true;
+    measured += t.usage_measured;
+    unmeasured += t.usage_unmeasured || 0;
+    prompt += t.prompt_tokens || 0;
+    cached += t.cached_tokens || 0;
+  }
+  if (!reported) return "Delivered cache hits: not reported by this gateway's state view.";
+  if (measured === 0) {
+    return unmeasured > 0
+      ? `Delivered cache hits: not measured: none of ${unmeasured} responses reported cached tokens (a stream needs stream_options.include_usage).`
+      : "Delivered cache hits: no responses yet.";
+  }
+  return `Delivered cache hits: ${pct(cached, prompt)} of ${prompt} prompt tokens, over ${measured} measured responses` +
+    (unmeasured > 0 ? `; ${unmeasured} more reported no cached tokens.` : ".");
+}
+
+// shortName is a provider as its route's org knows it ("org_x/p" -> "p").
+function shortName(route, provider) {
+  return route.org && provider.startsWith(route.org + "/") ? provider.slice(route.org.length + 1) : provider;
+}
+
+function swatch(i) {
+  return h("span", { class: `swatch s${i % SERIES}`, "aria-hidden": "true" });
+}
+
+// chart draws requests per second per target over the last minutes: from the oldest rate it has (at least
+// one minute back) up to five minutes. width is the room it has, in CSS pixels: the drawing is made that
+// wide, so its text keeps its size in a narrow window.
+function chart(keys, now, width) {
+  const W = Math.max(300, Math.min(1100, Math.round(width || 640) - 20)), H = 180, L = 44, R = 8, T = 10, B = 24;
+  let max = 1, oldest = now;
+  for (const { k } of keys) {
+    for (const p of rates.get(k) || []) {
+      max = Math.max(max, p.rate);
+      oldest = Math.min(oldest, p.t);
+    }
+  }
+  max = niceCeil(max);
+  const span = Math.min(WINDOW_MS, Math.max(60 * 1000, Math.ceil((now - oldest) / 60000) * 60000));
+  const minutes = Math.round(span / 60000);
+  const x = (t) => L + ((t - (now - span)) / span) * (W - L - R);
+  const y = (r) => T + (1 - r / max) * (H - T - B);
+  let peak = 0; // the highest rate plotted, before rounding for the axis (data-peak: tests read it)
+  const lines = keys.map(({ k }, i) => {
+    const series = rates.get(k) || [];
+    if (!series.length) return null;
+    for (const p of series) peak = Math.max(peak, p.rate);
+    const pts = series.map((p) => `${x(p.t).toFixed(1)},${y(p.rate).toFixed(1)}`);
+    const lastP = series[series.length - 1];
+    // A dot on the newest point: a series of one point has no line to draw yet.
+    return [
+      svg("polyline", { class: `series s${i % SERIES}`, points: pts.join(" "), "data-key": k }),
+      svg("circle", { class: `dot s${i % SERIES}`, cx: x(lastP.t).toFixed(1), cy: y(lastP.rate).toFixed(1), r: 3 }),
+    ];
+  });
+  const total = keys.reduce((sum, { k }) => sum + (currentRate(k) || 0), 0);
+  const label = `Requests per second per target over the last ${minutes} minute${minutes > 1 ? "s" : ""}; now ${fmtRate(total)} in all.`;
+  return h("figure", { class: "chart" },
+    svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": label, id: "fleet-chart", "data-peak": peak.toFixed(3) },
+      svg("line", { class: "axis", x1: L, y1: y(0), x2: W - R, y2: y(0) }),
+      svg("line", { class: "grid", x1: L, y1: y(max / 2), x2: W - R, y2: y(max / 2) }),
+      svg("line", { class: "grid", x1: L, y1: y(max), x2: W - R, y2: y(max) }),
+      svg("text", { class: "tick", x: L - 6, y: y(max) + 4, "text-anchor": "end" }, String(max)),
+      svg("text", { class: "tick", x: L - 6, y: y(max / 2) + 4, "text-anchor": "end" }, String(max / 2)),
+      svg("text", { class: "tick", x: L - 6, y: y(0) + 4, "text-anchor": "end" }, "0"),
+      svg("text", { class: "tick", x: L, y: H - 6 }, `−${minutes} min`),
+      svg("text", { class: "tick", x: W - R, y: H - 6, "text-anchor": "end" }, "now"),
+      lines),
+    h("figcaption", {}, h("span", {}, `Requests per second per target, last ${minutes === 1 ? "minute" : minutes + " minutes"}: `),
+      h("ul", { class: "legend" }, keys.map(({ label: l }, i) => h("li", {}, swatch(i), l)))));
+}
+
+// niceCeil rounds up to 1, 2 or 5 times a power of ten, for the chart's top line.
+function niceCeil(v) {
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (v <= m * p) return m * p;
+  return 10 * p;
+}

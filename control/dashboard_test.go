@@ -1,0 +1,753 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/kvindex"
+)
+
+// The dashboard's tests (issue 15). TestDashboardAssets checks what the control plane serves under
+// /dashboard/ without a browser; TestDashboardBrowser drives Debian's Chromium headless (chromedp) through
+// every page against a real gateway and control plane on loopback, and saves a screenshot of each page in
+// $ROLTER_SCREENSHOTS (default: a temporary folder).
+
+// dashboardMediaTypes are the media types each asset must be served with, by extension, written out here
+// rather than read from dashboard.go: a module script under nosniff must be JavaScript or the browser
+// refuses it (HTML Living Standard, "fetch a single module script").
+var dashboardMediaTypes = map[string]string{
+	".html": "text/html; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+	".js":   "text/javascript; charset=utf-8",
+	".json": "application/json",
+	".svg":  "image/svg+xml",
+}
+
+// svgNamespace is the one absolute http URL an asset may contain: the SVG namespace name (dom.js,
+// icon.svg), an identifier that is never fetched (Namespaces in XML 1.0, section 2).
+const svgNamespace = "http://www.w3.org/2000/svg"
+
+// TestDashboardAssets: every file under dashboard/ is served at /dashboard/<file> with its media type, the
+// Content-Security-Policy and nosniff; no asset refers to another origin; every file that index.html and
+// the modules name is there; /dashboard redirects, unknown files are 404 with the same headers, and a
+// known ETag is answered 304.
+func TestDashboardAssets(t *testing.T) {
+	st := openStoreAt(t, filepath.Join(t.TempDir(), "rolter.db"))
+	srv, err := NewServer(Options{
+		Store: st, File: engine.DefaultConfig, Apply: func(*engine.Config) error { return nil },
+		State: func() engine.State { return engine.State{} }, AdminToken: rootToken, Listen: "127.0.0.1:0",
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	client := hs.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	get := func(p string, hdr ...string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", hs.URL+p, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %s", p, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("GET %s: %s", p, err)
+		}
+		return resp, body
+	}
+	secure := func(p string, resp *http.Response) {
+		t.Helper()
+		csp := resp.Header.Get("Content-Security-Policy")
+		for _, d := range []string{"default-src 'self'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "object-src 'none'", "frame-ancestors 'none'"} {
+			if !strings.Contains(csp, d) {
+				t.Errorf("%s: Content-Security-Policy %q lacks %q", p, csp, d)
+			}
+		}
+		if strings.Contains(csp, "unsafe-") || strings.Contains(csp, "http") || strings.Contains(csp, "*") {
+			t.Errorf("%s: Content-Security-Policy %q allows more than this origin", p, csp)
+		}
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: no X-Content-Type-Options: nosniff", p)
+		}
+	}
+
+	absURL := regexp.MustCompile(`(?i)\bhttps?://[^\s"'<>()\x60]*`)
+	// Protocol-relative and CSS references: src="//host", url(//host), @import.
+	otherRef := regexp.MustCompile(`(?i)(?:\b(?:src|href|action)\s*=\s*["']?\s*//|url\(\s*["']?\s*(?:https?:)?//|@import)`)
+	htmlRef := regexp.MustCompile(`\b(?:src|href)="([^"#][^"]*)"`)
+	jsRef := regexp.MustCompile(`(?:\bfrom\s+|\bimport\s*\(\s*|\bfetch\(\s*)"([^"]+)"`)
+	names := map[string]bool{}
+	refs := map[string][]string{} // file -> the files it names
+	err = fs.WalkDir(dashboardFiles, "dashboard", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		name := strings.TrimPrefix(p, "dashboard/")
+		names[name] = true
+		want, ok := dashboardMediaTypes[path.Ext(name)]
+		if !ok {
+			t.Errorf("%s: no media type is known for it", name)
+			return nil
+		}
+		embedded, _ := dashboardFiles.ReadFile(p)
+		resp, body := get("/dashboard/" + name)
+		if resp.StatusCode != 200 || string(body) != string(embedded) {
+			t.Errorf("GET /dashboard/%s: %d, %d bytes; want 200 and the embedded %d bytes", name, resp.StatusCode, len(body), len(embedded))
+		}
+		if got := resp.Header.Get("Content-Type"); got != want {
+			t.Errorf("GET /dashboard/%s: Content-Type %q, want %q", name, got, want)
+		}
+		secure("/dashboard/"+name, resp)
+		for _, u := range absURL.FindAllString(string(body), -1) {
+			if u != svgNamespace {
+				t.Errorf("%s refers to %q, outside the page's origin", name, u)
+			}
+		}
+		if m := otherRef.FindString(string(body)); m != "" {
+			t.Errorf("%s has a reference outside the page's origin: %q", name, m)
+		}
+		re := jsRef
+		if path.Ext(name) == ".html" {
+			re = htmlRef
+		}
+		for _, m := range re.FindAllStringSubmatch(string(body), -1) {
+			refs[name] = append(refs[name], strings.TrimPrefix(m[1], "./"))
+		}
+		if etag := resp.Header.Get("ETag"); etag != "" {
+			if resp, _ := get("/dashboard/"+name, "If-None-Match", etag); resp.StatusCode != http.StatusNotModified {
+				t.Errorf("GET /dashboard/%s with its ETag: %d, want 304", name, resp.StatusCode)
+			}
+		} else if name != "index.html" {
+			t.Errorf("GET /dashboard/%s: no ETag", name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs["index.html"]) < 3 || len(refs["app.js"]) < 5 {
+		t.Fatalf("found too few references to check (%v): the patterns no longer match the assets", refs)
+	}
+	for from, tos := range refs {
+		for _, to := range tos {
+			if !names[to] {
+				t.Errorf("%s names %q, which is not an embedded asset", from, to)
+			}
+		}
+	}
+
+	resp, body := get("/dashboard/")
+	if index, _ := dashboardFiles.ReadFile("dashboard/index.html"); resp.StatusCode != 200 || string(body) != string(index) ||
+		resp.Header.Get("Content-Type") != dashboardMediaTypes[".html"] || resp.Header.Get("Cache-Control") != "no-store" {
+		t.Errorf("GET /dashboard/: %d %v, want index.html, never cached", resp.StatusCode, resp.Header)
+	}
+	secure("/dashboard/", resp)
+	if resp, _ := get("/dashboard"); resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/dashboard/" {
+		t.Errorf("GET /dashboard: %d to %q, want 301 to /dashboard/", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp, _ = get("/dashboard/nope.js")
+	if resp.StatusCode != 404 {
+		t.Errorf("GET /dashboard/nope.js: %d, want 404", resp.StatusCode)
+	}
+	secure("/dashboard/nope.js", resp)
+}
+
+// TestAPIInfo: GET /api/v1/info tells the dashboard the version, the store's generation, the live file's
+// [docs] base_url (after a reload, without a restart) and whether the caller is the superadmin.
+func TestAPIInfo(t *testing.T) {
+	e := newEnv(t, "")
+	f := func(token string, super bool, docs string, gen int64) {
+		t.Helper()
+		r := e.api.do("GET", "/api/v1/info", token, nil)
+		want(t, r, 200, "")
+		var v infoView
+		r.json(t, &v)
+		if v != (infoView{Version: "dev", Generation: gen, DocsBaseURL: docs, Superadmin: super}) {
+			t.Fatalf("info %+v, want version dev, generation %d, docs %q, superadmin %v", v, gen, docs, super)
+		}
+	}
+	f(rootToken, true, "", 0)
+	a := e.mkOrg("a")
+	tok, _ := e.mkToken(a)
+	f(tok, false, "", 2)
+	want(t, e.api.do("GET", "/api/v1/info", "", nil), 401, "unauthorized")
+	e.file.Store(parseFile(t, fileConfigText(e.S.URL)+"[docs]\nbase_url = \"https://docs.rolter.test\"\n"))
+	if err := e.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	f(tok, false, "https://docs.rolter.test", 2)
+}
+
+// engineStub is a fake engine on loopback for the browser test: completions answered at once, or held
+// until released; /metrics in vLLM's format with the requests it holds as running.
+type engineStub struct {
+	URL  string
+	held atomic.Int64
+	gate atomic.Pointer[chan struct{}] // non-nil: completions wait until it is closed
+}
+
+func newEngineStub(t *testing.T) *engineStub {
+	t.Helper()
+	u := &engineStub{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			fmt.Fprintf(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"chat\"} %d\n"+
+				"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"chat\"} 0\n", u.held.Load())
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		if g := u.gate.Load(); g != nil {
+			u.held.Add(1)
+			select {
+			case <-*g:
+			case <-r.Context().Done():
+			}
+			u.held.Add(-1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		// 30 of 50 prompt tokens from the engine's cache: the Fleet page shows 60.0% delivered.
+		fmt.Fprint(w, `{"id":"cmpl-1","object":"chat.completion","model":"chat","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":50,"completion_tokens":1,"total_tokens":51,"prompt_tokens_details":{"cached_tokens":30}}}`)
+	}))
+	t.Cleanup(func() {
+		u.release() // a held request would keep Close waiting
+		srv.Close()
+	})
+	u.URL = srv.URL
+	return u
+}
+
+func (u *engineStub) hold() {
+	g := make(chan struct{})
+	u.gate.Store(&g)
+}
+
+func (u *engineStub) release() {
+	if g := u.gate.Swap(nil); g != nil {
+		close(*g)
+	}
+}
+
+// browserPath finds Chromium: the test skips without one, unless ROLTER_REQUIRE_BROWSER=1 (make test).
+func browserPath(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"} {
+		if found, err := exec.LookPath(p); err == nil {
+			return found
+		}
+	}
+	if os.Getenv("ROLTER_REQUIRE_BROWSER") == "1" {
+		t.Fatal("no Chromium (/usr/bin/chromium), and ROLTER_REQUIRE_BROWSER=1: run make deps")
+	}
+	t.Skip("no Chromium (/usr/bin/chromium): make deps installs it; ROLTER_REQUIRE_BROWSER=1 makes this a failure")
+	return ""
+}
+
+// tab drives one headless Chromium tab and watches what the dashboard does in it: uncaught exceptions,
+// errors it logs, CSP or Trusted Types violations, and every request it makes.
+type tab struct {
+	t      *testing.T
+	ctx    context.Context
+	origin string // the control plane's, http://127.0.0.1:port
+	shots  string
+
+	mu       sync.Mutex
+	problems []string
+	requests []string
+}
+
+func newTab(t *testing.T, origin string) *tab {
+	t.Helper()
+	exe := browserPath(t)
+	shots := os.Getenv("ROLTER_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := &tab{t: t, origin: origin, shots: shots}
+	// Headless on a CI machine: no sandbox (tests may run as root), no GPU, and none of Chromium's own
+	// background connections (component updates, QUIC), which a closed network refuses.
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("lang", "en-US"),
+	)
+	// The whole browser session is bounded: a hung step fails the test instead of stalling the suite.
+	base, cancelBase := context.WithTimeout(context.Background(), 55*time.Second)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(base, opts...)
+	ctx, cancelCtx := chromedp.NewContext(alloc, chromedp.WithListener(p.watch))
+	t.Cleanup(func() {
+		cancelCtx()
+		cancelAlloc()
+		cancelBase()
+	})
+	p.ctx = ctx
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900)); err != nil {
+		t.Fatalf("cannot start Chromium %s: %s", exe, err)
+	}
+	return p
+}
+
+// watch runs in the tab's event loop: it only records.
+func (p *tab) watch(ev any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch ev := ev.(type) {
+	case *runtime.EventExceptionThrown:
+		d := ev.ExceptionDetails
+		msg := d.Text
+		if d.Exception != nil {
+			msg += " " + d.Exception.Description
+		}
+		p.problems = append(p.problems, fmt.Sprintf("exception at %s:%d: %s", d.URL, d.LineNumber+1, msg))
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+			var args []string
+			for _, a := range ev.Args {
+				args = append(args, string(a.Value)+a.Description)
+			}
+			p.problems = append(p.problems, fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
+		}
+	case *cdplog.EventEntryAdded:
+		// Answers other than 2xx (the refused saves) and the closed control plane at the end are logged by
+		// the network; everything else at error level, CSP and Trusted Types violations among it, is a
+		// problem.
+		if e := ev.Entry; e.Source != cdplog.EntrySourceNetwork && (e.Level == cdplog.EntryLevelError || strings.Contains(e.Text, "Content Security Policy") || strings.Contains(e.Text, "Trusted Type")) {
+			p.problems = append(p.problems, fmt.Sprintf("log %s/%s: %s (%s)", e.Source, e.Level, e.Text, e.URL))
+		}
+	case *network.EventRequestWillBeSent:
+		p.requests = append(p.requests, ev.Request.URL)
+	}
+}
+
+// do runs steps, failing the test with what on an error.
+func (p *tab) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	if err := chromedp.Do(p.ctx, steps...); err != nil {
+		p.t.Fatalf("%s: %s\n%s", what, err, p.mainText())
+	}
+}
+
+// wait waits until the JavaScript expression is truthy (15 s at most): the tests wait on what the page
+// shows, never for a fixed time. The expression is checked every 25 ms by a loop evaluated in the page.
+// (chromedp.Poll cannot be used: it builds its predicate with new Function, which the dashboard's CSP
+// refuses, as it refuses every eval.)
+func (p *tab) wait(what, expr string) {
+	p.t.Helper()
+	loop := `new Promise((resolve) => {
+		const end = Date.now() + 15000;
+		const tick = () => {
+			let ok = false;
+			try { ok = !!(` + expr + `); } catch (e) { ok = false; }
+			if (ok) resolve(true); else if (Date.now() > end) resolve(false); else setTimeout(tick, 25);
+		};
+		tick();
+	})`
+	ok, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](loop, chromedp.EvalAwaitPromise))
+	if err != nil || !ok {
+		p.t.Fatalf("waiting for %s (%s): not within 15s (%v)\n%s", what, expr, err, p.mainText())
+	}
+}
+
+// eval returns the value of a JavaScript expression.
+func eval[T any](p *tab, expr string) T {
+	p.t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		p.t.Fatalf("evaluate %s: %s", expr, err)
+	}
+	return v
+}
+
+// mainText is what the page shows, for failure messages.
+func (p *tab) mainText() string {
+	ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.hash + "\n" + document.body.innerText`))
+	if err != nil {
+		return "(cannot read the page: " + err.Error() + ")"
+	}
+	return "the page shows:\n" + s
+}
+
+// shot saves a PNG of the whole page (beyond the viewport) as <shots>/<name>.png.
+func (p *tab) shot(name string) {
+	p.t.Helper()
+	size := eval[[]float64](p, `[document.documentElement.clientWidth, Math.max(document.documentElement.scrollHeight, innerHeight)]`)
+	png, err := chromedp.Run(p.ctx, func(ctx context.Context, t *chromedp.Target) ([]byte, error) {
+		r, err := cdp.Call(ctx, t, page.CaptureScreenshot, page.CaptureScreenshotParams{
+			Format:                page.CaptureScreenshotFormatPng,
+			CaptureBeyondViewport: new(true),
+			Clip:                  &page.Viewport{X: 0, Y: 0, Width: size[0], Height: math.Min(size[1], 4000), Scale: 1},
+		})
+		return r.Data, err
+	})
+	if err != nil {
+		p.t.Fatalf("screenshot %s: %s", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(p.shots, name+".png"), png, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// retype replaces what a text field holds, by keyboard: select all, delete, type.
+func retype[S chromedp.Selectable](sel S, text string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.Focus(sel),
+		chromedp.KeyEvent("a", chromedp.KeyModifiers(chromedp.ModifierCtrl)),
+		chromedp.KeyEvent(kb.Delete),
+		chromedp.SendKeys(sel, text),
+	)
+}
+
+// sum is a JavaScript function that adds up the leading integers of the Fleet cells of a column for the
+// route "chat" ("3 running, 0 waiting" counts 3).
+const sum = `((col) => [...document.querySelectorAll('tr[data-route="chat"] td[data-col="' + col + '"]')].reduce((s, td) => s + (parseInt(td.textContent, 10) || 0), 0))`
+
+// TestDashboardBrowser drives the dashboard in headless Chromium against a real gateway and control plane
+// on loopback: a wrong token refused, sign-in with the admin token (kept in sessionStorage, never in a URL
+// or a log); an org made from the header; a provider with a KV events source made through the sheet and
+// read back from the API, a blank number given its default, the source switched off and saved (gone from
+// the API), a denied endpoint refused with the egress rule beside its field; a route with targets and
+// weights, a field error beside its target, the caveat under precise_cache_aware and lmcache_aware, and
+// the documentation link only once [docs] base_url is set; keys made (the secret shown once) and revoked; the Fleet page's
+// numbers moving under a short load (in flight and the engine's queue while requests are held, then
+// finished requests, their rate in the chart, the trie, the decisions and the delivered cache hits); a
+// narrow window; the routes list and the audit log; an open control plane (no token) entered without the
+// form; and the banner once the control plane is gone. The page must throw nothing, violate no CSP and
+// fetch nothing from another origin. A screenshot of each page goes to $ROLTER_SCREENSHOTS.
+func TestDashboardBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the browser test is not short")
+	}
+	if !kvindex.Supported {
+		t.Skip("KV events sources need cgo (libzmq): the provider sheet's KV source cannot be saved")
+	}
+	start := time.Now()
+	u1, u2, shared := newEngineStub(t), newEngineStub(t), newEngineStub(t)
+	e := newEnv(t, "")
+	fileText := fileConfigText(shared.URL) + "[metrics_scrape]\nenabled = true\ninterval_secs = 0.2\n"
+	e.file.Store(parseFile(t, fileText))
+	if err := e.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	p := newTab(t, e.api.base)
+	t.Logf("Chromium started in %s", time.Since(start).Round(time.Millisecond))
+
+	// Sign in. The token goes to sessionStorage and the Authorization header only.
+	p.do("open the dashboard", chromedp.Navigate(p.origin+"/dashboard/"))
+	p.wait("the sign-in form, focused, with no error", `document.activeElement?.id === "token" && document.getElementById("login-error").hidden`)
+	p.do("sign in with a wrong token", chromedp.SendKeys(chromedp.ID("token"), "not-the-token"), chromedp.KeyEvent(kb.Enter))
+	p.wait("the refusal", `document.getElementById("login-error").textContent.includes("refused the token") && document.activeElement?.id === "token" && !sessionStorage.getItem("rolter.token")`)
+	p.shot("login")
+	p.do("sign in", chromedp.SendKeys(chromedp.ID("token"), rootToken), chromedp.KeyEvent(kb.Enter))
+	p.wait("the Providers page", `!document.getElementById("app").hidden && document.querySelector("main h1")?.textContent === "Providers"`)
+	if got := eval[[]any](p, `[location.href.includes(`+strconv.Quote(rootToken)+`), localStorage.length, document.cookie, sessionStorage.getItem("rolter.token") === `+strconv.Quote(rootToken)+`]`); got[0] != false || got[1] != 0.0 || got[2] != "" || got[3] != true {
+		t.Fatalf("token in URL, localStorage length, cookies, token in sessionStorage: %v", got)
+	}
+
+	// An org, from the header: it becomes the one shown.
+	p.do("make an org", chromedp.Click(chromedp.CSS("#new-org summary")), chromedp.SendKeys(chromedp.ID("new-org-name"), "acme"), chromedp.KeyEvent(kb.Enter))
+	p.wait("the new org, writable", `document.getElementById("org").selectedOptions[0]?.textContent === "acme" && document.getElementById("new-provider")`)
+	org := eval[string](p, `document.getElementById("org").value`)
+	providerAPI := "/api/v1/orgs/" + org + "/providers/"
+	readProvider := func() providerView {
+		t.Helper()
+		r := e.su("GET", providerAPI+"gpu-a", nil)
+		want(t, r, 200, "")
+		var v providerView
+		r.json(t, &v)
+		return v
+	}
+
+	// A provider with a KV events source, through the sheet; max_blocks left blank.
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a port nobody listens on after Close: the source connects in vain
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvEndpoint := "tcp://" + ln.Addr().String()
+	ln.Close()
+	p.do("open the new provider sheet", chromedp.Click(chromedp.ID("new-provider")))
+	p.wait("the sheet, name focused", `document.activeElement?.id === "p-name" && document.getElementById("p-kv-fields").hidden`)
+	p.do("fill the provider",
+		chromedp.SendKeys(chromedp.ID("p-name"), "gpu-a"),
+		chromedp.SendKeys(chromedp.ID("p-api_base"), u1.URL),
+		chromedp.Focus(chromedp.ID("p-kv-switch")), chromedp.KeyEvent(" "), // the switch, by keyboard
+	)
+	p.wait("the KV events section", `!document.getElementById("p-kv-fields").hidden && document.getElementById("p-kv-switch").checked`)
+	p.do("fill the KV events source",
+		chromedp.SendKeys(chromedp.ID("p-kv_events-endpoint"), kvEndpoint),
+		chromedp.SendKeys(chromedp.ID("p-kv_events-stale_secs"), "12"),
+		chromedp.Click(chromedp.ID("p-save")),
+	)
+	p.wait("the provider saved", `document.getElementById("p-status").textContent.startsWith("Saved: version 1")`)
+	got := readProvider()
+	if kv := got.KVEvents; kv == nil || kv.Endpoint != kvEndpoint || kv.StaleSecs != 12 || kv.MaxBlocks != 1_000_000 || kv.Mode != "connect" || got.APIBase != u1.URL {
+		t.Fatalf("the API has %+v with kv_events %+v; want the endpoint typed, stale_secs 12, and the defaults for the blanks", got, got.KVEvents)
+	}
+	if v := eval[string](p, `document.getElementById("p-kv_events-max_blocks").value`); v != "1000000" {
+		t.Fatalf("the blank max_blocks shows %q after saving, want the default the API applied, 1000000", v)
+	}
+	p.shot("provider-sheet")
+
+	// The switch off and saved: the source is removed.
+	p.do("switch the KV source off and save", chromedp.Click(chromedp.ID("p-kv-switch")), chromedp.Click(chromedp.ID("p-save")))
+	p.wait("the provider saved again", `document.getElementById("p-status").textContent.startsWith("Saved: version 2") && document.getElementById("p-kv-fields").hidden`)
+	if got := readProvider(); got.KVEvents != nil || got.Version != 2 {
+		t.Fatalf("after switching the source off and saving, the API has version %d with kv_events %+v", got.Version, got.KVEvents)
+	}
+
+	// A denied endpoint: the egress policy's refusal beside the field, and nothing saved.
+	p.do("enter a link-local endpoint",
+		chromedp.Click(chromedp.ID("p-kv-switch")),
+		retype(chromedp.ID("p-kv_events-endpoint"), "tcp://169.254.169.254:5557"),
+		chromedp.Click(chromedp.ID("p-save")),
+	)
+	p.wait("the egress error beside the endpoint", `(() => {
+		const input = document.getElementById("p-kv_events-endpoint"), err = document.getElementById("p-kv_events-endpoint-error");
+		return !err.hidden && err.textContent.includes("block_link_local") && input.getAttribute("aria-invalid") === "true" &&
+			input.getAttribute("aria-describedby").split(" ").includes(err.id) && document.activeElement === input &&
+			!document.getElementById("p-errors").hidden;
+	})()`)
+	if got := readProvider(); got.KVEvents != nil || got.Version != 2 {
+		t.Fatalf("a refused save reached the API: version %d, kv_events %+v", got.Version, got.KVEvents)
+	}
+	p.shot("provider-sheet-error")
+
+	// A second provider from the API; the list shows both.
+	want(t, e.su("POST", "/api/v1/orgs/"+org+"/providers", provider("gpu-b", u2.URL)), 201, "")
+	p.do("open the providers list", chromedp.Click(chromedp.CSS(`#nav a[data-page="providers"]`)))
+	p.wait("both providers listed", `document.querySelector("main h1")?.textContent === "Providers" && document.querySelectorAll("main tbody tr").length === 2 && document.activeElement === document.querySelector("main h1")`)
+	p.shot("providers")
+
+	// A route through the sheet: two targets, a weight the API refuses beside its field, then accepted.
+	p.do("open the new route sheet", chromedp.Click(chromedp.CSS(`#nav a[data-page="routes"]`)))
+	p.wait("the routes page", `document.getElementById("new-route")`)
+	p.do("fill the route",
+		chromedp.Click(chromedp.ID("new-route")),
+		chromedp.WaitVisible(chromedp.ID("r-model")),
+		chromedp.SendKeys(chromedp.ID("r-model"), "chat"),
+		chromedp.Evaluate[chromedp.Void](`(() => { const s = document.getElementById("r-strategy"); s.value = "cache_aware"; s.dispatchEvent(new Event("change")); })()`),
+		chromedp.SendKeys(chromedp.CSS(`#r-targets .target:nth-child(1) [data-col="provider"]`), "gpu-a"),
+		chromedp.Click(chromedp.ID("r-add-target")),
+		chromedp.SendKeys(chromedp.CSS(`#r-targets .target:nth-child(2) [data-col="provider"]`), "gpu-b"),
+		chromedp.SendKeys(chromedp.CSS(`#r-targets .target:nth-child(2) [data-col="weight"]`), "0"),
+		chromedp.Click(chromedp.ID("r-save")),
+	)
+	p.wait("the weight's error beside it", `(() => {
+		const w = document.querySelector('#r-targets .target:nth-child(2) [data-col="weight"]'), err = document.getElementById(w.dataset.error);
+		return w.getAttribute("aria-invalid") === "true" && !err.hidden && err.textContent.includes("weight must be > 0");
+	})()`)
+	p.do("fix the weight and save",
+		retype(chromedp.CSS(`#r-targets .target:nth-child(2) [data-col="weight"]`), "2"),
+		chromedp.Click(chromedp.ID("r-save")),
+	)
+	p.wait("the route saved", `document.getElementById("r-status").textContent.startsWith("Saved: version 1")`)
+	var rv routeView
+	r := e.su("GET", "/api/v1/orgs/"+org+"/routes/chat", nil)
+	want(t, r, 200, "")
+	r.json(t, &rv)
+	if rv.Strategy != "cache_aware" || len(rv.Targets) != 2 || rv.Targets[0].Provider != "gpu-a" || *rv.Targets[0].Weight != 1 ||
+		rv.Targets[1].Provider != "gpu-b" || *rv.Targets[1].Weight != 2 || rv.Targets[1].Model != "chat" {
+		t.Fatalf("the API has the route %+v", rv)
+	}
+
+	// The strategy picker: the caveat under the two strategies that read a source, and no documentation
+	// link without [docs] base_url.
+	const caveat = `(() => { const c = document.getElementById("strategy-caveat"); return !c.hidden && c.textContent === "A provider with no source routes by least load."; })()`
+	const noCaveat = `document.getElementById("strategy-caveat").hidden`
+	const noDocs = `document.getElementById("strategy-docs").hidden && !document.getElementById("strategy-docs-link") && !document.getElementById("docs-home")`
+	pick := func(s string) chromedp.Action[chromedp.Void] {
+		return chromedp.Evaluate[chromedp.Void](`(() => { const s = document.getElementById("r-strategy"); s.value = ` + strconv.Quote(s) + `; s.dispatchEvent(new Event("change")); })()`)
+	}
+	p.wait("no caveat under cache_aware", noCaveat)
+	p.do("pick precise_cache_aware", pick("precise_cache_aware"))
+	p.wait("the caveat under precise_cache_aware, no docs link", caveat+" && "+noDocs)
+	p.do("the next strategy, by keyboard", chromedp.Focus(chromedp.ID("r-strategy")), chromedp.KeyEvent(kb.ArrowDown))
+	p.wait("the caveat under lmcache_aware", `document.getElementById("r-strategy").value === "lmcache_aware" && `+caveat+" && "+noDocs)
+	p.do("the next strategy, by keyboard", chromedp.KeyEvent(kb.ArrowDown))
+	p.wait("no caveat under consistent_hash", `document.getElementById("r-strategy").value === "consistent_hash" && `+noCaveat)
+
+	// With [docs] base_url, the link to the strategy's page.
+	e.file.Store(parseFile(t, fileText+"[docs]\nbase_url = \"https://docs.rolter.test/v1\"\n"))
+	if err := e.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	p.do("reload the page", chromedp.Reload())
+	p.wait("the route sheet again, signed in from sessionStorage", `location.hash === "#/routes/edit/chat" && document.getElementById("r-strategy")?.value === "cache_aware" && document.getElementById("docs-home")`)
+	p.do("pick precise_cache_aware", pick("precise_cache_aware"))
+	p.wait("the caveat and the docs link", caveat+` && !document.getElementById("strategy-docs").hidden && document.getElementById("strategy-docs-link")?.getAttribute("href") === "https://docs.rolter.test/v1/routing/precise-cache-aware"`)
+	p.shot("route-sheet")
+	p.do("cache_aware again, unsaved", pick("cache_aware"))
+
+	// Keys: made (the secret shown once), listed, one revoked by keyboard.
+	p.do("open Keys", chromedp.Click(chromedp.CSS(`#nav a[data-page="keys"]`)))
+	p.wait("the keys page", `document.getElementById("k-name") && document.querySelector("#keys-list .empty, #keys-list table")`)
+	p.do("make the key old", chromedp.SendKeys(chromedp.ID("k-name"), "old"), chromedp.KeyEvent(kb.Enter))
+	p.wait("its secret", `document.getElementById("key-secret-value")?.value.startsWith("rk-")`)
+	p.do("make the key load", chromedp.SendKeys(chromedp.ID("k-name"), "load"), chromedp.KeyEvent(kb.Enter))
+	p.wait("its secret", `document.querySelector("#key-secret strong")?.textContent.startsWith("Key load") && document.querySelectorAll("#keys-list tbody tr").length === 2`)
+	key := eval[string](p, `document.getElementById("key-secret-value").value`)
+	p.do("revoke old, by keyboard",
+		chromedp.Evaluate[chromedp.Void](`[...document.querySelectorAll("#keys-list tbody tr")].find((r) => r.cells[0].textContent === "old").querySelector("button").focus()`),
+		chromedp.KeyEvent(kb.Enter))
+	p.wait("the confirmation, focused", `document.activeElement?.textContent === "Yes, revoke old"`)
+	p.do("confirm", chromedp.KeyEvent(kb.Enter))
+	p.wait("old revoked, load active", `(() => {
+		const rows = [...document.querySelectorAll("#keys-list tbody tr")].map((r) => r.cells[0].textContent + ":" + r.cells[4].textContent);
+		return rows.length === 2 && rows.some((r) => r.startsWith("old:revoked")) && rows.includes("load:active") && !document.getElementById("key-secret").textContent;
+	})()`)
+	var keys list[credentialView]
+	e.su("GET", "/api/v1/orgs/"+org+"/keys", nil).json(t, &keys)
+	revoked := map[string]bool{}
+	for _, k := range keys.Data {
+		revoked[k.Name] = k.Revoked != ""
+	}
+	if len(keys.Data) != 2 || !revoked["old"] || revoked["load"] {
+		t.Fatalf("the API has the keys %+v", keys.Data)
+	}
+	p.shot("keys")
+
+	// Fleet: in flight and the engine's queue while requests are held, then the finished requests, their
+	// rate, the trie and the decisions under a short load.
+	p.do("open Fleet", chromedp.Click(chromedp.CSS(`#nav a[data-page="fleet"]`)))
+	p.wait("the live state", `document.getElementById("fleet-status").textContent.startsWith("Updated") && document.querySelectorAll('tr[data-route="chat"]').length === 2 && `+sum+`("requests") === 0`)
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	send := func(n, from int) {
+		for i := from; i < from+n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				body := fmt.Sprintf(`{"model":"chat","messages":[{"role":"user","content":"question %d about the fleet's state"}]}`, i)
+				req, _ := http.NewRequest("POST", e.gwURL+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Errorf("request %d: %s", i, err)
+					failures.Add(1)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Errorf("request %d: status %d", i, resp.StatusCode)
+					failures.Add(1)
+				}
+			}()
+		}
+	}
+	u1.hold()
+	u2.hold()
+	send(6, 0)
+	p.wait("6 requests in flight", sum+`("inflight") === 6 && `+sum+`("requests") === 0`)
+	p.wait("the engines' queues", sum+`("engine") === 6`)
+	u1.release()
+	u2.release()
+	wg.Wait()
+	p.wait("6 requests finished", sum+`("inflight") === 0 && `+sum+`("requests") === 6`)
+	// A few dozen more in three bursts, each one seen by the page before the next: the rate moves.
+	for batch, done := 0, 6; batch < 3; batch++ {
+		send(16, done)
+		wg.Wait()
+		if failures.Load() > 0 {
+			t.FailNow()
+		}
+		done += 16
+		p.wait(fmt.Sprintf("%d requests finished", done), sum+`("requests") === `+strconv.Itoa(done))
+	}
+	p.wait("54 requests, their rate in the chart, the tries, the decisions and the delivered cache hits", sum+`("requests") === 54 && `+
+		`document.querySelector('.route-state[data-route="chat"] [data-col="hit-ratio"]').textContent.startsWith("Delivered cache hits: 60.0% of 2700 prompt tokens") && `+
+		`Number(document.getElementById("fleet-chart").dataset.peak) > 0 && document.querySelectorAll("#fleet-chart polyline").length >= 2 && `+
+		sum+`("trie") > 0 && !document.querySelector('.route-state[data-route="chat"] .decisions').textContent.includes("none yet")`)
+	p.shot("fleet")
+
+	// A narrow window: the tables become cards, nothing scrolls sideways.
+	p.do("a narrow window", chromedp.EmulateViewport(390, 844))
+	p.wait("no horizontal scrolling", `innerWidth === 390 && document.documentElement.scrollWidth <= innerWidth`)
+	p.shot("fleet-narrow")
+	p.do("a wide window", chromedp.EmulateViewport(1280, 900))
+
+	// The routes list and the audit log.
+	p.do("open Routes", chromedp.Click(chromedp.CSS(`#nav a[data-page="routes"]`)))
+	p.wait("the route listed", `[...document.querySelectorAll("main tbody tr")].some((r) => r.textContent.includes("chat") && r.textContent.includes("cache_aware"))`)
+	p.shot("routes")
+	p.do("open the audit log", chromedp.Click(chromedp.CSS(`#nav a[data-page="audit"]`)))
+	p.wait("the changes", `(() => {
+		const rows = [...document.querySelectorAll("main tbody tr")].map((r) => r.textContent);
+		return rows.some((r) => r.includes("provider") && r.includes("gpu-a")) && rows.some((r) => r.includes("revoke"));
+	})()`)
+	p.shot("audit")
+
+	// A control plane without a token (open, on loopback) lets the dashboard in without the sign-in form.
+	openSrv, err := NewServer(Options{Store: e.store, File: e.file.Load, Apply: e.gw.Reload, State: e.gw.State, Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	openHS := httptest.NewServer(openSrv.Handler())
+	defer openHS.Close()
+	p.do("open the dashboard of an open control plane", chromedp.Navigate(openHS.URL+"/dashboard/#/audit"))
+	p.wait("the audit log, signed in with no token", `document.getElementById("login").hidden && document.getElementById("whoami").textContent.includes("open") && document.querySelectorAll("main tbody tr").length > 0 && !sessionStorage.getItem("rolter.token")`)
+
+	// The control plane goes away: the page says so. (Back on the first one, signed in from sessionStorage.)
+	p.do("open Fleet", chromedp.Navigate(p.origin+"/dashboard/#/fleet"))
+	p.wait("the live state", `document.getElementById("fleet-status")?.textContent.startsWith("Updated")`)
+	e.closeAPI()
+	p.wait("the banner", `!document.getElementById("conn").hidden && document.getElementById("conn").textContent.includes("unreachable") && document.getElementById("fleet-status").textContent.includes("unreachable")`)
+	p.shot("unreachable")
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.problems {
+		t.Errorf("the page: %s", m)
+	}
+	for _, u := range p.requests {
+		if !(strings.HasPrefix(u, p.origin+"/") || strings.HasPrefix(u, openHS.URL+"/")) || strings.Contains(u, rootToken) || strings.Contains(u, key) {
+			t.Errorf("the page requested %q: outside its origin %s, or with a secret in the URL", u, p.origin)
+		}
+	}
+	if len(p.requests) < 20 {
+		t.Errorf("only %d requests were seen: the network watch is broken", len(p.requests))
+	}
+	if logs := e.logs.String(); strings.Contains(logs, rootToken) || strings.Contains(logs, key) {
+		t.Error("a secret reached the log")
+	}
+	t.Logf("%d requests from the page; screenshots in %s; %s in all", len(p.requests), p.shots, time.Since(start).Round(time.Millisecond))
+}
