@@ -5,13 +5,16 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/accesslog"
 	"github.com/rolter-ai/rolter/kvindex"
+	"github.com/rolter-ai/rolter/tracing"
 )
 
 // call is one proxied request, and this file is its life, top to bottom:
@@ -89,6 +92,19 @@ type call struct {
 	// shadow is the request's slot with the route's shadow strategies (shadow.go), nil when it has none.
 	shadow *shadowSlot
 
+	// The request's records (observe.go): the observers it started with, the client's address, its trace
+	// context, when the upstream's headers and the first byte came, the last failed attempt's kind.
+	obs         *observers
+	client      netip.AddrPort
+	trace       tracing.TraceContext
+	traced      bool
+	traceParent [8]byte
+	headersAt   time.Time
+	firstAt     time.Time
+	lastFail    failKind
+	logRec      accesslog.Record
+	span        tracing.Span
+
 	tokens    []uint32 // x-rolter-vllm-token-ids
 	kvScratch kvindex.Scratch
 	kvOut     [kvindex.MaxTargets]int
@@ -116,6 +132,7 @@ func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep endpoint) {
 	c.start = time.Now()
 	c.ep = ep
 	c.reqID = requestID(ctx, c.reqID[:0])
+	c.observe(ctx)
 	e := c.readBody(ctx)
 	if e == nil {
 		e = c.prepare(ctx)
@@ -130,6 +147,7 @@ func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep endpoint) {
 		}
 		ctx.Response.Header.SetBytesV("X-Request-Id", c.reqID)
 		g.reject(ctx, e)
+		c.recordEnd(e.status)
 		c.release()
 		return
 	}
@@ -362,6 +380,7 @@ func (c *call) failOpen() *apiError {
 func (c *call) release() {
 	c.watch.disarm()
 	c.endShadow(-1, false)
+	c.resetObserve()
 	c.g.inflight.Add(-1)
 	c.snap.releaseUser()
 	if c.held > 0 {
@@ -445,6 +464,7 @@ func (c *call) run(ctx *fasthttp.RequestCtx) {
 			continue
 		}
 		if sent > 0 {
+			c.retried(c.target, last.kind)
 			c.retries++
 			c.route.m.Retries.Inc()
 			if sent == 1 {
@@ -613,6 +633,7 @@ func (c *call) finish(status int) {
 	if w := c.g.capture.Load(); w != nil && c.route != nil {
 		w.record(c, status)
 	}
+	c.recordEnd(status)
 	served := -1
 	if c.target != nil {
 		served = c.target.Index

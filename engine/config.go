@@ -15,10 +15,12 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/rolter-ai/rolter/accesslog"
 	"github.com/rolter-ai/rolter/capture"
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/telemetry"
+	"github.com/rolter-ai/rolter/tracing"
 )
 
 // Config is the decoded rolter.toml. Field names are the TOML keys (configs/rolter.example.toml). The
@@ -39,6 +41,8 @@ type Config struct {
 	Control       ControlConfig    `toml:"control" json:"control"`
 	Docs          DocsConfig       `toml:"docs" json:"docs"`
 	Trace         TraceConfig      `toml:"trace" json:"trace"`
+	Log           accesslog.Config `toml:"log" json:"log"`
+	Tracing       tracing.Config   `toml:"tracing" json:"tracing"`
 
 	// File is the path the config was read from ("" for in-memory configs); used in error messages.
 	File string `toml:"-" json:"-"`
@@ -312,6 +316,8 @@ func DefaultConfig() *Config {
 		Egress:   egress.DefaultConfig(),
 		Control:  ControlConfig{Listen: "127.0.0.1:8081", Store: "rolter.db", AdminTokenEnv: "ROLTER_ADMIN_TOKEN"},
 		Trace:    TraceConfig{MaxBytes: 100 << 20, Keep: 5, BlockBytes: capture.DefaultBlockBytes, QueueSize: 4096},
+		Log:      accesslog.DefaultConfig(),
+		Tracing:  tracing.DefaultConfig(),
 	}
 }
 
@@ -336,6 +342,8 @@ const (
 // and gets its defaults here. Only zero values are filled, so setting the defaults of a config that has
 // them changes nothing: Gateway.Reload sets them again on a config ParseConfig returned.
 func (cfg *Config) SetDefaults() {
+	cfg.Log.SetDefaults()
+	cfg.Tracing.SetDefaults()
 	for i := range cfg.Providers {
 		p := &cfg.Providers[i]
 		if p.Kind == "" {
@@ -509,10 +517,38 @@ func (v *validator) validate(cfg *Config) {
 	v.queue(&cfg.Queue)
 	v.control(&cfg.Control)
 	v.trace(&cfg.Trace)
+	v.observers(&cfg.Log, &cfg.Tracing)
 	if b := cfg.Docs.BaseURL; b != "" {
 		if err := checkHTTPURL(b); err != nil {
 			v.addf("docs.base_url", "%s", err)
 		}
+	}
+}
+
+// observers checks [log] and [tracing] with their packages' own checks, and the tracing endpoint's host
+// against the egress policy.
+func (v *validator) observers(l *accesslog.Config, t *tracing.Config) {
+	add := func(err error) {
+		var le *accesslog.ConfigError
+		var te *tracing.ConfigError
+		switch {
+		case errors.As(err, &le):
+			v.addf(le.Key, "%s", le.Msg)
+		case errors.As(err, &te):
+			v.addf(te.Key, "%s", te.Msg)
+		default:
+			v.addf("log", "%s", err)
+		}
+	}
+	for _, err := range unjoin(l.Validate()) {
+		add(err)
+	}
+	terrs := unjoin(t.Validate())
+	for _, err := range terrs {
+		add(err)
+	}
+	if len(terrs) == 0 && t.Endpoint != "" {
+		v.egressURL("tracing.endpoint", t.Endpoint)
 	}
 }
 

@@ -42,6 +42,7 @@ type Gateway struct {
 
 	snap     atomic.Pointer[Snapshot]
 	capture  atomic.Pointer[captureWriter] // [trace], nil when off (capture.go)
+	obs      atomic.Pointer[observers]     // [log] and [tracing] (observe.go)
 	server   *fasthttp.Server
 	draining atomic.Bool
 	lnMu     sync.Mutex
@@ -102,6 +103,12 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		g.reloadMu.Unlock()
 		return nil, err
 	}
+	obs, err := g.openObservers(cfg, nil)
+	if err != nil {
+		g.reloadMu.Unlock()
+		capw.close()
+		return nil, err
+	}
 	snap, err := g.buildSnapshot(cfg, nil)
 	if err != nil {
 		g.reloadMu.Unlock()
@@ -109,11 +116,13 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 			g.kv.stop()
 		}
 		capw.close()
+		obs.closeNew(nil)
 		return nil, err
 	}
 	snap.gen = 1
 	g.publish(snap)
 	g.swapCapture(capw)
+	g.swapObservers(obs)
 	g.reloadMu.Unlock()
 	g.reloads = telemetry.NewReloadMetrics(func() uint64 { return g.snap.Load().gen })
 	g.reloads.Register()
@@ -203,6 +212,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.kv.stop()
 	}
 	g.swapCapture(nil)
+	g.swapObservers(nil)
 	g.reloadMu.Unlock()
 	g.reloads.Unregister()
 	g.global.Unregister() // rolter_draining reads 1 until here
@@ -248,16 +258,25 @@ func (g *Gateway) Reload(cfg *Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("cannot build the new config: %w", err)
 	}
-	next, err := g.buildSnapshot(cfg, cur)
+	obs, err := g.openObservers(cfg, g.obs.Load())
 	if err != nil {
 		if capw != g.capture.Load() {
 			capw.close()
 		}
 		return fmt.Errorf("cannot build the new config: %w", err)
 	}
+	next, err := g.buildSnapshot(cfg, cur)
+	if err != nil {
+		if capw != g.capture.Load() {
+			capw.close()
+		}
+		obs.closeNew(g.obs.Load())
+		return fmt.Errorf("cannot build the new config: %w", err)
+	}
 	next.gen = cur.gen + 1
 	g.publish(next)
 	g.swapCapture(capw)
+	g.swapObservers(obs)
 	g.log.Info("config reloaded", "generation", next.gen, "routes", next.describe(),
 		"took", time.Since(start).Round(time.Microsecond).String())
 	return nil

@@ -143,6 +143,9 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 
 	c.status = resp.StatusCode()
 	t.m.Headers.UpdateDuration(c.sent)
+	if c.obs != nil {
+		c.headersAt = time.Now()
+	}
 	if c.status < 200 {
 		// fasthttp skips 100 Continue, 103 Early Hints and other interim answers; what is left is a 101
 		// Switching Protocols (or garbage) to a plain POST. What follows on the connection is not HTTP.
@@ -352,6 +355,7 @@ func (c *call) failAttempt(ctx *fasthttp.RequestCtx, t *Target, e *apiError, kin
 		retryAfter = time.Duration(e.retryAfterMs) * time.Millisecond
 	}
 	c.done(t, kind, retryAfter)
+	c.lastFail = kind
 	t.m.UpstreamError(int(kind))
 	if e == nil {
 		status, code := fasthttp.StatusBadGateway, "upstream_error"
@@ -443,6 +447,9 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) er
 			xff = v
 			continue
 		}
+		if c.traced && equalFold(k, "traceparent") {
+			continue // replaced by the gateway's span below
+		}
 		if equalFold(k, "content-type") {
 			hasCT = true
 		}
@@ -469,6 +476,12 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) er
 			bw.WriteString(", ")
 		}
 		c.scratch = appendClientIP(c.scratch[:0], ctx)
+		bw.Write(c.scratch)
+		bw.WriteString("\r\n")
+	}
+	if c.traced {
+		bw.WriteString("Traceparent: ")
+		c.scratch = c.appendTraceparent(c.scratch[:0])
 		bw.Write(c.scratch)
 		bw.WriteString("\r\n")
 	}
@@ -651,8 +664,7 @@ func (c *call) Read(p []byte) (int, error) {
 	if c.respOff < len(c.respBuf) {
 		n := copy(p, c.respBuf[c.respOff:])
 		if c.respOff == 0 {
-			c.gotFirst = true
-			c.target.m.TTFB.UpdateDuration(c.sent)
+			c.firstByte()
 		}
 		c.respOff += n
 		c.bytesOut += int64(n)
@@ -677,8 +689,7 @@ func (c *call) Read(p []byte) (int, error) {
 	n, err := c.bodyStream.Read(p)
 	if n > 0 {
 		if !c.gotFirst {
-			c.gotFirst = true
-			c.target.m.TTFB.UpdateDuration(c.sent)
+			c.firstByte()
 		}
 		c.bytesOut += int64(n)
 		c.keepTail(p[:n])
@@ -698,6 +709,15 @@ func (c *call) Read(p []byte) (int, error) {
 		return c.endOfStream()
 	}
 	return 0, c.endWithError(err)
+}
+
+// firstByte notes the response's first byte to the client.
+func (c *call) firstByte() {
+	c.gotFirst = true
+	c.target.m.TTFB.UpdateDuration(c.sent)
+	if c.obs != nil {
+		c.firstAt = time.Now()
+	}
 }
 
 // endOfStream ends a body the upstream finished cleanly.

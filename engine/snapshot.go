@@ -462,6 +462,7 @@ const (
 	useScrape
 	useLMCache
 	useKV
+	useTracing
 	numUses
 )
 
@@ -470,18 +471,23 @@ const (
 // every request).
 func (g *Gateway) egressDialers(p *egress.Policy) (d [numUses]*egress.Dialer) {
 	for use := range d {
-		var lastLog atomic.Int64
-		d[use] = &egress.Dialer{Policy: p, Resolver: g.resolver, OnRefuse: func(r *egress.Refusal) {
-			if g.global != nil {
-				g.global.EgressRefused(use)
-			}
-			now := time.Now().UnixNano()
-			if last := lastLog.Load(); now-last >= int64(time.Second) && lastLog.CompareAndSwap(last, now) {
-				g.log.Warn("egress policy refused a connection", "use", telemetry.EgressUses[use], "error", r.Error())
-			}
-		}}
+		d[use] = g.egressDialer(p, use)
 	}
 	return d
+}
+
+// egressDialer returns a dialer of the policy for one use.
+func (g *Gateway) egressDialer(p *egress.Policy, use int) *egress.Dialer {
+	var lastLog atomic.Int64
+	return &egress.Dialer{Policy: p, Resolver: g.resolver, OnRefuse: func(r *egress.Refusal) {
+		if g.global != nil {
+			g.global.EgressRefused(use)
+		}
+		now := time.Now().UnixNano()
+		if last := lastLog.Load(); now-last >= int64(time.Second) && lastLog.CompareAndSwap(last, now) {
+			g.log.Warn("egress policy refused a connection", "use", telemetry.EgressUses[use], "error", r.Error())
+		}
+	}}
 }
 
 // trieShare returns the default ceilings of one target's prefix trie: an equal share of

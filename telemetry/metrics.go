@@ -93,6 +93,10 @@ const (
 	// The routing trace ([trace]).
 	mTraceRecords = "rolter_trace_records_total" // {result} written | dropped (queue full) | write_failed
 
+	// Request logs and traces ([log], [tracing]).
+	mAccessLogLines = "rolter_access_log_lines_total" // {result} written | dropped (queue full) | write_failed
+	mTracingSpans   = "rolter_tracing_spans_total"    // {result} exported | dropped (queue full) | export_failed
+
 	// Client connections (engine/listener.go).
 	mClientConns    = "rolter_client_connections"                // gauge, open
 	mClientRejected = "rolter_client_connections_rejected_total" // {reason} closed by the listener
@@ -487,7 +491,7 @@ func (g *Global) ClientRejected(reason int) { g.clientRejected.Inc(reason) }
 func (g *Global) AcceptError() { g.acceptErrors.Inc() }
 
 // EgressUses are the connections the egress policy checks, the use label of rolter_egress_refused_total.
-var EgressUses = []string{"proxy", "health", "scrape", "lmcache", "kv_events"}
+var EgressUses = []string{"proxy", "health", "scrape", "lmcache", "kv_events", "tracing"}
 
 // EgressRefused counts a connection the egress policy refused, by index into EgressUses.
 func (g *Global) EgressRefused(use int) { g.egressRefused.Inc(use) }
@@ -532,6 +536,8 @@ const (
 	ShadowReuseCaptured = mShadowReuseCaptured
 	ShadowLoadCoV       = mShadowLoadCoV
 	TraceRecords        = mTraceRecords
+	AccessLogLines      = mAccessLogLines
+	TracingSpans        = mTracingSpans
 	QueueWaiting        = mQueueWaiting
 	TargetStates        = mTargetState
 	HealthChecks        = mHealthChecks
