@@ -37,8 +37,8 @@ type fleet struct {
 // startFleet starts n engines with simCfg (each its own engine label and KV event socket when
 // cgo allows) and a gateway whose one route uses strategy. On any error everything started is
 // stopped again. A strategy the config rejects as unknown, or one needing KV events in a build
-// without them, gives an *UnavailableError.
-func startFleet(n int, simCfg sim.Config, strategy string, log *slog.Logger) (*fleet, error) {
+// without them, gives an *UnavailableError. extra is appended to the gateway's config (e.g. [trace]).
+func startFleet(n int, simCfg sim.Config, strategy string, log *slog.Logger, extra ...string) (*fleet, error) {
 	// Check the strategy before starting anything: a config naming n placeholder engines fails
 	// the same way the real one would.
 	if err := checkStrategy(n, strategy); err != nil {
@@ -77,7 +77,7 @@ func startFleet(n int, simCfg sim.Config, strategy string, log *slog.Logger) (*f
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on loopback: %w", err)
 	}
-	text := fleetConfig(ln.Addr().String(), strategy, f.URLs(), f.kvEndpoints(), f.sims[0].Config().Model)
+	text := fleetConfig(ln.Addr().String(), strategy, f.URLs(), f.kvEndpoints(), f.sims[0].Config().Model) + strings.Join(extra, "")
 	cfg, err := engine.ParseConfig([]byte(text), "bench.toml")
 	if err != nil {
 		_ = ln.Close()

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/loadtest"
 	"github.com/rolter-ai/rolter/sim"
 )
@@ -165,9 +166,51 @@ type RoutingRun struct {
 	EngineEvictions uint64          `json:"engine_evictions"`
 	EngineRequests  []int           `json:"engine_requests"`
 	Inflight        InflightSummary `json:"inflight"`
-	GroupsSplit     int             `json:"groups_split"`      // groups (users) served by more than one engine
-	EnginesPerGroup float64         `json:"engines_per_group"` // mean distinct engines per group (user)
-	Seconds         float64         `json:"seconds"`           // the whole run, fleet start to stop
+	// Reuse is the gateway's own routing evidence over the run (README "Routing evidence").
+	Reuse           ReuseSummary `json:"reuse"`
+	GroupsSplit     int          `json:"groups_split"`      // groups (users) served by more than one engine
+	EnginesPerGroup float64      `json:"engines_per_group"` // mean distinct engines per group (user)
+	Seconds         float64      `json:"seconds"`           // the whole run, fleet start to stop
+}
+
+// ReuseSummary is the routing evidence of a run, summed over the route's targets: the prompt reuse the
+// strategy predicted - in its unit, prompt-key bytes or tokens - and what the engines delivered, over the
+// same measured responses.
+type ReuseSummary struct {
+	Scored       uint64 `json:"scored"`
+	Held         uint64 `json:"held"`
+	Captured     uint64 `json:"captured"`
+	PromptTokens uint64 `json:"prompt_tokens"`
+	CachedTokens uint64 `json:"cached_tokens"`
+	Measured     uint64 `json:"measured"`
+}
+
+// reuseOf sums the gateway's routing evidence.
+func reuseOf(st engine.State) (r ReuseSummary) {
+	for _, rt := range st.Routes {
+		for _, t := range rt.Targets {
+			r.Scored += t.Reuse.Scored
+			r.Held += t.Reuse.Held
+			r.Captured += t.Reuse.Captured
+			r.PromptTokens += t.PromptTokens
+			r.CachedTokens += t.CachedTokens
+			r.Measured += t.Measured
+		}
+	}
+	return r
+}
+
+// String is "held 0.88, captured 0.84; delivered 0.80", or the delivered part alone for a strategy that
+// predicts nothing.
+func (r ReuseSummary) String() string {
+	delivered := "delivered -"
+	if r.PromptTokens > 0 {
+		delivered = fmt.Sprintf("delivered %.3f", float64(r.CachedTokens)/float64(r.PromptTokens))
+	}
+	if r.Scored == 0 {
+		return delivered
+	}
+	return fmt.Sprintf("held %.3f, captured %.3f; %s", float64(r.Held)/float64(r.Scored), float64(r.Captured)/float64(r.Scored), delivered)
 }
 
 // Available reports whether the run measured something.
@@ -366,6 +409,7 @@ func runOne(ctx context.Context, o *RoutingOptions, sc sim.Config, scenario, str
 		return run
 	}
 	run.Inflight = summarizeInflight(samples, len(f.sims))
+	run.Reuse = reuseOf(f.gw.State())
 	for _, e := range f.sims {
 		st := e.Stats()
 		run.EngineHitTokens += st.HitTokens

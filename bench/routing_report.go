@@ -137,8 +137,8 @@ func (rep *RoutingReport) Markdown(charts []string) string {
 			}
 			fmt.Fprintf(&b, " %d | %d |\n", run.EngineEvictions, r.Failed+r.Cancelled)
 		}
-		fmt.Fprintf(&b, "\nOracle bound: %.3f. Decisions (`x-rolter-decision`) and requests per engine:\n\n", oracle)
-		b.WriteString("| strategy | decisions | requests per engine |\n|---|---|---|\n")
+		fmt.Fprintf(&b, "\nOracle bound: %.3f. Decisions (`x-rolter-decision`), requests per engine, and the gateway's own routing evidence (README \"Routing evidence\": predicted held and captured, as fractions of the prompts in the strategy's unit, beside the delivered cached / prompt tokens):\n\n", oracle)
+		b.WriteString("| strategy | decisions | requests per engine | predicted vs delivered reuse |\n|---|---|---|---|\n")
 		for _, s := range o.Strategies {
 			run := rep.Run(sc, s)
 			if run == nil || !run.Available() {
@@ -152,7 +152,7 @@ func (rep *RoutingReport) Markdown(charts []string) string {
 			if len(run.Result.Decisions) > 0 {
 				dec = formatCounts(run.Result.Decisions)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", s, dec, strings.Join(per, " / "))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", s, dec, strings.Join(per, " / "), run.Reuse)
 		}
 		if hot {
 			b.WriteString("\nMean requests in flight per engine (running + waiting, sampled every 20 ms, middle 80% of the run):\n\n")

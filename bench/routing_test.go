@@ -53,6 +53,13 @@ func TestRoutingTiny(t *testing.T) {
 			t.Fatalf("%s/%s: engines counted %d/%d, harness %d/%d", run.Scenario, run.Strategy,
 				run.EngineHitTokens, run.EngineQueried, r.CachedTokens, r.PromptTokens)
 		}
+		// The gateway's delivered counters are the engines' own; a cache strategy predicts, held >= captured.
+		if run.Reuse.PromptTokens != run.EngineQueried || run.Reuse.CachedTokens != run.EngineHitTokens {
+			t.Fatalf("%s/%s: gateway evidence %+v, engines %d/%d", run.Scenario, run.Strategy, run.Reuse, run.EngineHitTokens, run.EngineQueried)
+		}
+		if run.Strategy == "cache_aware" && (run.Reuse.Scored == 0 || run.Reuse.Held < run.Reuse.Captured) {
+			t.Fatalf("%s/%s: predicted reuse %+v", run.Scenario, run.Strategy, run.Reuse)
+		}
 		if len(run.EngineRequests) != 2 || run.Inflight.Mean == nil {
 			t.Fatalf("%s/%s: engine requests %v, in flight %+v", run.Scenario, run.Strategy, run.EngineRequests, run.Inflight)
 		}

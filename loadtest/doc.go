@@ -37,6 +37,15 @@
 // For precise_cache_aware, TokenIDs sends x-rolter-vllm-token-ids with the ids the engine's
 // /tokenize returns for the prompt (cached per prompt), as a client of a vLLM fleet would.
 //
+// # Explicit plans
+//
+// Options.Plan sends a list of requests built elsewhere instead of a scenario: `rolter replay`
+// (bench.Replay) turns a captured or Mooncake trace into one. Each request may carry its own
+// max_tokens, an x-session-id, and a dependency on an earlier request (its session's previous
+// turn): in a closed loop the next request whose predecessor has ended goes first, so a waiting
+// session holds no worker; a Timed plan sends each request at its time. CapacityOracle adds a
+// capacity-aware estimate next to the unlimited Oracle (Options.OracleCapacity).
+//
 // Run returns a Result (JSON via WriteJSON, Markdown via Markdown). Main is the
 // `rolter loadtest` command.
 package loadtest

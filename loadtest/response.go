@@ -16,6 +16,7 @@ const (
 	DecisionHeader    = "X-Rolter-Decision"
 	PrefixMatchHeader = "X-Rolter-Prefix-Match"
 	TokenIDsHeader    = "X-Rolter-Vllm-Token-Ids"
+	SessionHeader     = "X-Session-Id"
 )
 
 // Reply is what the harness takes from one completion response.

@@ -48,6 +48,12 @@ type Result struct {
 	// OracleReused is the number of those blocks a later prompt hits: the reusable working set.
 	OracleReused int     `json:"oracle_reused_blocks"`
 	HitVsOracle  float64 `json:"hit_rate_vs_oracle"`
+	// CapacityOracleBlocks is Options.OracleCapacity; when > 0, CapacityOracleHitRate is what
+	// one pooled LRU cache of that many blocks hits (CapacityOracle) and HitVsCapacityOracle the
+	// ratio to it.
+	CapacityOracleBlocks  int     `json:"capacity_oracle_blocks,omitempty"`
+	CapacityOracleHitRate float64 `json:"capacity_oracle_hit_rate,omitempty"`
+	HitVsCapacityOracle   float64 `json:"hit_rate_vs_capacity_oracle,omitempty"`
 
 	Targets []TargetStat `json:"targets,omitempty"`
 	// ShareMaxMin is max/min requests per target; -1 when an expected target got none, 0 when no
@@ -204,11 +210,27 @@ func (r *run) result(samples []Sample) *Result {
 
 	// The oracle sees the prompts that were sent, in the order the targeter built them.
 	oracle := NewOracle(o.BlockSize)
+	var capOracle *CapacityOracle
+	if o.OracleCapacity > 0 {
+		capOracle = NewCapacityOracle(o.BlockSize, o.OracleCapacity)
+	}
 	r.mu.Lock()
+	var tokens []uint32
 	for _, s := range r.sent {
-		oracle.AddMessages(s.msgs)
+		tokens = appendChatTokens(tokens[:0], s.msgs)
+		oracle.AddTokens(tokens)
+		if capOracle != nil {
+			capOracle.AddTokens(tokens)
+		}
 	}
 	r.mu.Unlock()
+	if capOracle != nil {
+		res.CapacityOracleBlocks = o.OracleCapacity
+		res.CapacityOracleHitRate = capOracle.HitRate()
+		if res.CapacityOracleHitRate > 0 {
+			res.HitVsCapacityOracle = res.HitRate / res.CapacityOracleHitRate
+		}
+	}
 	res.OraclePrompt, res.OracleHitTokens = oracle.Totals()
 	res.OracleHitRate = oracle.HitRate()
 	res.OracleBlocks = oracle.Blocks()

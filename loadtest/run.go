@@ -37,6 +37,12 @@ type Options struct {
 	APIKey string
 	// Workload is what to send (see Workload).
 	Workload Workload
+	// Plan, when set, is sent instead of Workload's generated plan: an explicit list of requests
+	// (a replayed trace), in order, each with its own max_tokens (else Plan.Workload's
+	// OutputTokens), x-session-id and dependency on an earlier request, and, when Plan.Timed,
+	// its send time (open loop; Rate is then ignored). Plan.Workload describes it in the Result.
+	// The plan is not modified.
+	Plan *Plan
 	// Rate > 0 runs open loop at Rate requests per second (vegeta keeps the rate by starting
 	// workers, up to Concurrency of them); 0 runs closed loop with Concurrency requests in flight.
 	// In multi-turn, a tick waits for a user whose previous answer is in, so Rate is an upper bound.
@@ -66,6 +72,9 @@ type Options struct {
 	Targets []string
 	// BlockSize is the KV block size the oracle uses; default 16 (vLLM's and the sim's).
 	BlockSize int
+	// OracleCapacity, when > 0, adds the capacity-aware oracle to the Result: one pooled LRU
+	// prefix cache of that many blocks (CapacityOracle).
+	OracleCapacity int
 	// AllowRemote permits non-loopback URLs.
 	AllowRemote bool
 	// KeepSamples keeps one Sample per request in Result.Samples.
@@ -77,6 +86,7 @@ type Sample struct {
 	Index        int     `json:"index"`
 	Group        int     `json:"group"` // shared-prefix group or multi-turn user; -1 otherwise
 	Round        int     `json:"round"`
+	Session      string  `json:"session,omitempty"` // x-session-id sent, explicit plans only
 	Status       int     `json:"status"`
 	Error        string  `json:"error,omitempty"`
 	Target       string  `json:"target,omitempty"`
@@ -87,8 +97,10 @@ type Sample struct {
 	PromptTokens int     `json:"prompt_tokens"`
 	CachedTokens int     `json:"cached_tokens"`
 	OutputTokens int     `json:"output_tokens"`
-	cancelled    bool
-	start, end   time.Time
+	// Prompt is the messages sent (shared with the plan; not written as JSON).
+	Prompt     []Message `json:"-"`
+	cancelled  bool
+	start, end time.Time
 }
 
 // sent is one request built by the targeter.
@@ -96,6 +108,8 @@ type sent struct {
 	group, round int
 	user         *userState // multi-turn only
 	msgs         []Message  // the prompt (kept for the oracle)
+	index        int        // static plans: the plan index
+	session      string     // explicit plans: x-session-id
 }
 
 // userState is a multi-turn conversation in progress. It is handed between the targeter and the
@@ -115,7 +129,8 @@ type run struct {
 	tok      *tokenizer
 	timing   *TimingTransport
 
-	next atomic.Int64 // static scenarios: next plan index
+	next  atomic.Int64 // static scenarios: next plan index
+	turns *turns       // explicit plans whose requests wait on earlier ones (next unused); else nil
 
 	mu   sync.Mutex
 	sent []*sent
@@ -132,9 +147,14 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := opts.normalize(); err != nil {
 		return nil, err
 	}
-	plan, err := opts.Workload.Generate()
-	if err != nil {
-		return nil, err
+	plan := opts.Plan
+	if plan != nil {
+		opts.Workload = plan.Workload
+	} else {
+		var err error
+		if plan, err = opts.Workload.Generate(); err != nil {
+			return nil, err
+		}
 	}
 	r := &run{
 		opts:     opts,
@@ -144,6 +164,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	if opts.MaxRequests > 0 && opts.MaxRequests < r.limit {
 		r.limit = opts.MaxRequests
+	}
+	if opts.Plan != nil {
+		r.turns = newTurns(plan, r.limit)
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, opts.Duration)
@@ -172,10 +195,20 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 
 	workers, maxWorkers := uint64(opts.Concurrency), uint64(opts.Concurrency)
-	pacer := &countPacer{limit: uint64(r.limit)}
-	if opts.Rate > 0 {
-		pacer.interval = time.Duration(float64(time.Second) / opts.Rate)
+	var pacer vegeta.Pacer
+	switch {
+	case plan.Timed:
+		at := make([]time.Duration, r.limit)
+		for i := range at {
+			at[i] = plan.Requests[i].At
+		}
+		pacer = &schedulePacer{at: at}
 		workers = min(workers, 16)
+	case opts.Rate > 0:
+		pacer = &countPacer{limit: uint64(r.limit), interval: time.Duration(float64(time.Second) / opts.Rate)}
+		workers = min(workers, 16)
+	default:
+		pacer = &countPacer{limit: uint64(r.limit)}
 	}
 	atk := vegeta.NewAttacker(
 		vegeta.Client(client),
@@ -257,6 +290,14 @@ func (o *Options) normalize() error {
 	if o.BlockSize < 0 {
 		errs = append(errs, fmt.Errorf("block size must be positive, got %d", o.BlockSize))
 	}
+	if o.OracleCapacity < 0 {
+		errs = append(errs, fmt.Errorf("oracle capacity must not be negative, got %d", o.OracleCapacity))
+	}
+	if o.Plan != nil {
+		if err := o.Plan.checkExplicit(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cannot run load test: %w", err)
 	}
@@ -320,12 +361,20 @@ func (r *run) targeter(ctx context.Context) vegeta.Targeter {
 	return func(t *vegeta.Target) error {
 		var s *sent
 		if r.plan.Conversations == nil {
-			i := int(r.next.Add(1) - 1)
-			if i >= r.limit {
+			var i int
+			if r.turns != nil {
+				var err error
+				if i, err = r.turns.take(ctx.Done()); err != nil {
+					if err != vegeta.ErrNoTargets {
+						r.turns.fail()
+					}
+					return err
+				}
+			} else if i = int(r.next.Add(1) - 1); i >= r.limit {
 				return vegeta.ErrNoTargets
 			}
 			req := &r.plan.Requests[i]
-			s = &sent{group: req.Group, msgs: req.Messages}
+			s = &sent{group: req.Group, msgs: req.Messages, index: i, session: req.Session}
 		} else {
 			select {
 			case u := <-r.ready:
@@ -338,11 +387,15 @@ func (r *run) targeter(ctx context.Context) vegeta.Targeter {
 			}
 		}
 		body := chatBody{Model: r.opts.Model, Messages: s.msgs, MaxTokens: r.plan.Workload.OutputTokens, Stream: !r.opts.NonStream}
+		if s.user == nil && r.plan.Requests[s.index].MaxTokens > 0 {
+			body.MaxTokens = r.plan.Requests[s.index].MaxTokens
+		}
 		if body.Stream {
 			body.StreamOptions = &streamOptions{IncludeUsage: true}
 		}
 		data, err := json.Marshal(body)
 		if err != nil {
+			r.giveUp(s)
 			return fmt.Errorf("cannot encode request: %w", err)
 		}
 		h := http.Header{}
@@ -350,9 +403,13 @@ func (r *run) targeter(ctx context.Context) vegeta.Targeter {
 		if r.opts.APIKey != "" {
 			h.Set("Authorization", "Bearer "+r.opts.APIKey)
 		}
+		if s.session != "" {
+			h.Set(SessionHeader, s.session)
+		}
 		if r.tok != nil {
 			ids, err := r.tok.header(ctx, s.msgs)
 			if err != nil {
+				r.giveUp(s)
 				return err
 			}
 			h.Set(TokenIDsHeader, ids)
@@ -372,7 +429,8 @@ func (r *run) measure(ctx context.Context, res *vegeta.Result, tm *Timing) Sampl
 	r.mu.Lock()
 	s := r.sent[tm.Index]
 	r.mu.Unlock()
-	smp := Sample{Index: tm.Index, Group: s.group, Round: s.round, Status: int(res.Code), start: tm.Start, end: tm.End}
+	smp := Sample{Index: tm.Index, Group: s.group, Round: s.round, Session: s.session, Status: int(res.Code), Prompt: s.msgs,
+		start: tm.Start, end: tm.End}
 	if smp.end.IsZero() {
 		smp.end = tm.Start.Add(res.Latency)
 	}
@@ -401,6 +459,9 @@ func (r *run) measure(ctx context.Context, res *vegeta.Result, tm *Timing) Sampl
 	} else {
 		smp.PromptTokens, smp.CachedTokens, smp.OutputTokens = reply.PromptTokens, reply.CachedTokens, reply.CompletionTokens
 	}
+	if s.user == nil {
+		r.turns.end(s.index)
+	}
 	if u := s.user; u != nil {
 		u.round++
 		if err == nil && u.round < len(u.conv.Questions) {
@@ -414,6 +475,15 @@ func (r *run) measure(ctx context.Context, res *vegeta.Result, tm *Timing) Sampl
 		}
 	}
 	return smp
+}
+
+// giveUp is called when the targeter cannot send s: requests waiting on it are woken, and the
+// attack stops (vegeta stops on a targeter error).
+func (r *run) giveUp(s *sent) {
+	if s.user == nil {
+		r.turns.end(s.index)
+		r.turns.fail()
+	}
 }
 
 // countPacer paces hits every interval (open loop) or as fast as workers free up (interval 0,

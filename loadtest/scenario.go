@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"time"
 )
 
 // Scenario names.
@@ -74,11 +75,21 @@ type Message struct {
 	Content string `json:"content"`
 }
 
-// Request is one planned request of a static scenario (all but multi-turn).
+// Request is one planned request of a static scenario (all but multi-turn), or of an explicit
+// plan (Options.Plan, a replayed trace), which may also set the fields after Messages.
 type Request struct {
 	// Group is the shared-prefix group, or -1.
 	Group    int
 	Messages []Message
+	// MaxTokens, when > 0, is this request's max_tokens instead of the workload's OutputTokens.
+	MaxTokens int
+	// Session, when set, is sent as x-session-id.
+	Session string
+	// At is when the request is sent, from the start of the run, in a Timed plan.
+	At time.Duration
+	// After, when > 0, is 1 + the index of an earlier request of the plan that must have been
+	// answered (or have failed) before this one is sent: the previous turn of its session.
+	After int
 }
 
 // Conversation is one multi-turn user: Prefix (system) messages, then one question per round;
@@ -95,6 +106,8 @@ type Plan struct {
 	Workload      Workload
 	Requests      []Request
 	Conversations []Conversation
+	// Timed makes the run open loop at the requests' At times (an explicit plan only).
+	Timed bool
 }
 
 // Size returns the number of requests the plan sends when every request succeeds.

@@ -36,6 +36,8 @@ Usage:
   rolter up [-n 4] [-strategy cache_aware]
                                        start simulated engines and a gateway in front of them
   rolter loadtest [flags]              drive an OpenAI-compatible endpoint with a workload (rolter loadtest -h)
+  rolter replay -trace F [flags]       replay a captured or Mooncake trace through every strategy on a
+                                       simulated fleet; print the routing table (rolter replay -h)
   rolter version                       print the version
 `
 
@@ -55,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return up(args[1:], stdout, stderr)
 	case "loadtest":
 		return loadtest.Main(args[1:], stdout)
+	case "replay":
+		return replayMain(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "rolter", version)
 		return 0
