@@ -8,13 +8,17 @@ FUZZTIME  ?= 10s
 
 export ROLTER_REQUIRE_SDK := 1
 export ROLTER_REQUIRE_BROWSER := 1
+export ROLTER_REQUIRE_POSTGRES := 1
+export ROLTER_REQUIRE_HAPROXY := 1
 
-.PHONY: all deps build run test test-unit test-race test-nocgo bench bench-routing bench-overhead fuzz-short lint fmt vet clean
+.PHONY: all deps build run test test-unit test-race test-nocgo bench bench-routing bench-overhead bench-scaleout fuzz-short lint fmt vet clean
 
 all: build
 
 # deps installs what a fresh Debian machine lacks: libzmq (cgo, for KV events), the OpenAI Node SDK used
-# by the real-client test, and Chromium for the dashboard's browser test.
+# by the real-client test, Chromium for the dashboard's browser test, HAProxy for the scale-out test, and
+# PostgreSQL's server for the shared-store tests (they start their own servers; the package's own cluster
+# is not used).
 deps:
 	@if ! pkg-config --exists libzmq 2>/dev/null; then \
 		echo "deps: installing libzmq3-dev and pkg-config with apt"; \
@@ -31,6 +35,14 @@ deps:
 	@if [ ! -x /usr/bin/chromium ]; then \
 		echo "deps: installing chromium with apt for the dashboard's browser test"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; \
+	fi
+	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then \
+		echo "deps: installing haproxy with apt for the scale-out test"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq haproxy >/dev/null; \
+	fi
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "deps: installing postgresql with apt for the PostgreSQL store tests"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; \
 	fi
 
 build: deps
@@ -69,6 +81,16 @@ bench-overhead:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
 	$(GO) build -o bin/fakeupstream ./bench/cmd/fakeupstream
 	$(GO) run ./bench/cmd/overhead -rolter bin/rolter -upstream bin/fakeupstream -out bench/results
+
+# Scale-out: 1, 2 and 4 `rolter serve` processes behind HAProxy in TCP mode on one simulated fleet
+# (bench/results/scaleout.md, ~10 min).
+bench-scaleout:
+	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then \
+		echo "bench-scaleout: installing haproxy with apt"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq haproxy >/dev/null; \
+	fi
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
+	$(GO) run ./bench/cmd/scaleout -rolter bin/rolter -out bench/results
 
 fuzz-short:
 	@for pkg in $$($(GO) list ./...); do \

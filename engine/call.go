@@ -271,6 +271,7 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 		return c.bodyMemoryFull(ctx)
 	}
 	var info requestInfo
+	c.scanner.keyFields = c.snap.cfg.Server.CacheKeyFields
 	e := c.scanner.scan(c.reqBody, c.ep, c.key[:0], &info)
 	c.key = info.key
 	if !c.hold(cap(c.key) - keyCap) {
@@ -301,8 +302,8 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 
 	p := &c.pick
 	p.Route = r
-	p.Key = c.key
-	p.SessionID = ctx.Request.Header.Peek("X-Session-Id")
+	p.Key, p.Opening = c.key, info.opening
+	p.SessionID = sessionID(&ctx.Request.Header, info.session, c.snap.cfg.Server.SessionHeaders)
 	p.Now = c.start.UnixNano()
 	p.kvScratch = &c.kvScratch
 	p.kvOut = c.kvOut[:]
@@ -680,5 +681,6 @@ func (c *call) accountReuse() {
 	m.ReuseCaptured.Add(int(captured))
 	if u.prompt > 0 {
 		c.target.gap.add(float64(captured)/float64(p.MatchOf) - float64(u.cached)/float64(u.prompt))
+		c.route.checkStale(c.target)
 	}
 }

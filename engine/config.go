@@ -75,7 +75,23 @@ type ServerConfig struct {
 	ExposeDecisionHeaders bool    `toml:"expose_decision_headers" json:"expose_decision_headers"`
 	// ExposeMetrics serves GET /metrics on the data-plane listener.
 	ExposeMetrics bool `toml:"expose_metrics" json:"expose_metrics"`
+	// CacheKeyFields are top-level request body fields whose values make the engines cache the same prompt
+	// apart (a per-user salt an engine-side plugin derives from "user", say): like vLLM's cache_salt, which is
+	// always read, they join the prompt key's identity prefix, so requests that differ in them share no
+	// prefix affinity (docs/architecture.md, "Prompt key").
+	CacheKeyFields []string `toml:"cache_key_fields" json:"cache_key_fields"`
+	// SessionHeaders are request headers that name a session, read after x-session-id and the body's
+	// prompt_cache_key: the first one present pins the conversation (agent harnesses send their own).
+	SessionHeaders []string `toml:"session_headers" json:"session_headers"`
 }
+
+// scannedFields are the top-level body fields the request scanner reads itself, which cannot be
+// cache_key_fields.
+var scannedFields = []string{"model", "stream", "messages", "prompt", "input", "instructions", "system", "cache_salt",
+	"prompt_cache_key"}
+
+// maxSessionHeaders bounds [server] session_headers: each is looked up on every request without a session.
+const maxSessionHeaders = 8
 
 // DataKey is one data-plane API key: the keyed hash of its secret and the org it belongs to.
 type DataKey struct {
@@ -211,6 +227,10 @@ type RouteParams struct {
 	WeightFactor   *float64 `toml:"weight_factor" json:"weight_factor,omitempty"`
 	LoadFactor     *float64 `toml:"load_factor" json:"load_factor,omitempty"`
 	CacheFactor    *float64 `toml:"cache_factor" json:"cache_factor,omitempty"`
+	// StaleGap and StaleWindow: a target's trie is emptied when its recent predicted reuse exceeds the
+	// delivered by more than StaleGap over at least StaleWindow measured responses (0 turns it off).
+	StaleGap    *float64 `toml:"stale_gap" json:"stale_gap,omitempty"`
+	StaleWindow *int     `toml:"stale_window" json:"stale_window,omitempty"`
 }
 
 // ScrapeConfig is [metrics_scrape]: engine queue depth from each provider's /metrics.
@@ -647,6 +667,34 @@ func (v *validator) server(s *ServerConfig) {
 	v.nonNegative("server.write_timeout_secs", s.WriteTimeoutSecs)
 	v.nonNegative("server.idle_timeout_secs", s.IdleTimeoutSecs)
 	v.nonNegative("server.drain_secs", s.DrainSecs)
+	if len(s.CacheKeyFields) > maxKeyFields {
+		v.addf("server.cache_key_fields", "at most %d fields, got %d", maxKeyFields, len(s.CacheKeyFields))
+	}
+	for i, f := range s.CacheKeyFields {
+		key := fmt.Sprintf("server.cache_key_fields[%d]", i)
+		switch {
+		case f == "" || len(f) > maxKeyFieldLen:
+			v.addf(key, "a field name must have 1 to %d bytes, got %q", maxKeyFieldLen, f)
+		case slices.Contains(scannedFields, f):
+			v.addf(key, "%q is read by the gateway itself; cannot use it as a cache key field", f)
+		case slices.Index(s.CacheKeyFields, f) < i:
+			v.addf(key, "%q is listed twice", f)
+		}
+	}
+	if len(s.SessionHeaders) > maxSessionHeaders {
+		v.addf("server.session_headers", "at most %d headers, got %d", maxSessionHeaders, len(s.SessionHeaders))
+	}
+	for i, h := range s.SessionHeaders {
+		key := fmt.Sprintf("server.session_headers[%d]", i)
+		switch {
+		case !validHeaderName(h):
+			v.addf(key, "invalid header name %q", h)
+		case strings.EqualFold(h, "x-session-id"):
+			v.addf(key, "x-session-id is always read first; list only other headers")
+		case slices.IndexFunc(s.SessionHeaders[:i], func(o string) bool { return strings.EqualFold(o, h) }) >= 0:
+			v.addf(key, "%q is listed twice", h)
+		}
+	}
 }
 
 // providers checks [[providers]] and returns the index of each provider name (its first, if repeated).
@@ -686,6 +734,7 @@ func (v *validator) providers(ps []ProviderConfig) map[string]int {
 			v.lmcache(key+".lmcache", p.LMCache)
 		}
 	}
+	v.kvSharedBinds(ps)
 	return byName
 }
 
@@ -717,6 +766,27 @@ func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
 	}
 	if !kvindex.Supported {
 		v.addf(key, "kv_events needs a build with cgo and libzmq; this binary was built with CGO_ENABLED=0")
+	}
+}
+
+// kvSharedBinds checks the bind-mode kv_events of all providers together (kvindex.BindConflicts): providers
+// that bind one endpoint share one socket and are told apart by topic, so each needs a distinct non-empty
+// topic and all the same publisher policy. Before, four providers binding one address passed and three
+// retried "address already in use" forever (issue 17).
+func (v *validator) kvSharedBinds(ps []ProviderConfig) {
+	cfgs := make([]*kvindex.SubscriberConfig, len(ps))
+	for i := range ps {
+		if kv := ps[i].KVEvents; kv != nil {
+			sc := kv.subscriberConfig()
+			cfgs[i] = &sc
+		}
+	}
+	for _, c := range kvindex.BindConflicts(cfgs) {
+		key := c.Key
+		if key == "curve_secret_key" {
+			key = "curve_secret_key_env" // the key is read from the environment variable it names
+		}
+		v.addf(fmt.Sprintf("providers[%d].kv_events.%s", c.I, key), "%s (also providers[%d], %q)", c.Msg, c.J, ps[c.J].Name)
 	}
 }
 
@@ -792,6 +862,11 @@ func (v *validator) routes(rs []RouteConfig, ps []ProviderConfig, byName map[str
 			} else if po := ps[pi].Org; po != "" && po != r.Org {
 				// An org's provider serves only that org's routes (the file's providers serve anyone).
 				v.addf(tk+".provider", "unknown provider %q", t.Provider)
+			} else if k := slices.IndexFunc(r.Targets[:j], func(o TargetConfig) bool { return o.Provider == t.Provider }); k >= 0 {
+				// A target is named by its provider (x-rolter-target, metric labels, the state view): a route
+				// reaches one engine under two upstream models (a base model and its LoRA adapter) through
+				// two providers with the same api_base.
+				v.addf(tk+".provider", "provider %q is already routes[%d].targets[%d]; to route two models of one engine, declare a second provider with the same api_base", t.Provider, i, k)
 			}
 			if w := *t.Weight; !(w > 0) || math.IsInf(w, 0) {
 				v.addf(tk+".weight", "weight must be > 0, got %v", w)
@@ -871,6 +946,12 @@ func (v *validator) params(key, strategy string, spec strategySpec, p *RoutePara
 	}
 	if check("session_ttl_secs", p.SessionTTLSecs != nil) && !(*p.SessionTTLSecs > 0) {
 		v.addf(key+".session_ttl_secs", "must be > 0, got %v", *p.SessionTTLSecs)
+	}
+	if check("stale_gap", p.StaleGap != nil) && !(*p.StaleGap >= 0 && *p.StaleGap <= 1) {
+		v.addf(key+".stale_gap", "must be between 0 (off) and 1, got %v", *p.StaleGap)
+	}
+	if check("stale_window", p.StaleWindow != nil) && *p.StaleWindow < 1 {
+		v.addf(key+".stale_window", "must be >= 1, got %d", *p.StaleWindow)
 	}
 	if check("max_sessions", p.MaxSessions != nil) && *p.MaxSessions < 1 {
 		v.addf(key+".max_sessions", "must be >= 1, got %d", *p.MaxSessions)

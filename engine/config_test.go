@@ -519,3 +519,13 @@ func TestEffectiveConfigRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteTargetsDistinctProviders: the same provider twice in one route is refused at load (it used to
+// pass and then crash the gateway on duplicate metric series).
+func TestRouteTargetsDistinctProviders(t *testing.T) {
+	text := gatewayConfig("round_robin", "[[routes.targets]]\nprovider = \"p0\"\nmodel = \"lora-adapter\"\n", "http://127.0.0.1:1")
+	_, err := ParseConfig([]byte(text), "t.toml")
+	if err == nil || !strings.Contains(err.Error(), `routes[0].targets[1].provider: provider "p0" is already routes[0].targets[0]`) {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -43,6 +43,10 @@ func (cfg *Config) Effective() *Config {
 				p.LoadFactor = orDefault(p.LoadFactor, defaultLoadFactor)
 			case "cache_factor":
 				p.CacheFactor = orDefault(p.CacheFactor, defaultCacheFactor)
+			case "stale_gap":
+				p.StaleGap = orDefault(p.StaleGap, defaultStaleGap)
+			case "stale_window":
+				p.StaleWindow = orDefault(p.StaleWindow, defaultStaleWindow)
 			default:
 				panic(fmt.Sprintf("BUG: no default for parameter %q", name))
 			}

@@ -381,6 +381,10 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		g.post(ctx, epCompletions)
 	case "/v1/embeddings":
 		g.post(ctx, epEmbeddings)
+	case "/v1/responses":
+		g.post(ctx, epResponses)
+	case "/v1/messages":
+		g.post(ctx, epMessages)
 	case "/v1/models":
 		if g.onlyGet(ctx) {
 			snap := g.snap.Load()
@@ -416,6 +420,10 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 			if g.onlyGet(ctx) {
 				g.model(ctx, path[len("/v1/models/"):])
 			}
+			return
+		}
+		if ctx.IsPost() && proxiedPath(path) {
+			g.post(ctx, epOther)
 			return
 		}
 		g.reject(ctx, notFound())

@@ -88,3 +88,18 @@ func checkContentType(ctx *fasthttp.RequestCtx) *apiError {
 	return &apiError{status: fasthttp.StatusUnsupportedMediaType, typ: typeInvalidRequest, code: "unsupported_media_type",
 		message: "this Content-Type is not supported; send application/json", noRetry: true}
 }
+
+// proxiedPath reports whether a POST to path, which is no endpoint the gateway knows, is proxied as another
+// JSON endpoint (epOther: routed by its body's model, on an empty prompt key): any path under /v1/ but the
+// engines' own administration, which no client of the gateway may reach through it - vLLM's runtime LoRA
+// loading (/v1/load_lora_adapter and /v1/unload_lora_adapter, with VLLM_ALLOW_RUNTIME_LORA_UPDATING) takes
+// a body that has a "model" added. path is the normalised path (fasthttp decodes escapes, removes dot
+// segments and repeated slashes), the one sent upstream.
+func proxiedPath(path []byte) bool {
+	const v1 = "/v1/"
+	if len(path) <= len(v1) || string(path[:len(v1)]) != v1 {
+		return false
+	}
+	name := bytes.TrimRight(path[len(v1):], "/")
+	return !equalFold(name, "load_lora_adapter") && !equalFold(name, "unload_lora_adapter")
+}

@@ -67,6 +67,8 @@ type providerHealth struct {
 
 	fleet  atomic.Pointer[fleetHealth] // the providers that share the ejection cap: the live snapshot's
 	states *telemetryStates
+	// onRecover is called when active checks mark the target healthy again: its cache is presumed empty.
+	onRecover func()
 }
 
 // fleetHealth is every provider of a snapshot, for the ejection cap.
@@ -312,6 +314,9 @@ func (h *providerHealth) setDown(down bool, reason string) {
 	} else {
 		h.states.inc("healthy")
 		h.log.Info("target marked healthy", "target", h.name, "reason", reason)
+		if h.onRecover != nil {
+			h.onRecover()
+		}
 	}
 }
 

@@ -15,7 +15,9 @@ import (
 )
 
 // kvState is the exact residency index of a gateway: one kvindex.Index shared by every provider with
-// [providers.kv_events] that a precise_cache_aware route uses, fed by one subscription per provider. It
+// [providers.kv_events] that a precise_cache_aware route uses, fed by one subscription per provider, all in
+// one kvindex.Subscriber: providers that bind one endpoint share its socket, told apart by topic
+// (validated by kvindex.BindConflicts), and adding or removing one leaves the socket to the others. It
 // outlives snapshots: a reload that keeps a provider's kv_events settings keeps its subscription, its index
 // and its stream state (trusted stays trusted, no replay), and ids are stable for as long as a source lives.
 // It is created when a config first needs it and stopped with the gateway. Its methods are called under
@@ -152,6 +154,23 @@ func registerKVMetrics(set *telemetry.Set, target string, st *kvindex.Stream) {
 		return 0
 	})
 	set.Gauge(telemetry.KVLastSeq, l, stat(func(s *kvindex.StreamStats) float64 { return float64(s.LastSeq) }))
+	// Trust (issue 17): the state as 0 exact, 1 degraded, 2 fallback, and the reason as a state set, so
+	// that every series exists from the start and a change of reason is a change of value, not of labels.
+	set.Gauge(telemetry.KVTrust, l, func() float64 {
+		s, _ := st.Trust()
+		return float64(s)
+	})
+	for _, r := range kvindex.TrustReasons() {
+		if r == kvindex.ReasonEngineRestart {
+			continue // the scraper's, never a stream's
+		}
+		set.Gauge(telemetry.KVTrustReason, l+",reason="+telemetry.Label(r.String()), func() float64 {
+			if _, cur := st.Trust(); cur == r {
+				return 1
+			}
+			return 0
+		})
+	}
 	for _, e := range []struct {
 		kind string
 		f    func(s *kvindex.StreamStats) uint64

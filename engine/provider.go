@@ -48,6 +48,8 @@ type Provider struct {
 	// padded, and shared with the provider this one replaced when both name the same engine (name and
 	// api_base), so the requests of a draining snapshot still count as that engine's load.
 	inflight *atomic.Int64
+	// cache numbers the engine's prefix-cache contents (lifecycle.go); shared like inflight.
+	cache *cacheEpoch
 
 	// engineLoad, when set, returns the engine's requests (running + waiting, from its /metrics) that are not
 	// this gateway's own, or 0 when that number is unknown or stale.
@@ -127,12 +129,13 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 		adm: newAdmission(cfg.Queue), set: telemetry.NewSet(),
 	}
 	if prev != nil && prev.cfg.APIBase == pc.APIBase {
-		p.inflight = prev.inflight
+		p.inflight, p.cache = prev.inflight, prev.cache
 	} else {
-		p.inflight = &new(paddedCounter).n
+		p.inflight, p.cache = &new(paddedCounter).n, newCacheEpoch()
 	}
 	log := env.log
 	p.health = newProviderHealth(pc.Name, cfg, log, p.set)
+	p.health.onRecover = func() { p.cache.reset(resetRecovered) }
 	if cfg.Health.Enabled {
 		p.checker = newHealthChecker(p, cfg.Health, p.set, env)
 	}
@@ -155,6 +158,9 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 	p.setsXFF = p.setsHeader([]byte("X-Forwarded-For"))
 	l := "target=" + telemetry.Label(p.Name)
 	p.set.Gauge(telemetry.InflightGauge, l, func() float64 { return float64(p.inflight.Load()) })
+	for _, why := range []resetReason{resetEngineRestart, resetRecovered} {
+		p.set.CounterFunc(telemetry.EngineCacheResets, l+",reason="+telemetry.Label(telemetry.TrieResetReasons[why]), p.cache.resets[why].Load)
+	}
 	p.set.Gauge(telemetry.UpstreamConns, l, func() float64 { return float64(up.open.Load()) })
 	p.set.Gauge(telemetry.QueueWaiting, l, func() float64 { return float64(p.adm.waiting.Load()) })
 	return p, nil
@@ -226,6 +232,10 @@ func (p *Provider) newScraper(cfg *Config, log *slog.Logger, dialer *egress.Dial
 		Timeout:  secs(mc.TimeoutSecs),
 		Baseline: p.inflight.Load,
 		Dial:     dialer.DialContext,
+		OnRestart: func() {
+			p.cache.reset(resetEngineRestart)
+			log.Warn("engine restarted: its prefix cache is empty, its tries start over", "target", p.Name)
+		},
 	}
 	if p.auth != nil {
 		sc.Headers = map[string]string{"Authorization": string(p.auth)}

@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // endpoint is a data-plane API.
@@ -15,18 +17,37 @@ const (
 	epChat endpoint = iota
 	epCompletions
 	epEmbeddings
+	epResponses // OpenAI's Responses API
+	epMessages  // Anthropic-style Messages API, which vLLM serves too
+	epOther     // any other POST /v1/* JSON body: routed by its model, on an empty prompt key
 	numEndpoints
 )
 
-var endpointPaths = [numEndpoints]string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
+var endpointPaths = [numEndpoints]string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses",
+	"/v1/messages", "/v1/*"}
 
 // Prompt key separators (docs/architecture.md, "Prompt key"): the role and the text of a message are split by
 // keyRoleSep and every message ends with keyMsgEnd, so "user: a" + "b" and "user: ab" differ, and roles
-// cannot be confused with text. Both are ASCII control characters that JSON text would have to escape.
+// cannot be confused with text. They are ASCII control characters that JSON text would have to escape.
+// keyIdentity starts the identity prefix: keyIdentity and the 8-byte hash of the values that make the
+// engine's cache differ for the same prompt (see requestScanner.identity), identityLen bytes in all.
 const (
-	keyRoleSep = 0x1f // unit separator
-	keyMsgEnd  = 0x1e // record separator
+	keyRoleSep  = 0x1f // unit separator
+	keyMsgEnd   = 0x1e // record separator
+	keyIdentity = 0x1d // group separator
+	identityLen = 9
 )
+
+// [server] cache_key_fields: at most maxKeyFields names of at most maxKeyFieldLen bytes each, so that any
+// escaped spelling of one fits the scanner's name buffer (a byte is at most 6 bytes escaped, \u00XX).
+const (
+	maxKeyFields   = 8
+	maxKeyFieldLen = 32
+)
+
+// noField is a top-level key no body has - keys are valid UTF-8 and it is not -, for an endpoint without
+// the field.
+const noField = "\xff"
 
 // requestInfo is what the gateway reads from a request body.
 type requestInfo struct {
@@ -40,7 +61,16 @@ type requestInfo struct {
 	stream bool
 	// key is the prompt key, appended to the keyDst passed to scan (see requestScanner.scan).
 	key []byte
+	// opening is how many bytes of the key (after keyDst's own) are the conversation's opening: up to the
+	// end of its first user message, or all of it when it has none.
+	opening int
+	// session is the body's "prompt_cache_key" when it is a string, unescaped, else nil. It aliases the body
+	// when the value has no escapes, else the scanner's scratch; valid like model.
+	session []byte
 }
+
+// keySpan is a byte range [at, end) of the body or of the key being built; at < 0 means none.
+type keySpan struct{ at, end int }
 
 // maxRequestDepth is the deepest nesting of objects and arrays accepted (the top-level object is depth 1).
 // Python's json.loads fails with RecursionError somewhat deeper (~990 at the default recursion limit of
@@ -57,11 +87,26 @@ const maxIntDigits = 4300
 // the unescaped model when it is written with escapes). It holds reusable scratch space; keep one per
 // pooled call. Not safe for concurrent use.
 type requestScanner struct {
+	// keyFields are the top-level body fields whose values join cache_salt in the key's identity prefix
+	// ([server] cache_key_fields, at most maxKeyFields). The scanner's owner sets them; scan only reads them.
+	keyFields []string
+
 	body []byte
 	key  []byte // the prompt key being built; the caller's keyDst during a scan
 
-	model []byte   // the unescaped model, when it has escapes
-	name  [48]byte // an object key with escapes, unescaped: long enough for any escaped spelling of "messages"
+	model   []byte // the unescaped model, when it has escapes
+	session []byte // the unescaped prompt_cache_key, when it has escapes
+	// name is an object key with escapes, unescaped: long enough for any escaped spelling of a key of up to
+	// maxKeyFieldLen bytes.
+	name [6 * maxKeyFieldLen]byte
+
+	// Where the parts of the key are while it is built (finishKey puts them in order): the key bytes of the
+	// prompt field and of the system field, the end of the first user message relative to main.at (-1:
+	// none yet), and the body spans of the last cache_salt value and of each key field's.
+	base      int
+	main, sys keySpan
+	userEnd   int
+	ident     [1 + maxKeyFields]keySpan
 
 	// objects has bit d-1 set when the container open at depth d (1-based) is an object (in skip).
 	objects [maxRequestDepth / 64]uint64
@@ -70,30 +115,52 @@ type requestScanner struct {
 	at   int    // its byte offset
 }
 
-// promptField is the top-level key holding the prompt of each endpoint.
-var promptField = [numEndpoints]string{epChat: "messages", epCompletions: "prompt", epEmbeddings: "input"}
+// promptField is the top-level key holding the prompt of each endpoint, and systemField the one holding its
+// system message, for the endpoints that have it apart from the messages.
+var (
+	promptField = [numEndpoints]string{epChat: "messages", epCompletions: "prompt", epEmbeddings: "input",
+		epResponses: "input", epMessages: "messages", epOther: noField}
+	systemField = [numEndpoints]string{epChat: noField, epCompletions: noField, epEmbeddings: noField,
+		epResponses: "instructions", epMessages: "system", epOther: noField}
+)
 
 // scan validates body as JSON the way Python's json.loads (vLLM's parser, through FastAPI) accepts it and
-// fills info in one pass: the model value and its span, stream, and the prompt key appended to keyDst.
+// fills info in one pass: the model value and its span, stream, prompt_cache_key, and the prompt key
+// appended to keyDst with the length of its opening.
 //
 // The prompt key is the conversation itself, not the JSON (docs/architecture.md, "Prompt key"): for chat,
 // each element of "messages" in order gives its role, keyRoleSep, its text (a string content, or the "text"
-// of each part of an array content whose "type" is "text", in order) and keyMsgEnd; for completions the
-// "prompt" string, or for a prompt array each string followed by keyMsgEnd, each number (a token id: its
-// decimal value if it is an integer that fits int64, else 0) followed by ',', each nested array the same way
-// followed by keyMsgEnd, and anything else as keyMsgEnd alone; for embeddings the "input" likewise. Strings
-// are unescaped, so escaped and unescaped spellings give the same key. Where a key repeats (in the
+// of each part of an array content whose "type" is "text", "input_text" or "output_text", in order) and
+// keyMsgEnd; for completions the "prompt" string, or for a prompt array each string followed by keyMsgEnd,
+// each number (a token id: its decimal value if it is an integer that fits int64, else 0) followed by ',',
+// each nested array the same way followed by keyMsgEnd, and anything else as keyMsgEnd alone; for embeddings
+// the "input" likewise. Responses: "instructions" (a string, or content parts) as a "system" message, then
+// "input" - a string as one "user" message, or an array of items taken as chat messages. Messages
+// (Anthropic): "system" (a string or text blocks) as a "system" message, then "messages" as chat. So one
+// conversation has one key whichever of the three endpoints carries it. Other endpoints have no key.
+//
+// A non-empty key starts with the identity prefix when the body has a non-null cache_salt (vLLM's) or one
+// of the scanner's keyFields: requests the engine caches apart never share a prefix (requestScanner.identity).
+//
+// Strings are unescaped, so escaped and unescaped spellings give the same key. Where a key repeats (in the
 // top-level object, a message or a content part), the last value counts, as in Python. Shapes that do not
 // match (messages not an array, content an object) add nothing.
 //
 // It returns nil or a 400 error; the error messages hold no bytes of the body. info.key is set in both cases
-// (so a grown keyDst is not lost) but holds a key only on success. scan does not allocate once the model
-// scratch is warm and keyDst has room. body must not change while info.model is in use.
+// (so a grown keyDst is not lost) but holds a key only on success. scan does not allocate once the model and
+// session scratch are warm and keyDst has room. body must not change while info.model or info.session is
+// in use.
 func (s *requestScanner) scan(body []byte, ep endpoint, keyDst []byte, info *requestInfo) *apiError {
 	s.body, s.key, s.what, s.at = body, keyDst, "", 0
 	base := len(keyDst)
+	s.base, s.main, s.sys, s.userEnd = base, keySpan{-1, -1}, keySpan{-1, -1}, -1
+	nIdent := 1 + min(len(s.keyFields), maxKeyFields)
+	for k := range nIdent {
+		s.ident[k].at = -1
+	}
 	*info = requestInfo{}
 	models, modelAt, modelEnd := 0, 0, 0
+	session, sessionEnd := -1, 0 // the last prompt_cache_key value
 	object := false
 
 	i := 0
@@ -124,15 +191,23 @@ func (s *requestScanner) scan(body []byte, ep endpoint, keyDst []byte, info *req
 					i = s.skip(v, 1)
 					info.stream = i-v == 4 && body[v] == 't'
 				case promptField[ep]:
-					// A repeated prompt field: the last one counts, the earlier ones' key is dropped.
-					s.key = s.key[:base]
-					if ep == epChat {
-						i = s.messages(v)
-					} else {
-						i = s.texts(v)
-					}
+					i = s.segment(&s.main, &s.sys, v, ep)
+				case systemField[ep]:
+					i = s.segment(&s.sys, &s.main, v, ep)
+				case "cache_salt":
+					i = s.skip(v, 1)
+					s.ident[0] = keySpan{v, i}
+				case "prompt_cache_key":
+					i = s.skip(v, 1)
+					session, sessionEnd = v, i
 				default:
 					i = s.skip(v, 1)
+					for k := 1; k < nIdent; k++ {
+						if string(name) == s.keyFields[k-1] {
+							s.ident[k] = keySpan{v, i}
+							break
+						}
+					}
 				}
 				if i = s.next(i, '}'); i < 0 || body[i-1] == '}' {
 					break
@@ -149,7 +224,6 @@ func (s *requestScanner) scan(body []byte, ep endpoint, keyDst []byte, info *req
 			s.fail("unexpected data after the top-level value", i)
 		}
 	}
-	info.key = s.key
 	var e *apiError
 	switch {
 	case s.what != "":
@@ -171,16 +245,145 @@ func (s *requestScanner) scan(body []byte, ep endpoint, keyDst []byte, info *req
 			s.model, _ = s.str(s.model[:0], modelAt, true)
 			info.model = s.model
 		}
+		if session >= 0 && body[session] == '"' {
+			info.session = body[session+1 : sessionEnd-1]
+			if bytes.IndexByte(info.session, '\\') >= 0 {
+				s.session, _ = s.str(s.session[:0], session, true)
+				info.session = s.session
+			}
+		}
+		info.opening = s.finishKey(nIdent)
 	}
+	info.key = s.key
 	s.body, s.key = nil, nil
 	return e
 }
 
-// shrink drops the model scratch when it has grown past max bytes (an escaped model that long), so that a
-// pooled scanner does not pin it.
+// segment scans the value at v of the prompt field (seg is &s.main) or of the system field (seg is &s.sys,
+// other the prompt field's) and appends its key. For a field that repeats the last value counts: the key
+// of the earlier one is cut out first, and other moves down if it came after it.
+func (s *requestScanner) segment(seg, other *keySpan, v int, ep endpoint) int {
+	if seg.at >= 0 {
+		n := seg.end - seg.at
+		copy(s.key[seg.at:], s.key[seg.end:])
+		s.key = s.key[:len(s.key)-n]
+		if other.at > seg.at {
+			other.at, other.end = other.at-n, other.end-n
+		}
+	}
+	seg.at = len(s.key)
+	var i int
+	switch {
+	case seg == &s.sys:
+		i = s.system(v)
+	case ep == epChat || ep == epMessages:
+		s.userEnd = -1
+		i = s.messages(v)
+	case ep == epResponses:
+		s.userEnd = -1
+		i = s.input(v)
+	default:
+		i = s.texts(v)
+	}
+	seg.end = len(s.key)
+	return i
+}
+
+// finishKey puts the parts of the key of a valid body in order - the identity prefix, the system message,
+// the prompt field's key - and returns the length of the opening (requestInfo.opening). The parts were
+// appended in the body's order; they are moved only when the body has them in another order, or has an
+// identity.
+func (s *requestScanner) finishKey(nIdent int) int {
+	sysLen := 0
+	if s.sys.at >= 0 {
+		sysLen = s.sys.end - s.sys.at
+		if s.main.at >= 0 && s.sys.at > s.main.at {
+			s.rotate(s.main.at, s.sys.at)
+		}
+	}
+	n := len(s.key) - s.base
+	opening := n
+	if s.main.at >= 0 && s.userEnd >= 0 {
+		opening = sysLen + s.userEnd
+	}
+	if n == 0 {
+		// No conversation: a prefix alone would make every request with the same salt a full match.
+		return 0
+	}
+	if h, ok := s.identity(nIdent); ok {
+		s.key = append(s.key, keyIdentity)
+		s.key = binary.LittleEndian.AppendUint64(s.key, h)
+		s.rotate(s.base, s.base+n)
+		opening += identityLen
+	}
+	return opening
+}
+
+// identity returns the hash of what makes the engine cache the same prompt apart - the body's cache_salt
+// (vLLM salts the first block's hash with it) and the values of the scanner's keyFields - or false when the
+// body has none of them (null counts as none). A string counts by its unescaped text, another value by its
+// JSON text as written, each with its field and whether it is a string. In front of the key (finishKey),
+// the hash keeps requests of different identities from sharing any prefix in a trie, and the ones of one
+// identity sharing theirs.
+func (s *requestScanner) identity(nIdent int) (uint64, bool) {
+	var acc [16 * (1 + maxKeyFields)]byte
+	n := 0
+	for k := range nIdent {
+		sp := s.ident[k]
+		if sp.at < 0 || s.body[sp.at] == 'n' {
+			continue
+		}
+		v := s.body[sp.at:sp.end]
+		var h uint64
+		tag := uint64(k + 1)
+		if v[0] != '"' {
+			tag |= 1 << 8 // 1 and "1" differ
+		}
+		if v[0] == '"' && bytes.IndexByte(v, '\\') >= 0 {
+			// Unescaped past the end of the key, hashed, and cut off again.
+			mark := len(s.key)
+			s.key, _ = s.str(s.key, sp.at, true)
+			h = xxhash.Sum64(s.key[mark:])
+			s.key = s.key[:mark]
+		} else {
+			if v[0] == '"' {
+				v = v[1 : len(v)-1]
+			}
+			h = xxhash.Sum64(v)
+		}
+		binary.LittleEndian.PutUint64(acc[n:], tag)
+		binary.LittleEndian.PutUint64(acc[n+8:], h)
+		n += 16
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return xxhash.Sum64(acc[:n]), true
+}
+
+// rotate moves the key's tail s.key[m:] in front of s.key[a:m], using the spare room after the key for a
+// copy of the shorter of the two.
+func (s *requestScanner) rotate(a, m int) {
+	n := len(s.key)
+	if n-m <= m-a {
+		s.key = append(s.key, s.key[m:n]...)
+		copy(s.key[a+n-m:], s.key[a:m])
+		copy(s.key[a:], s.key[n:])
+	} else {
+		s.key = append(s.key, s.key[a:m]...)
+		copy(s.key[a:], s.key[m:])
+	}
+	s.key = s.key[:n]
+}
+
+// shrink drops the model and session scratch when it has grown past max bytes (an escaped value that long),
+// so that a pooled scanner does not pin it.
 func (s *requestScanner) shrink(max int) {
 	if cap(s.model) > max {
 		s.model = nil
+	}
+	if cap(s.session) > max {
+		s.session = nil
 	}
 }
 
@@ -316,7 +519,8 @@ func (s *requestScanner) nextSpace(i int, closing byte) int {
 	return s.failAt("expected ',' or ']'", i)
 }
 
-// messages scans the chat "messages" value at i (depth 2 if an array) and appends each message's key.
+// messages scans the "messages" value (or the Responses "input" array) at i, the prompt field, (depth 2 if
+// an array) and appends each message's key. It notes where the first user message ends (s.userEnd).
 func (s *requestScanner) messages(i int) int {
 	b := s.body
 	if b[i] != '[' {
@@ -326,6 +530,7 @@ func (s *requestScanner) messages(i int) int {
 		return i + 1
 	}
 	for {
+		start := len(s.key)
 		if i < len(b) && b[i] == '{' {
 			i = s.message(i)
 		} else {
@@ -333,10 +538,42 @@ func (s *requestScanner) messages(i int) int {
 			i = s.skip(i, 2)
 			s.key = append(s.key, keyRoleSep, keyMsgEnd)
 		}
+		if s.userEnd < 0 && len(s.key)-start > 5 && string(s.key[start:start+5]) == "user\x1f" {
+			s.userEnd = len(s.key) - s.main.at
+		}
 		if i = s.next(i, ']'); i < 0 || b[i-1] == ']' {
 			return i
 		}
 	}
+}
+
+// input scans the Responses "input" value at i (in the top-level object): a string is one user message, an
+// array holds items taken as chat messages (items without a role, such as tool calls, add an empty one).
+func (s *requestScanner) input(i int) int {
+	switch s.body[i] {
+	case '"':
+		s.key = append(s.key, "user\x1f"...)
+		s.key, i = s.str(s.key, i, true)
+		s.key = append(s.key, keyMsgEnd)
+		s.userEnd = len(s.key) - s.main.at
+		return i
+	case '[':
+		return s.messages(i)
+	}
+	return s.skip(i, 1)
+}
+
+// system scans the Responses "instructions" or the Messages "system" value at i (in the top-level object)
+// and appends it as a system message: a string, or the text parts of an array like a message's content.
+// Anything else (null) adds nothing.
+func (s *requestScanner) system(i int) int {
+	if c := s.body[i]; c != '"' && c != '[' {
+		return s.skip(i, 1)
+	}
+	s.key = append(s.key, "system\x1f"...)
+	i = s.content(i, 1)
+	s.key = append(s.key, keyMsgEnd)
+	return i
 }
 
 // message scans the message object at i (depth 3) and appends its key: role, keyRoleSep, content text,
@@ -382,7 +619,7 @@ func (s *requestScanner) message(i int) int {
 			case 2: // content
 				content = v
 				if keyRole >= 0 && keyContent < 0 {
-					i = s.content(v)
+					i = s.content(v, 3)
 					keyContent = v
 				} else {
 					i = s.skip(v, 3)
@@ -405,15 +642,16 @@ func (s *requestScanner) message(i int) int {
 		}
 		s.key = append(s.key, keyRoleSep)
 		if content >= 0 {
-			s.content(content)
+			s.content(content, 3)
 		}
 	}
 	s.key = append(s.key, keyMsgEnd)
 	return i
 }
 
-// content scans a message's content value at i (in the message object, depth 3) and appends its text.
-func (s *requestScanner) content(i int) int {
+// content scans a content value at i, held in an object at depth (a message, depth 3, or the top-level
+// object for a system field) and appends its text.
+func (s *requestScanner) content(i, depth int) int {
 	b := s.body
 	switch b[i] {
 	case '"':
@@ -421,16 +659,16 @@ func (s *requestScanner) content(i int) int {
 		return i
 	case '[':
 	default:
-		return s.skip(i, 3)
+		return s.skip(i, depth)
 	}
 	if i = s.ws(i + 1); i < len(b) && b[i] == ']' {
 		return i + 1
 	}
 	for {
 		if i < len(b) && b[i] == '{' {
-			i = s.part(i)
+			i = s.part(i, depth+2)
 		} else {
-			i = s.skip(i, 4)
+			i = s.skip(i, depth+1)
 		}
 		if i = s.next(i, ']'); i < 0 || b[i-1] == ']' {
 			return i
@@ -438,10 +676,10 @@ func (s *requestScanner) content(i int) int {
 	}
 }
 
-// part scans the content part object at i (depth 5) and appends its "text" when its "type" is "text"; the
-// last of each counts. Usually "type" comes first and the text is appended as it is scanned; otherwise it
-// is appended at the part's end, scanning the text a second time.
-func (s *requestScanner) part(i int) int {
+// part scans the content part object at i (at depth: 5 in a message) and appends its "text" when its "type"
+// is a text type (textPart); the last of each counts. Usually "type" comes first and the text is appended
+// as it is scanned; otherwise it is appended at the part's end, scanning the text a second time.
+func (s *requestScanner) part(i, depth int) int {
 	b := s.body
 	start := len(s.key)
 	isText := false
@@ -468,9 +706,9 @@ func (s *requestScanner) part(i int) int {
 			if len(b)-v >= 6 && string(b[v:v+6]) == `"text"` {
 				isText, i = true, v+6
 			} else if b[v] != '"' {
-				i = s.skip(v, 5)
+				i = s.skip(v, depth)
 			} else if _, i = s.str(nil, v, false); i >= 0 {
-				isText = string(s.shortString(v, i)) == "text"
+				isText = textPart(s.shortString(v, i))
 			}
 		case 2: // text
 			text = v
@@ -478,10 +716,10 @@ func (s *requestScanner) part(i int) int {
 				s.key, i = s.str(s.key, v, true)
 				keyText = v
 			} else {
-				i = s.skip(v, 5)
+				i = s.skip(v, depth)
 			}
 		default:
-			i = s.skip(v, 5)
+			i = s.skip(v, depth)
 		}
 		if i = s.next(i, '}'); i < 0 {
 			return i
@@ -500,6 +738,16 @@ func (s *requestScanner) part(i int) int {
 		}
 	}
 	return i
+}
+
+// textPart reports whether a content part's type holds text for the prompt key: "text" (chat, Anthropic
+// blocks), "input_text" and "output_text" (Responses items, which vLLM's chat parser takes as text too).
+func textPart(typ []byte) bool {
+	switch string(typ) {
+	case "text", "input_text", "output_text":
+		return true
+	}
+	return false
 }
 
 // shortString returns the valid JSON string [start, end) of the body unescaped: aliasing the body when it

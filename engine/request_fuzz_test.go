@@ -2,12 +2,15 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // scanErrorMessage is every message scan answers a body that is not JSON with: none holds a byte of the body.
@@ -21,9 +24,10 @@ var scanErrorMessage = regexp.MustCompile(`^cannot parse the request body as JSO
 // FuzzScanRequest checks scan against encoding/json: it never panics; it takes a body as JSON exactly when
 // json.Valid does, but for the documented differences from Go (NaN, Infinity and -Infinity and one leading
 // BOM taken as Python does, invalid UTF-8, nesting deeper than 512 and integers of more than 4300 digits
-// refused); its model, stream and prompt key are those of the body decoded by encoding/json (which keeps
-// the last of repeated keys, as Python); and splicing another model into the model span gives a body with
-// that model and nothing else changed.
+// refused); its model, stream, prompt_cache_key, prompt key (identity prefix included, with "user" as a
+// cache key field) and opening are those of the body decoded by encoding/json (which keeps the last of
+// repeated keys, as Python); and splicing another model into the model span gives a body with that model
+// and nothing else changed.
 func FuzzScanRequest(f *testing.F) {
 	for _, seed := range []string{
 		chat20, `{"model":"m"}`, `{"model":"m","prompt":["a",[1,-2,1.5],{"x":NaN}],"stream":true}`,
@@ -33,6 +37,12 @@ func FuzzScanRequest(f *testing.F) {
 		`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("abcé€", 20) + `
 "}]}`,
 		`{"model":"m","prompt":"` + strings.Repeat("x", 40) + "\x00" + strings.Repeat("é", 20) + `"}`,
+		// Responses, Messages, identities and session keys.
+		`{"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"function_call","name":"f"}],"model":"m","instructions":"be brief"}`,
+		`{"model":"m","input":"hi","instructions":[{"type":"text","text":"s"}],"input":"again","cache_salt":"s\u00e9"}`,
+		`{"model":"m","system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"q"}]}]}`,
+		`{"messages":[{"role":"assistant","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"}],"system":"s","model":"m","user":{"id":[1, 2]}}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"cache_salt":null,"user":7,"prompt_cache_key":"c\u0061che","prompt_cache_key":"k"}`,
 	} {
 		for ep := range numEndpoints {
 			f.Add([]byte(seed), uint8(ep))
@@ -40,7 +50,7 @@ func FuzzScanRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte, epn uint8) {
 		ep := endpoint(epn % uint8(numEndpoints))
-		var s requestScanner
+		s := requestScanner{keyFields: []string{"user"}}
 		var info requestInfo
 		e := s.scan(body, ep, nil, &info)
 		if e != nil && e.code == "invalid_json" && !scanErrorMessage.MatchString(e.message) {
@@ -63,12 +73,17 @@ func FuzzScanRequest(f *testing.F) {
 			if code != ref.code {
 				t.Fatalf("scan(%q) = %q, want %q", body, code, ref.code)
 			}
-			if e == nil && (string(info.model) != ref.model || info.stream != ref.stream || string(info.key) != ref.key) {
-				t.Fatalf("scan(%q): model %q stream %v key %q; encoding/json: %q %v %q", body, info.model, info.stream, info.key, ref.model, ref.stream, ref.key)
+			if e == nil && (string(info.model) != ref.model || info.stream != ref.stream || string(info.key) != ref.key ||
+				info.opening != ref.opening || string(info.session) != ref.session || (info.session != nil) != ref.hasSession) {
+				t.Fatalf("scan(%q): model %q stream %v key %q opening %d session %q; encoding/json: %q %v %q %d %q", body,
+					info.model, info.stream, info.key, info.opening, info.session, ref.model, ref.stream, ref.key, ref.opening, ref.session)
 			}
 		}
 		if e != nil {
 			return
+		}
+		if info.opening < 0 || info.opening > len(info.key) || (len(info.key) > 0) != (info.opening > 0) {
+			t.Fatalf("scan(%q): opening %d of a key of %d bytes", body, info.opening, len(info.key))
 		}
 		model, stream, key := string(info.model), info.stream, string(info.key)
 		spliced := append(append(append([]byte(nil), body[:info.modelStart]...), `"other"`...), body[info.modelEnd:]...)
@@ -123,11 +138,14 @@ func goValid(body []byte) (valid, comparable bool) {
 
 // reference is what a request body says according to encoding/json.
 type reference struct {
-	ok     bool // the body could be decoded (no NaN or Infinity, which Go refuses)
-	code   string
-	model  string
-	stream bool
-	key    string
+	ok         bool // the body could be decoded (no NaN or Infinity, which Go refuses)
+	code       string
+	model      string
+	stream     bool
+	key        string
+	opening    int
+	session    string
+	hasSession bool // prompt_cache_key is a string
 }
 
 func decodeReference(body []byte, ep endpoint) reference {
@@ -142,14 +160,23 @@ func decodeReference(body []byte, ep endpoint) reference {
 	}
 	var r reference
 	models := 0
-	var model, prompt any
+	var model, prompt, system any
+	// The identity: cache_salt, then the fuzz scanner's one key field, "user".
+	idents := []string{"cache_salt", "user"}
+	identRaw := make([]json.RawMessage, len(idents))
 	for dec.More() {
 		k, err := dec.Token()
 		if err != nil {
 			return reference{}
 		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return reference{}
+		}
+		vdec := json.NewDecoder(bytes.NewReader(raw))
+		vdec.UseNumber()
 		var v any
-		if err := dec.Decode(&v); err != nil {
+		if err := vdec.Decode(&v); err != nil {
 			return reference{}
 		}
 		switch k {
@@ -160,6 +187,15 @@ func decodeReference(body []byte, ep endpoint) reference {
 			r.stream = v == true
 		case promptField[ep]:
 			prompt = v
+		case systemField[ep]:
+			system = v
+		case "prompt_cache_key":
+			r.session, r.hasSession = v.(string)
+		}
+		for j, name := range idents {
+			if k == name {
+				identRaw[j] = raw
+			}
 		}
 	}
 	if _, err := dec.Token(); err != nil {
@@ -177,30 +213,75 @@ func decodeReference(body []byte, ep endpoint) reference {
 	}
 	r.model = ms
 	var key []byte
-	if ep == epChat {
+	switch system.(type) {
+	case string, []any:
+		key = append(key, "system\x1f"...)
+		key = referenceContent(key, system)
+		key = append(key, keyMsgEnd)
+	}
+	userEnd := -1
+	switch ep {
+	case epChat, epMessages, epResponses:
+		if s, ok := prompt.(string); ok && ep == epResponses {
+			key = append(append(append(key, "user\x1f"...), s...), keyMsgEnd)
+			userEnd = len(key)
+			break
+		}
 		messages, _ := prompt.([]any)
 		for _, m := range messages {
 			m, _ := m.(map[string]any)
 			role, _ := m["role"].(string)
 			key = append(append(key, role...), keyRoleSep)
-			switch c := m["content"].(type) {
-			case string:
-				key = append(key, c...)
-			case []any:
-				for _, p := range c {
-					p, _ := p.(map[string]any)
-					if text, ok := p["text"].(string); ok && p["type"] == "text" {
-						key = append(key, text...)
-					}
-				}
-			}
+			key = referenceContent(key, m["content"])
 			key = append(key, keyMsgEnd)
+			if role == "user" && userEnd < 0 {
+				userEnd = len(key)
+			}
 		}
-	} else {
+	case epCompletions, epEmbeddings:
 		key = referenceTexts(key, prompt)
+	}
+	r.opening = len(key)
+	if userEnd >= 0 {
+		r.opening = userEnd
+	}
+	// The identity prefix: keyIdentity and the hash of (index and kind, hash of the value) of the values
+	// present and not null, a string by its text, another value by its JSON text.
+	var acc []byte
+	for j, raw := range identRaw {
+		if raw == nil || string(raw) == "null" {
+			continue
+		}
+		v, tag := []byte(raw), uint64(j+1)|1<<8
+		var str string
+		if json.Unmarshal(raw, &str) == nil {
+			v, tag = []byte(str), uint64(j+1)
+		}
+		acc = binary.LittleEndian.AppendUint64(acc, tag)
+		acc = binary.LittleEndian.AppendUint64(acc, xxhash.Sum64(v))
+	}
+	if len(acc) > 0 && len(key) > 0 {
+		key = append(binary.LittleEndian.AppendUint64([]byte{keyIdentity}, xxhash.Sum64(acc)), key...)
+		r.opening += identityLen
 	}
 	r.key = string(key)
 	return r
+}
+
+// referenceContent appends the text of a message content: a string, or the text parts of an array.
+func referenceContent(key []byte, content any) []byte {
+	switch c := content.(type) {
+	case string:
+		key = append(key, c...)
+	case []any:
+		for _, p := range c {
+			p, _ := p.(map[string]any)
+			if text, ok := p["text"].(string); ok && (p["type"] == "text" || p["type"] == "input_text" || p["type"] == "output_text") {
+				key = append(key, text...)
+			}
+		}
+	}
+	return key
 }
 
 func referenceTexts(key []byte, v any) []byte {

@@ -218,6 +218,13 @@ func TestScanRequestDepth(t *testing.T) {
 	f(epCompletions, `{"model":"m","prompt":`, 511, `}`)
 	f(epCompletions, `{"model":"m","prompt":[1,"a",`, 510, `]}`)
 	f(epEmbeddings, `{"model":"m","input":[[{"a":`, 508, `}]]}`)
+	f(epResponses, `{"model":"m","instructions":`, 511, `}`)
+	f(epResponses, `{"model":"m","instructions":[`, 510, `]}`)
+	f(epResponses, `{"model":"m","instructions":[{"type":"input_text","text":`, 509, `}]}`)
+	f(epResponses, `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":`, 507, `}]}]}`)
+	f(epMessages, `{"model":"m","system":[{"type":`, 509, `,"text":"a"}]}`)
+	f(epMessages, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":`, 507, `}]}]}`)
+	f(epOther, `{"model":"m","messages":[{"role":"user","content":[`, 508, `]}]}`)
 }
 
 func TestScanRequestErrors(t *testing.T) {
@@ -400,6 +407,29 @@ func promptKeyCases(f func(body string, ep endpoint, want string)) {
 	f(`{"prompt":5}`, epCompletions, "")
 	f(`{"input":[[1,2],[3]]}`, epEmbeddings, "1,2,\x1e3,\x1e")
 	f(`{"input":[]}`, epEmbeddings, "")
+	// Responses: instructions as a system message, then input - a string is a user message, items are
+	// messages (input_text and output_text parts are text; items without a role add an empty one).
+	const chatKey = "system\x1fbe brief\x1euser\x1fhi\x1e"
+	f(`{"instructions":"be brief","input":"hi"}`, epResponses, chatKey)
+	f(`{"input":"hi","instructions":"be brief"}`, epResponses, chatKey)
+	f(`{"instructions":"be brief","input":[{"role":"user","content":"hi"}]}`, epResponses, chatKey)
+	f(`{"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"h"},{"type":"input_image","image_url":"x"},{"type":"input_text","text":"i"}]}],"instructions":"be brief"}`, epResponses, chatKey)
+	f(`{"input":[{"role":"user","content":"q"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"}]},{"type":"function_call","call_id":"c","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}]}`, epResponses,
+		"user\x1fq\x1eassistant\x1fa\x1e\x1f\x1e\x1f\x1e")
+	f(`{"instructions":null,"input":"hi","messages":[{"role":"user","content":"x"}],"system":"s"}`, epResponses, "user\x1fhi\x1e")
+	f(`{"instructions":"a","input":"b","instructions":"c","input":"d"}`, epResponses, "system\x1fc\x1euser\x1fd\x1e")
+	f(`{"input":"b","instructions":"a","input":"d","instructions":"c"}`, epResponses, "system\x1fc\x1euser\x1fd\x1e")
+	f(`{"instructions":"a","input":"b","instructions":null}`, epResponses, "user\x1fb\x1e")
+	f(`{"instructions":"be brief"}`, epResponses, "system\x1fbe brief\x1e")
+	f(`{"input":5,"instructions":{"text":"a"}}`, epResponses, "")
+	// Messages (Anthropic): system (a string or text blocks), then messages as chat.
+	f(`{"system":"be brief","messages":[{"role":"user","content":"hi"}]}`, epMessages, chatKey)
+	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"system":[{"type":"text","text":"be ","cache_control":{"type":"ephemeral"}},{"type":"text","text":"brief"}]}`, epMessages, chatKey)
+	f(`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"r"},{"type":"text","text":"q"}]}]}`, epMessages, "user\x1fq\x1e")
+	f(`{"system":"a","messages":[{"role":"user","content":"b"}],"system":"c","messages":[]}`, epMessages, "system\x1fc\x1e")
+	// Chat has no system field; other endpoints have no key.
+	f(`{"system":"s","instructions":"i","messages":[{"role":"user","content":"hi"}]}`, epChat, "user\x1fhi\x1e")
+	f(`{"messages":[{"role":"user","content":"a"}],"prompt":"b","input":"c","query":"d"}`, epOther, "")
 }
 
 func TestPromptKey(t *testing.T) {
@@ -487,4 +517,132 @@ func TestScanPlainEnd(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestScanOpening: the opening is the key up to the end of the first user message - system messages and
+// whatever came before it included - or the whole key without one.
+func TestScanOpening(t *testing.T) {
+	f := func(body string, ep endpoint, want string) {
+		t.Helper()
+		var s requestScanner
+		var info requestInfo
+		if e := s.scan([]byte(body), ep, []byte("dst:"), &info); e != nil {
+			t.Fatalf("scan(%s): %s", body, e.message)
+		}
+		key := info.key[len("dst:"):]
+		if got := string(key[:info.opening]); got != want {
+			t.Fatalf("scan(%s): opening %q, want %q (key %q)", body, got, want, key)
+		}
+	}
+	f(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"q1"},{"role":"assistant","content":"a1"},{"role":"user","content":"q2"}]}`, epChat,
+		"system\x1fs\x1euser\x1fq1\x1e")
+	f(`{"model":"m","messages":[{"role":"developer","content":"s"},{"role":"assistant","content":"hello"},{"content":"q1","role":"user"},{"role":"user","content":"q2"}]}`, epChat,
+		"developer\x1fs\x1eassistant\x1fhello\x1euser\x1fq1\x1e")
+	f(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"users","content":"x"}]}`, epChat, "system\x1fs\x1eusers\x1fx\x1e")
+	f(`{"model":"m","messages":[{"role":"user","content":"a"}],"messages":[{"role":"system","content":"s"}]}`, epChat, "system\x1fs\x1e")
+	f(`{"model":"m","prompt":"a long prompt"}`, epCompletions, "a long prompt")
+	f(`{"model":"m","messages":[]}`, epChat, "")
+	f(`{"model":"m","input":"q","instructions":"s"}`, epResponses, "system\x1fs\x1euser\x1fq\x1e")
+	f(`{"model":"m","input":[{"role":"user","content":"q1"},{"role":"assistant","content":"a1"},{"role":"user","content":"q2"}],"instructions":"s"}`, epResponses,
+		"system\x1fs\x1euser\x1fq1\x1e")
+	f(`{"model":"m","messages":[{"role":"user","content":"q1"},{"role":"assistant","content":"a1"}],"system":"s"}`, epMessages, "system\x1fs\x1euser\x1fq1\x1e")
+	f(`{"model":"m","input":"q","instructions":"s","input":[{"role":"assistant","content":"a"}]}`, epResponses, "system\x1fs\x1eassistant\x1fa\x1e")
+}
+
+// TestScanIdentity: the identity prefix - cache_salt and the key fields - keeps requests the engine caches
+// apart from sharing any prefix, and the ones it caches together sharing theirs; it does not depend on
+// spelling or order, and a body without a conversation gets no prefix (it would be a full match).
+func TestScanIdentity(t *testing.T) {
+	scan := func(body string, ep endpoint) (key []byte, opening int) {
+		t.Helper()
+		s := requestScanner{keyFields: []string{"user", "tenant"}}
+		var info requestInfo
+		if e := s.scan([]byte(body), ep, nil, &info); e != nil {
+			t.Fatalf("scan(%s): %s", body, e.message)
+		}
+		return info.key, info.opening
+	}
+	const conv = `"messages":[{"role":"system","content":"s"},{"role":"user","content":"q"},{"role":"assistant","content":"a"}]`
+	const plain = "system\x1fs\x1euser\x1fq\x1eassistant\x1fa\x1e"
+	// same reports whether two bodies get the same key; either way the conversation follows the prefix.
+	same := func(a, b string) bool {
+		t.Helper()
+		ka, oa := scan(a, epChat)
+		kb, ob := scan(b, epChat)
+		for _, k := range [][]byte{ka, kb} {
+			if string(k) != plain && (len(k) != identityLen+len(plain) || k[0] != keyIdentity || string(k[identityLen:]) != plain) {
+				t.Fatalf("key %q: want the conversation after an identity prefix or none", k)
+			}
+		}
+		if oa != len(ka)-len("assistant\x1fa\x1e") || ob != len(kb)-len("assistant\x1fa\x1e") {
+			t.Fatalf("openings %d, %d of keys %q, %q", oa, ob, ka, kb)
+		}
+		return string(ka) == string(kb)
+	}
+	f := func(a, b string, want bool) {
+		t.Helper()
+		a, b = `{"model":"m",`+conv+a+`}`, `{"model":"m",`+conv+b+`}`
+		if got := same(a, b); got != want {
+			t.Fatalf("%s\n%s\nsame key = %v, want %v", a, b, got, want)
+		}
+	}
+	f(``, ``, true)
+	f(``, `,"cache_salt":null,"user":null`, true)
+	f(``, `,"cache_salt":"s1"`, false)
+	f(`,"cache_salt":"s1"`, `,"cache_salt":"s1"`, true)
+	f(`,"cache_salt":"s1"`, `,"cache_salt":"s2"`, false)
+	f(`,"cache_salt":"s1"`, `,"cache_salt":"\u0073\u0031"`, true)
+	f(`,"cache_salt":"s2","cache_salt":"s1"`, `,"cache_salt":"s1"`, true)
+	f(`,"user":"alice"`, `,"user":"bob"`, false)
+	f(`,"user":"alice"`, `,"user":"alice","other":"x"`, true)
+	f(`,"user":"alice","tenant":"t"`, `,"tenant":"t","user":"alice"`, true)
+	f(`,"user":"x"`, `,"tenant":"x"`, false)
+	f(`,"user":"x","tenant":"y"`, `,"user":"y","tenant":"x"`, false)
+	f(`,"user":"alice","cache_salt":"s"`, `,"user":"alice"`, false)
+	f(`,"user":1`, `,"user":"1"`, false)
+	f(`,"user":{"id":1}`, `,"user":{"id":1}`, true)
+	f(`,"User":"alice"`, ``, true)
+	// The identity goes first whatever the order of the body.
+	k1, _ := scan(`{"cache_salt":"s","model":"m",`+conv+`}`, epChat)
+	k2, _ := scan(`{"model":"m",`+conv+`,"cache_salt":"s"}`, epChat)
+	if string(k1) != string(k2) {
+		t.Fatalf("keys differ by field order: %q, %q", k1, k2)
+	}
+	// No conversation, no prefix.
+	if k, o := scan(`{"model":"m","cache_salt":"s","messages":[]}`, epChat); len(k) != 0 || o != 0 {
+		t.Fatalf("empty conversation: key %q opening %d", k, o)
+	}
+	if k, _ := scan(`{"model":"m","cache_salt":"s","query":"q"}`, epOther); len(k) != 0 {
+		t.Fatalf("other endpoint: key %q", k)
+	}
+	// Every shape takes the prefix, in front of its system message.
+	k, o := scan(`{"model":"m","input":"q","cache_salt":"s","instructions":"i"}`, epResponses)
+	if k[0] != keyIdentity || string(k[identityLen:]) != "system\x1fi\x1euser\x1fq\x1e" || o != len(k) {
+		t.Fatalf("responses: key %q opening %d", k, o)
+	}
+}
+
+// TestScanSession: prompt_cache_key is read when it is a string (the last one), unescaped.
+func TestScanSession(t *testing.T) {
+	f := func(body string, want string, ok bool) {
+		t.Helper()
+		var s requestScanner
+		var info requestInfo
+		if e := s.scan([]byte(body), epChat, nil, &info); e != nil {
+			t.Fatalf("scan(%s): %s", body, e.message)
+		}
+		if string(info.session) != want || (info.session != nil) != ok {
+			t.Fatalf("scan(%s): session %q (%v), want %q (%v)", body, info.session, info.session != nil, want, ok)
+		}
+	}
+	f(`{"model":"m"}`, "", false)
+	f(`{"model":"m","prompt_cache_key":"conv-1"}`, "conv-1", true)
+	f(`{"prompt_cache_key":"conv-1","model":"m","messages":[]}`, "conv-1", true)
+	f(`{"model":"m","prompt_cache_key":"caf\u00e9"}`, "café", true)
+	f(`{"model":"m","prompt_cache_key":"a","prompt_cache_key":"b"}`, "b", true)
+	f(`{"model":"m","prompt_cache_key":""}`, "", true)
+	f(`{"model":"m","prompt_cache_key":null}`, "", false)
+	f(`{"model":"m","prompt_cache_key":7}`, "", false)
+	f(`{"model":"m","prompt_cache_key":"a","prompt_cache_key":7}`, "", false)
+	f(`{"model":"m","x":{"prompt_cache_key":"a"}}`, "", false)
 }

@@ -143,3 +143,75 @@ func BenchmarkRoutingPathShadows(b *testing.B) {
 		})
 	}
 }
+
+// shapeBodies are the request shapes of issue 17 the scanner is measured on: the other APIs' bodies, a salted
+// one, and one whose parts come out of order (input before instructions: moved into place).
+var shapeBodies = func() []struct {
+	name string
+	ep   endpoint
+	body string
+} {
+	var input, msgs strings.Builder
+	for i := 1; i < 20; i++ {
+		role, typ := "user", "input_text"
+		if i%2 == 0 {
+			role, typ = "assistant", "output_text"
+		}
+		if i > 1 {
+			input.WriteByte(',')
+			msgs.WriteByte(',')
+		}
+		text := fmt.Sprintf("turn %d: %s", i, strings.Repeat("lorem ipsum \u00e9 ", 20))
+		fmt.Fprintf(&input, `{"type":"message","role":%q,"content":[{"type":%q,"text":%q}]}`, role, typ, text)
+		fmt.Fprintf(&msgs, `{"role":%q,"content":[{"type":"text","text":%q}]}`, role, text)
+	}
+	system := strings.Repeat("You are a helpful assistant. ", 40)
+	return []struct {
+		name string
+		ep   endpoint
+		body string
+	}{
+		{"responses8KiB", epResponses, `{"model":"m","stream":true,"prompt_cache_key":"conv-\u0031","instructions":"` + system + `","input":[` + input.String() + `]}`},
+		{"responsesReordered", epResponses, `{"model":"m","input":[` + input.String() + `],"instructions":"` + system + `","cache_salt":"s\u00e9"}`},
+		{"messages8KiB", epMessages, `{"model":"m","max_tokens":128,"system":[{"type":"text","text":"` + system + `"}],"messages":[` + msgs.String() + `]}`},
+		{"chatSalted8KiB", epChat, strings.Replace(chat20, `"model":"m"`, `"model":"m","cache_salt":"tenant-1","user":"alice"`, 1)},
+	}
+}()
+
+// BenchmarkScanRequestShapes is BenchmarkScanRequest for the other request shapes (shapeBodies).
+func BenchmarkScanRequestShapes(b *testing.B) {
+	for _, sb := range shapeBodies {
+		b.Run(sb.name, func(b *testing.B) {
+			body := []byte(sb.body)
+			s := requestScanner{keyFields: []string{"user"}}
+			var info requestInfo
+			s.scan(body, sb.ep, nil, &info)
+			key := info.key
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if e := s.scan(body, sb.ep, key[:0], &info); e != nil {
+					b.Fatal(e.message)
+				}
+				key = info.key
+			}
+			Sink.Add(int64(len(info.key) + info.opening))
+		})
+	}
+}
+
+// BenchmarkRoutingPathHash is BenchmarkRoutingPath for consistent_hash, which hashes the conversation's
+// opening (system prompt and first user turn) instead of its first 256 bytes.
+func BenchmarkRoutingPathHash(b *testing.B) {
+	g, ctx := benchCall(b, "consistent_hash")
+	c := g.acquireCall(g.acquireSnapshot())
+	b.ReportAllocs()
+	b.SetBytes(int64(len(chat20)))
+	for b.Loop() {
+		c.route = nil
+		if e := readAndPrepare(c, ctx); e != nil {
+			b.Fatal(e.message)
+		}
+	}
+	Sink.Add(int64(c.order[0]))
+}

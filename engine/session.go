@@ -8,9 +8,30 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/puzpuzpuz/xsync/v3"
+	"github.com/valyala/fasthttp"
 )
 
-// sessions binds x-session-id values to the target that served them last, for session_ttl_secs of
+// sessionID returns the request's session key, which pins a conversation (pipeline's session bindings,
+// consistent_hash's ring key): the x-session-id header, else the body's prompt_cache_key (OpenAI's cache
+// routing hint, read by the request scanner), else the first of headers - [server] session_headers, the ones
+// agent harnesses send of their own - that the request has; nil when none. The result aliases h or bodyKey.
+// It does not allocate.
+func sessionID(h *fasthttp.RequestHeader, bodyKey []byte, headers []string) []byte {
+	if id := h.Peek("X-Session-Id"); len(id) > 0 {
+		return id
+	}
+	if len(bodyKey) > 0 {
+		return bodyKey
+	}
+	for _, name := range headers {
+		if id := h.Peek(name); len(id) > 0 {
+			return id
+		}
+	}
+	return nil
+}
+
+// sessions binds session keys (sessionID) to the target that served them last, for session_ttl_secs of
 // idleness. Reads are lock-free (xsync's Load takes no lock) and refreshing a binding is one atomic store,
 // so a request of a known session allocates nothing; a new binding allocates one entry. The table is
 // bounded: a janitor drops idle bindings every few seconds and, above max_sessions, the least recently

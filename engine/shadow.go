@@ -87,6 +87,7 @@ type shadowMetrics struct {
 // shadowSlot carries one request to the shadows and remembers their picks until the request ends.
 type shadowSlot struct {
 	buf      *shadowBuf // until ranked
+	opening  int        // Pick.Opening, within the copied key
 	tokState tokenIDsState
 	eligible uint64
 	now      int64
@@ -142,7 +143,7 @@ func newShadowSet(r *Route, names []string, prev *shadowSet, env *buildEnv) (*sh
 			// in-flight count and no engine-reported load (that load is the live routing's).
 			var n atomic.Int64
 			p := &Provider{Name: t.Provider.Name, nameBytes: t.Provider.nameBytes, cfg: t.Provider.cfg,
-				inflight: &n, health: t.Provider.health, lmcache: t.Provider.lmcache}
+				inflight: &n, cache: t.Provider.cache, health: t.Provider.health, lmcache: t.Provider.lmcache}
 			sh.inflight = append(sh.inflight, &n)
 			sr.Targets = append(sr.Targets, &Target{Index: t.Index, Provider: p, Model: t.Model, modelJSON: t.modelJSON, Weight: t.Weight})
 		}
@@ -229,6 +230,7 @@ func (ss *shadowSet) enqueue(p *Pick) *shadowSlot {
 		}
 	}
 	sl.buf, sl.eligible, sl.now = b, p.EligibleMask, p.Now
+	sl.opening = min(p.Opening, len(b.key))
 	ss.queue <- shadowMsg{slot: sl} // room for it: at most two messages per slot are ever queued
 	ss.kick()
 	return sl
@@ -317,7 +319,7 @@ func (ss *shadowSet) rank(sl *shadowSlot) {
 	n := len(ss.route.Targets)
 	b := sl.buf
 	for k, sh := range ss.shadows {
-		*p = Pick{Route: sh.route, Key: b.key, SessionID: b.sess, Now: sl.now, EligibleMask: sl.eligible,
+		*p = Pick{Route: sh.route, Key: b.key, Opening: sl.opening, SessionID: b.sess, Now: sl.now, EligibleMask: sl.eligible,
 			TokenIDsState: sl.tokState, kvScratch: &ss.kvScratch, kvOut: ss.kvOut[:], tmp: ss.tmp[:0]}
 		if sl.tokState == tokenIDsOK {
 			p.TokenIDs = b.tokens

@@ -78,7 +78,10 @@ type Route struct {
 	Targets      []*Target
 	recorder     Recorder
 	shadows      *shadowSet // [routes.shadow], or nil
-	m            *telemetry.RouteMetrics
+	// staleGap and staleWindow are the stale loop's parameters (lifecycle.go); staleGap 0: off.
+	staleGap    float64
+	staleWindow int
+	m           *telemetry.RouteMetrics
 	// strategyHeader and modelBytes are the x-rolter-strategy and x-rolter-route values.
 	strategyHeader []byte
 	modelBytes     []byte
@@ -280,6 +283,16 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		}
 		r.Strategy = st
 		r.recorder, _ = st.(Recorder)
+		registerEvidence(env.set, r)
+		if spec.usesTries {
+			r.staleGap, r.staleWindow = defaultStaleGap, defaultStaleWindow
+			if rc.Params.StaleGap != nil {
+				r.staleGap = *rc.Params.StaleGap
+			}
+			if rc.Params.StaleWindow != nil {
+				r.staleWindow = *rc.Params.StaleWindow
+			}
+		}
 		if rc.Shadow != nil && len(rc.Shadow.Strategies) > 0 {
 			var prevShadows *shadowSet
 			if env.prev != nil {

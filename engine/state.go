@@ -84,6 +84,8 @@ type TargetState struct {
 	// delivered fraction (absent until measured): a gap that grows says the index went stale.
 	Reuse    Reuse    `json:"reuse"`
 	ReuseGap *float64 `json:"reuse_gap,omitempty"`
+	// Evidence is what the strategy routes this target on and how far it is believed (lifecycle.go).
+	Evidence []Evidence `json:"evidence,omitempty"`
 }
 
 // State returns the view of the live snapshot. It is safe for concurrent use and never blocks requests.
@@ -115,6 +117,7 @@ func (g *Gateway) State() State {
 			ts.PromptTokens, ts.CachedTokens = m.PromptTokens.Get(), m.CachedTokens.Get()
 			ts.Reuse = Reuse{Scored: m.ReuseScored.Get(), Held: m.ReuseHeld.Get(), Captured: m.ReuseCaptured.Get()}
 			ts.ReuseGap = finite(t.gap.value())
+			ts.Evidence = evidenceOf(r, i)
 			if src := s.kv[p.Name]; src != nil {
 				kst := src.st.Stats()
 				ts.KVBlocks, ts.KVTrusted, ts.KVReason = &kst.Blocks, &kst.Trusted, kst.Reason.String()

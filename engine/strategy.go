@@ -49,9 +49,12 @@ type Pick struct {
 	// circuit not open), in target order; EligibleMask has bit i set for each.
 	Eligible     []int
 	EligibleMask uint64
-	// Key is the prompt key (docs/architecture.md, "Prompt key").
-	Key []byte
-	// SessionID is the x-session-id header, if any.
+	// Key is the prompt key (docs/architecture.md, "Prompt key"); its first Opening bytes are the
+	// conversation's opening, up to the end of its first user message (0: unknown, take the whole key).
+	Key     []byte
+	Opening int
+	// SessionID is the request's session key, if any: x-session-id, else the body's prompt_cache_key, else
+	// the first of [server] session_headers the request has (sessionID).
 	SessionID []byte
 	// TokenIDs are the ids of x-rolter-vllm-token-ids when the header parsed; TokenIDsState says why not.
 	TokenIDs      []uint32
@@ -163,7 +166,7 @@ var strategies = map[string]strategySpec{
 	"least_load":   {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return leastLoad{}, nil }},
 	"power_of_two": {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return powerOfTwo{}, nil }},
 	"cache_aware": {
-		params:    []string{"threshold", "max_trie_nodes", "max_trie_bytes"},
+		params:    []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window"},
 		usesTries: true,
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
 			s := newCacheAware(r, p, env)
@@ -172,7 +175,7 @@ var strategies = map[string]strategySpec{
 		},
 	},
 	"pipeline": {
-		params:    []string{"weight_factor", "load_factor", "cache_factor", "max_trie_nodes", "max_trie_bytes", "session_ttl_secs", "max_sessions"},
+		params:    []string{"weight_factor", "load_factor", "cache_factor", "max_trie_nodes", "max_trie_bytes", "session_ttl_secs", "max_sessions", "stale_gap", "stale_window"},
 		usesTries: true,
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
 			s := newPipeline(r, p, env)
@@ -182,10 +185,16 @@ var strategies = map[string]strategySpec{
 		},
 	},
 	"precise_cache_aware": {
-		params:        []string{"threshold"},
+		params:        []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window"},
 		needsKVEvents: true,
+		usesTries:     true,
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
-			return newPrecise(r, p, env)
+			s, err := newPrecise(r, p, env)
+			if err != nil {
+				return nil, err
+			}
+			registerTrieMetrics(env.set, r, s.tries)
+			return s, nil
 		},
 	},
 	"lmcache_aware": {

@@ -44,6 +44,7 @@ func newTries(r *Route, p RouteParams, env *buildEnv) []*trie.Trie {
 			}
 		}
 		tries[i] = trie.NewLimited(maxNodes, maxBytes)
+		tries[i].SetOwner(t.Provider.cache.current())
 	}
 	return tries
 }
@@ -92,7 +93,7 @@ func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
 	minLoad := int64(-1)
 	for k, i := range p.Eligible {
 		if n > 0 {
-			mbuf[k] = s.tries[i].Match(p.Key)
+			mbuf[k] = matchFresh(s.tries[i], targets[i].Provider, p.Key)
 		}
 		lbuf[k] = targets[i].Load()
 		bestLen = max(bestLen, mbuf[k])
@@ -199,7 +200,7 @@ func (s *cacheAware) leastLoaded(p *Pick, matches []int, loads []int64, minLoad 
 
 // Routed records the prompt in the winner's trie.
 func (s *cacheAware) Routed(p *Pick, target int) {
-	s.tries[target].Insert(p.Key)
+	insertFresh(s.tries[target], p.Route.Targets[target], p.Key)
 }
 
 func (s *cacheAware) triesOf() []*trie.Trie { return s.tries }

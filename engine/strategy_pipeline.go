@@ -97,7 +97,7 @@ func (s *pipeline) Rank(p *Pick, out []int) (int, Decision) {
 	for k, i := range p.Eligible {
 		match := 0.0
 		if n > 0 && s.cacheF != 0 {
-			m := s.tries[i].Match(p.Key)
+			m := matchFresh(s.tries[i], targets[i].Provider, p.Key)
 			match = float64(m) / float64(n)
 			if p.Matches != nil {
 				p.Matches[i], p.MatchOf = int32(m), n
@@ -123,7 +123,7 @@ func (s *pipeline) Rank(p *Pick, out []int) (int, Decision) {
 // Routed records the prompt in the winner's trie and (re)binds the session.
 func (s *pipeline) Routed(p *Pick, target int) {
 	if s.cacheF != 0 {
-		s.tries[target].Insert(p.Key)
+		insertFresh(s.tries[target], p.Route.Targets[target], p.Key)
 	}
 	if len(p.SessionID) > 0 {
 		s.sessions.bind(p.SessionID, target, p.Now)

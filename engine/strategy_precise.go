@@ -2,21 +2,26 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 
 	"github.com/rolter-ai/rolter/kvindex"
+	"github.com/rolter-ai/rolter/trie"
 )
 
 // preciseCacheAware scores each eligible target by the fraction of the request's full token blocks resident
 // on its GPU, from vLLM's KV events (x-rolter-vllm-token-ids carries the ids). Same threshold and overload
-// rule as cache_aware. A target whose event stream is not trusted (gap, restart, malformed, stale) scores
-// as unknown and cannot win on cache; with no trusted target, no ids or malformed ids it is least load, and
-// x-rolter-decision says which (docs/architecture.md, "Routing rules").
+// rule as cache_aware. Where that exact evidence is missing - the target's event stream is not trusted
+// (gap, restart, malformed, stale, no events yet), or the request carries no or malformed ids - the target
+// is scored by its approximate prefix trie, as cache_aware would (the two indexes back each other up), so a
+// fleet whose streams are still warming up routes by prefix, not by load alone. With no evidence at all it
+// is least load, and x-rolter-decision says why (docs/architecture.md, "Routing rules").
 type preciseCacheAware struct {
 	threshold float64
 	ix        *kvindex.Index
 	ids       []int             // route target -> kv id
 	streams   []*kvindex.Stream // route target -> its stream
+	tries     []*trie.Trie      // route target -> its approximate index
 }
 
 func newPrecise(r *Route, p RouteParams, env *buildEnv) (*preciseCacheAware, error) {
@@ -35,66 +40,95 @@ func newPrecise(r *Route, p RouteParams, env *buildEnv) (*preciseCacheAware, err
 		s.ids = append(s.ids, src.id)
 		s.streams = append(s.streams, src.st)
 	}
+	s.tries = newTries(r, p, env)
 	return s, nil
 }
 
+func (s *preciseCacheAware) triesOf() []*trie.Trie { return s.tries }
+
 func (s *preciseCacheAware) Rank(p *Pick, out []int) (int, Decision) {
-	switch p.TokenIDsState {
-	case tokenIDsAbsent:
-		out[0], _ = leastLoaded(p)
-		return 1, decide(ReasonNoTokenIDs)
-	case tokenIDsMalformed:
-		out[0], _ = leastLoaded(p)
-		return 1, decide(ReasonBadTokenIDs)
-	}
-	resident := p.kvOut[:s.ix.MaxTargets()]
-	s.ix.Match(p.TokenIDs, p.kvScratch, resident)
 	targets := p.Route.Targets
-	best, bestScore, ties, trusted := -1, -1.0, uint64(0), false
-	var bestLoad int64
+	haveIDs := p.TokenIDsState == tokenIDsOK
+	var resident []int
+	if haveIDs {
+		resident = p.kvOut[:s.ix.MaxTargets()]
+		s.ix.Match(p.TokenIDs, p.kvScratch, resident)
+	}
+	n := len(p.Key)
+	unit := n // the predicted reuse's unit: tokens with ids, key bytes without
+	if haveIDs {
+		unit = len(p.TokenIDs)
+	}
+	var sbuf [maxTargets]float64
+	var lbuf [maxTargets]int64
+	exact, evidence := false, false
 	minLoad := int64(-1)
-	for _, i := range p.Eligible {
+	for k, i := range p.Eligible {
 		l := targets[i].Load()
+		lbuf[k] = l
 		if minLoad < 0 || l < minLoad {
 			minLoad = l
 		}
-		id := s.ids[i]
-		if !s.streams[i].Trusted() {
-			continue
-		}
-		trusted = true
 		score := 0.0
-		if full := len(p.TokenIDs) / s.ix.BlockSize(id); full > 0 {
-			score = float64(resident[id]) / float64(full)
-		}
-		if p.Matches != nil {
-			p.Matches[i], p.MatchOf = int32(resident[id]*s.ix.BlockSize(id)), len(p.TokenIDs)
-		}
-		// Targets holding the same number of blocks are ties: the less loaded wins, then chance.
-		switch {
-		case score > bestScore || (score == bestScore && l < bestLoad):
-			best, bestScore, bestLoad, ties = i, score, l, 1
-		case score == bestScore && l == bestLoad:
-			ties++
-			if rand.Uint64N(ties) == 0 {
-				best = i
+		if haveIDs && s.streams[i].Trusted() {
+			exact, evidence = true, true
+			id := s.ids[i]
+			if full := len(p.TokenIDs) / s.ix.BlockSize(id); full > 0 {
+				score = float64(resident[id]) / float64(full)
+			}
+		} else if n > 0 {
+			if m := matchFresh(s.tries[i], targets[i].Provider, p.Key); m > 0 {
+				score, evidence = float64(m)/float64(n), true
 			}
 		}
-	}
-	if !trusted {
-		out[0], _ = leastLoaded(p)
-		return 1, decide(ReasonUntrusted)
-	}
-	reason := ReasonNoMatch
-	if bestScore > 0 && bestScore >= s.threshold {
-		if !overloaded(bestLoad, minLoad) {
-			out[0] = best
-			return 1, Decision{Reason: ReasonPrefixHit, Score: bestScore}
+		sbuf[k] = score
+		if p.Matches != nil && unit > 0 {
+			p.Matches[i], p.MatchOf = int32(math.Round(score*float64(unit))), unit
 		}
-		reason = ReasonOverloaded
+	}
+	if evidence {
+		// Equal scores go to the less loaded target, then by chance.
+		best, bestScore, bestLoad, ties := -1, 0.0, int64(0), uint64(0)
+		for k, i := range p.Eligible {
+			sc, l := sbuf[k], lbuf[k]
+			switch {
+			case best < 0 || sc > bestScore || (sc == bestScore && l < bestLoad):
+				best, bestScore, bestLoad, ties = i, sc, l, 1
+			case sc == bestScore && l == bestLoad:
+				ties++
+				if rand.Uint64N(ties) == 0 {
+					best = i
+				}
+			}
+		}
+		reason := ReasonNoMatch
+		if bestScore > 0 && bestScore >= s.threshold {
+			if !overloaded(bestLoad, minLoad) {
+				out[0] = best
+				return 1, Decision{Reason: ReasonPrefixHit, Score: bestScore}
+			}
+			reason = ReasonOverloaded
+		}
+		if exact || reason == ReasonOverloaded {
+			out[0], _ = leastLoaded(p)
+			return 1, Decision{Reason: reason, Score: bestScore}
+		}
 	}
 	out[0], _ = leastLoaded(p)
-	return 1, Decision{Reason: reason, Score: bestScore}
+	switch {
+	case p.TokenIDsState == tokenIDsAbsent:
+		return 1, decide(ReasonNoTokenIDs)
+	case p.TokenIDsState == tokenIDsMalformed:
+		return 1, decide(ReasonBadTokenIDs)
+	case !exact:
+		return 1, decide(ReasonUntrusted)
+	}
+	return 1, decide(ReasonNoMatch)
+}
+
+// Routed records the prompt in the target's approximate trie.
+func (s *preciseCacheAware) Routed(p *Pick, target int) {
+	insertFresh(s.tries[target], p.Route.Targets[target], p.Key)
 }
 
 // parseTokenIDs parses x-rolter-vllm-token-ids strictly: decimal ids separated by single commas, each at
@@ -126,4 +160,7 @@ func parseTokenIDs(dst []uint32, h []byte) ([]uint32, bool) {
 	return append(dst, uint32(v)), true
 }
 
-var _ Strategy = (*preciseCacheAware)(nil)
+var (
+	_ Strategy = (*preciseCacheAware)(nil)
+	_ Recorder = (*preciseCacheAware)(nil)
+)

@@ -154,12 +154,16 @@ func TestPrecisePinsWhereBlocksAre(t *testing.T) {
 	if _, d := preciseTurn(t, gw, other, tokenize(t, engines[0], other)); d != "no_match" {
 		t.Fatalf("unrelated prompt decided %s", d)
 	}
-	// Ids missing or malformed: least load, and the decision says why.
-	if _, d := preciseTurn(t, gw, msgs, ""); d != "no_token_ids" {
-		t.Fatalf("no ids decided %s", d)
+	// Ids missing or malformed: the approximate trie still knows where the prompt went; for a prompt it
+	// does not know, least load, and the decision says why.
+	if got, d := preciseTurn(t, gw, msgs, ""); got != first || d != "prefix_hit" {
+		t.Fatalf("no ids: %s (%s), want prefix_hit on %s from the trie", got, d, first)
 	}
-	for _, bad := range []string{"1,2,x", "1,,2", "1, 2", ",1", "99999999999", "-1"} {
-		if _, d := preciseTurn(t, gw, msgs, bad); d != "bad_token_ids" {
+	if _, d := preciseTurn(t, gw, longConversation("c"), ""); d != "no_token_ids" {
+		t.Fatalf("no ids, unknown prompt decided %s", d)
+	}
+	for i, bad := range []string{"1,2,x", "1,,2", "1, 2", ",1", "99999999999", "-1"} {
+		if _, d := preciseTurn(t, gw, longConversation(fmt.Sprint("bad", i)), bad); d != "bad_token_ids" {
 			t.Fatalf("ids %q decided %s", bad, d)
 		}
 	}

@@ -206,7 +206,21 @@ func tokenCount(v *fastjson.Value) (int64, bool) {
 }
 
 // ewma is an exponentially weighted moving average updated without a lock; NaN until the first sample.
-type ewma struct{ bits atomic.Uint64 }
+// samples counts the samples since the last restart (the stale loop's window, lifecycle.go).
+type ewma struct {
+	bits    atomic.Uint64
+	samples atomic.Int64
+}
+
+// restart forgets the average; it reports whether this call did it (of concurrent callers, one does).
+func (e *ewma) restart() bool {
+	old := e.bits.Load()
+	if math.IsNaN(math.Float64frombits(old)) || !e.bits.CompareAndSwap(old, math.Float64bits(math.NaN())) {
+		return false
+	}
+	e.samples.Store(0)
+	return true
+}
 
 // gapAlpha weighs each new sample of the reuse gap: about the last 20 measured requests count.
 const gapAlpha = 0.05
@@ -217,13 +231,16 @@ func newEWMA() *ewma {
 	return e
 }
 
+// add takes a sample. The first samples are averaged plainly (weight 1/n) until 1/n falls to gapAlpha, so a
+// fresh average is not dominated by its first sample.
 func (e *ewma) add(x float64) {
+	a := max(gapAlpha, 1/float64(e.samples.Add(1)))
 	for {
 		old := e.bits.Load()
 		v := math.Float64frombits(old)
 		nv := x
 		if !math.IsNaN(v) {
-			nv = v + gapAlpha*(x-v)
+			nv = v + a*(x-v)
 		}
 		if e.bits.CompareAndSwap(old, math.Float64bits(nv)) {
 			return

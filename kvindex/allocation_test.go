@@ -85,8 +85,8 @@ func TestStreamAllocs(t *testing.T) {
 		seq++
 		st.Handle(nil, seq, payload, now)
 		st.Tick(now)
-		if !st.Trusted() {
-			t.Fatalf("unexpected untrusted stream: %s", st.Reason())
+		if s, r := st.Trust(); s != TrustExact {
+			t.Fatalf("unexpected trust %s/%s", s, r)
 		}
 	})
 	if n != 0 {

@@ -183,9 +183,9 @@ func (c *SubscriberConfig) validatePolicy(errs []error) []error {
 	return errs
 }
 
-// authPolicy is the compiled publisher policy of one bind-mode target, looked up by its ZAP domain.
+// authPolicy is the compiled publisher policy of one bind-mode socket (every target sharing it has the same
+// policy: SameSocket), looked up by its ZAP domain.
 type authPolicy struct {
-	target   int
 	endpoint string
 	domain   string
 	// prefixes admits a peer whose address one of them contains; empty admits any address.
@@ -197,13 +197,13 @@ type authPolicy struct {
 	logged logLimiter
 }
 
-// newAuthPolicy compiles c's policy for target t under domain, or returns nil when c has none. c must be
-// valid (Validate).
-func newAuthPolicy(t int, domain string, c *SubscriberConfig) (*authPolicy, error) {
+// newAuthPolicy compiles c's policy under domain, or returns nil when c has none. c must be valid
+// (Validate).
+func newAuthPolicy(domain string, c *SubscriberConfig) (*authPolicy, error) {
 	if !c.hasPolicy() {
 		return nil, nil
 	}
-	p := &authPolicy{target: t, endpoint: c.Endpoint, domain: domain, curve: c.CurveSecretKey != ""}
+	p := &authPolicy{endpoint: c.Endpoint, domain: domain, curve: c.CurveSecretKey != ""}
 	for _, s := range c.AllowedPublishers {
 		pr, err := parsePublisher(s)
 		if err != nil {
@@ -304,7 +304,7 @@ func parseZAPRequest(frames [][]byte) (r zapRequest, err error) {
 	return r, nil
 }
 
-// authorizer answers ZAP requests for the bind-mode targets that have a policy, one per ZAP domain. It is
+// authorizer answers ZAP requests for the bind-mode sockets that have a policy, one per ZAP domain. It is
 // safe for concurrent use (policies come and go with Subscriber.Add and Remove while the handler answers).
 type authorizer struct {
 	log *slog.Logger
@@ -324,13 +324,13 @@ func newAuthorizer(log *slog.Logger) *authorizer {
 	return &authorizer{log: log, policies: make(map[string]*authPolicy)}
 }
 
-// domain returns a ZAP domain no other target used: a target removed and added again under the same
-// number gets a new one, so a late request for the old socket finds nothing rather than the new policy.
-func (a *authorizer) domain(t int) string {
+// domain returns a ZAP domain no other socket used: a socket closed and opened again for the same
+// endpoint gets a new one, so a late request for the old socket finds nothing rather than the new policy.
+func (a *authorizer) domain() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.serial++
-	return fmt.Sprintf("rolter-kv-%d-%d", t, a.serial)
+	return fmt.Sprintf("rolter-kv-%d", a.serial)
 }
 
 func (a *authorizer) add(p *authPolicy) {
@@ -347,8 +347,8 @@ func (a *authorizer) remove(domain string) {
 
 // answer returns the reply to one request: [version, request_id, status_code, status_text, user_id,
 // metadata]. It never panics: a malformed request is answered 500, one for an unknown domain 400, both
-// counted in a.errors; a refusal is logged (at most once per refusalLogEvery per target), and counted by
-// the target's socket monitor (StreamStats.AuthRefused), which also sees the handshakes refused before
+// counted in a.errors; a refusal is logged (at most once per refusalLogEvery per socket), and counted by
+// the socket's monitor (StreamStats.AuthRefused), which also sees the handshakes refused before
 // they reach ZAP.
 func (a *authorizer) answer(frames [][]byte, now time.Time) (reply [6][]byte) {
 	id := []byte(nil)
@@ -386,13 +386,13 @@ func (a *authorizer) answer(frames [][]byte, now time.Time) (reply [6][]byte) {
 		return status(zapOK, "OK")
 	}
 	if ok, suppressed := p.logged.allow(now); ok {
-		a.log.Warn("kv events publisher refused", "target", p.target, "endpoint", p.endpoint, "address", string(r.address),
+		a.log.Warn("kv events publisher refused", "endpoint", p.endpoint, "address", string(r.address),
 			"mechanism", string(r.mechanism), "reason", why, "refused_before_unlogged", suppressed)
 	}
 	return status(zapRefused, why)
 }
 
-// refusalLogEvery spaces the log lines about refused publishers of one target: a publisher with the wrong
+// refusalLogEvery spaces the log lines about refused publishers of one socket: a publisher with the wrong
 // server key retries every 100 ms (libzmq's default ZMQ_RECONNECT_IVL), and anyone may connect as often as
 // they like.
 const refusalLogEvery = 30 * time.Second

@@ -181,8 +181,8 @@ func TestAuthorizerAnswer(t *testing.T) {
 		if err := c.Validate(); err != nil {
 			t.Fatalf("invalid config: %s", err)
 		}
-		d := a.domain(0)
-		p, err := newAuthPolicy(0, d, &c)
+		d := a.domain()
+		p, err := newAuthPolicy(d, &c)
 		if err != nil || p == nil {
 			t.Fatalf("cannot compile policy: %v", err)
 		}

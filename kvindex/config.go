@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 )
@@ -35,13 +36,15 @@ type SubscriberConfig struct {
 	// tcp://*:5557 seen from the gateway) or the address the gateway binds its SUB to ("bind" mode,
 	// llm-d style: the engine connects).
 	Endpoint string
-	// Topic is the subscription prefix ("" = every message).
+	// Topic is the subscription prefix ("" = every message). On a bind endpoint several targets share
+	// (SameSocket), it names the engine: a message goes to the targets whose topic is the longest prefix of
+	// its topic frame (doc.go, "One bind endpoint for many engines").
 	Topic string
 	// ReplayEndpoint is the engine's ROUTER replay address; "" disables replay (gaps clear the target).
 	ReplayEndpoint string
 	// Mode is "connect" (default) or "bind".
 	Mode string
-	// StaleAfter marks the target untrusted after this long without a message; 0 disables it.
+	// StaleAfter makes the target fallback/stale after this long without a message; 0 disables it.
 	StaleAfter time.Duration
 	// MaxBlocks caps the resident blocks the index keeps for the target (LRU); 0 means
 	// MaxBlocksPerTarget.
@@ -162,4 +165,122 @@ func ipv6Host(endpoint string) bool {
 	}
 	host, _, err := net.SplitHostPort(rest)
 	return err == nil && strings.Contains(host, ":")
+}
+
+// SameSocket reports whether bind-mode subscriptions a and b can share one socket: the same endpoint
+// (as written: "tcp://*:5557" and "tcp://0.0.0.0:5557" are two sockets, the second failing to bind) and
+// the same socket settings, which apply to every publisher that connects whatever topic it then sends:
+// max_message_bytes and the publisher policy (allowed_publishers, CURVE keys; a publisher admitted for one
+// topic can publish any). The topic, replay endpoint, staleness, block cap and queue bound stay per
+// target.
+func SameSocket(a, b *SubscriberConfig) bool {
+	return a.Mode == "bind" && b.Mode == "bind" && a.Endpoint == b.Endpoint &&
+		a.maxMessageBytes() == b.maxMessageBytes() &&
+		sameSet(a.AllowedPublishers, b.AllowedPublishers) &&
+		a.CurveSecretKey == b.CurveSecretKey && sameSet(a.CurveClientKeys, b.CurveClientKeys)
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}
+
+// BindConflict is a problem between two bind-mode subscriptions of one config (BindConflicts): I is the
+// later one, J the earlier, Key the setting of I that is wrong ("topic", "endpoint", "allowed_publishers",
+// ...), Msg what is wrong with it.
+type BindConflict struct {
+	I, J int
+	Key  string
+	Msg  string
+}
+
+// BindConflicts checks the bind-mode subscriptions of one config against each other (nil entries and
+// connect-mode ones are skipped; each entry must be valid on its own): subscriptions that bind the same
+// endpoint share one socket (llm-d style: every engine connects to one subscriber), so each must set a
+// topic no other on the endpoint sets and an empty topic is refused (it would take every engine's
+// messages), and their socket settings must agree (SameSocket). Two tcp endpoints that differ as written
+// but would bind the same port (a wildcard host and another address, say) are refused too: the second
+// bind would fail with "address already in use" forever. Each problem is reported once, on the later
+// subscription.
+func BindConflicts(cfgs []*SubscriberConfig) []BindConflict {
+	var out []BindConflict
+	first := map[string]int{} // endpoint -> its first subscription
+	topics := map[string]map[string]int{}
+	sharedSeen := map[string]bool{}
+	for i, c := range cfgs {
+		if c == nil || c.Mode != "bind" {
+			continue
+		}
+		j, shared := first[c.Endpoint]
+		if !shared {
+			for k, d := range cfgs[:i] {
+				if d != nil && d.Mode == "bind" && d.Endpoint != c.Endpoint && samePort(c.Endpoint, d.Endpoint) {
+					out = append(out, BindConflict{I: i, J: k, Key: "endpoint", Msg: fmt.Sprintf("endpoint %q binds the port of %q: "+
+						"write the same endpoint to share one socket, or use another port", c.Endpoint, d.Endpoint)})
+					break
+				}
+			}
+			first[c.Endpoint] = i
+			topics[c.Endpoint] = map[string]int{c.Topic: i}
+			continue
+		}
+		d := cfgs[j]
+		empty := func(at, other int) BindConflict {
+			return BindConflict{I: at, J: other, Key: "topic", Msg: fmt.Sprintf("empty topic on bind endpoint %q, which other providers "+
+				"share: each engine on a shared endpoint needs a topic of its own (vLLM: --kv-events-config '{\"topic\": \"...\"}')", c.Endpoint)}
+		}
+		if d.Topic == "" && !sharedSeen[c.Endpoint] {
+			// The endpoint's first subscription, reported once, when a second one makes the endpoint shared.
+			out = append(out, empty(j, i))
+		}
+		sharedSeen[c.Endpoint] = true
+		if c.Topic == "" {
+			out = append(out, empty(i, j))
+		} else if k, dup := topics[c.Endpoint][c.Topic]; dup {
+			out = append(out, BindConflict{I: i, J: k, Key: "topic", Msg: fmt.Sprintf("topic %q is already taken on bind endpoint %q: "+
+				"providers that share an endpoint are told apart by topic", c.Topic, c.Endpoint)})
+		} else {
+			topics[c.Endpoint][c.Topic] = i
+		}
+		for _, e := range []struct {
+			key  string
+			same bool
+		}{
+			{"max_message_bytes", c.maxMessageBytes() == d.maxMessageBytes()},
+			{"allowed_publishers", sameSet(c.AllowedPublishers, d.AllowedPublishers)},
+			// The secret itself never goes into a message.
+			{"curve_secret_key", c.CurveSecretKey == d.CurveSecretKey},
+			{"curve_client_keys", sameSet(c.CurveClientKeys, d.CurveClientKeys)},
+		} {
+			if !e.same {
+				out = append(out, BindConflict{I: i, J: j, Key: e.key, Msg: fmt.Sprintf("%s differs on shared bind endpoint %q: "+
+					"one socket admits every publisher of the endpoint alike, so every provider on it needs the same", e.key, c.Endpoint)})
+			}
+		}
+	}
+	return out
+}
+
+// samePort reports whether two tcp:// endpoints would bind one port: the same port, and the same host or
+// a wildcard on either side (Linux refuses a second listener on a port a wildcard holds).
+func samePort(a, b string) bool {
+	ha, pa, oka := tcpHostPort(a)
+	hb, pb, okb := tcpHostPort(b)
+	if !oka || !okb || pa != pb || pa == "*" || pa == "0" {
+		return false
+	}
+	wild := func(h string) bool { return h == "*" || h == "0.0.0.0" || h == "::" || h == "" }
+	return ha == hb || wild(ha) || wild(hb)
+}
+
+func tcpHostPort(ep string) (host, port string, ok bool) {
+	rest, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return "", "", false
+	}
+	host, port, err := net.SplitHostPort(rest)
+	return host, port, err == nil
 }

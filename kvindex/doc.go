@@ -3,7 +3,8 @@
 //
 // # Design
 //
-//	ZMQ SUB (Subscriber reader, one goroutine per target, cgo)
+//	ZMQ SUB (Subscriber reader, one goroutine per socket, cgo; a bind endpoint's targets share one,
+//	         each message routed by its topic frame)
 //	  -> msgQueue   bounded in messages and bytes; a drop is a gap       (per target)
 //	  -> Stream     sequence checks, trust, replay / clear recovery      (per target applier goroutine, pure Go)
 //	  -> Decoder    msgpack batch -> Handler callbacks, zero allocation  (per target)
@@ -73,34 +74,93 @@
 //
 // # Trust
 //
-// A Stream says whether its target's evidence is trusted (Stream.Trusted, an atomic load for the request
-// path) and why not (Stream.Reason):
+// A Stream publishes its target's trust as a state and a reason (Stream.Trust: one atomic load, read per
+// request and target; issue 17). Routing scores only exact evidence; a target in either other state is
+// scored by its other evidence (the gateway's approximate trie, then load):
 //
-//   - waiting: nothing received yet. The first sequence seen is wherever the publisher is; a late joiner is
-//     trusted at once (the index under-reports blocks stored before it joined; with a replay endpoint it
-//     first replays what the publisher still buffers).
-//   - gap: the sequence jumped forward. With a replay endpoint the missing batches are replayed (DEALER
-//     client, both reply layouts) and the target is trusted again when the gap is filled; otherwise, or if
-//     replay fails, the target is cleared.
-//   - restart: the sequence went back (engine restart): the target is cleared. If the new sequence is the
-//     publisher's first (0, or 1 for llm-d-inference-sim) the index has seen the whole new run and is
-//     trusted at once; otherwise replay from 0 is tried.
-//   - malformed: a payload did not decode; its events are lost, so the target is cleared.
-//   - unknown_parent: a stored block named a parent the index neither holds nor dropped itself (its cap,
-//     events it could not index), while the index had seen the engine's cache from empty: events were
-//     missed without a sequence gap, so the target is cleared.
-//   - stale: no message for stale_secs (StaleAfter). Nothing is cleared; the next in-order message restores
-//     trust.
-//   - gap, from an implausible jump: a sequence more than 2^20 batches ahead (maxSeqJump) is not taken for a
-//     gap. It is counted and ignored, the target untrusted until the next message: trusted again (nothing
-//     cleared) if the publisher goes on from the last sequence, cleared like an unreplayable gap if the
-//     next message follows the implausible one (see Stream.Handle).
-//   - gap, from a drop: the subscriber's queue was full and dropped batches (see Exposure); the next batch
-//     settles it as above.
+//   - exact: the index holds what the engine's cache holds, as far as the events tell. After one of the
+//     index's own clears it can only under-report (blocks stored before the clear are unknown), never
+//     report a block the engine dropped.
+//   - degraded: events may be missing and recovery is under way: a replay runs, or the next batch settles
+//     a doubt. The index is kept but not scored.
+//   - fallback: the index is not evidence: nothing received yet, silence, or events lost with nothing to
+//     recover them (the index was cleared). It waits for the publisher.
 //
-// After a clear the target is trusted again at the next contiguous batch: from then on the index is a
-// consistent view that can only under-report (blocks stored before the clear are unknown), and a cleared
-// index after AllBlocksCleared or a restart is exact ("nothing resident" is true).
+// Transitions (state/reason; "cleared" below means the index's own Clear, counted in Clears):
+//
+//	start                              fallback/no_events_yet
+//	first batch, at the publisher's    exact/ (a late joiner is not a gap; vLLM numbers from 0,
+//	  first sequence or later            llm-d-inference-sim from 1)
+//	  ... with a replay endpoint       degraded/replaying while the publisher's buffer is replayed
+//	                                     into the index, then exact/ (whether or not the replay worked:
+//	                                     it only makes a late joiner's index fuller)
+//	next sequence (contiguous)         exact/ (from any state: after a clear the index is consistent)
+//	forward jump (gap)                 degraded/gap, then
+//	  with a replay endpoint           degraded/replaying -> exact/ when the replay filled the gap,
+//	                                     fallback/gap (cleared) when it failed
+//	  without                          fallback/gap (cleared); exact/ at the next contiguous batch
+//	sequence goes back                 fallback/publisher_restart (cleared), then
+//	  (publisher restart)                exact/ at once when the new sequence is the publisher's first;
+//	                                     else with a replay endpoint degraded/replaying -> exact/ (replayed
+//	                                     from 0) or fallback/publisher_restart; without, fallback until the
+//	                                     next contiguous batch
+//	AllBlocksCleared                   exact/cleared (the index empties with the engine's cache), exact/
+//	                                     once a block is stored again
+//	payload that does not decode,      fallback/mismatch (cleared); exact/ at the next contiguous batch
+//	  or an unknown parent that
+//	  proves missed events
+//	no batch for stale_secs            fallback/stale (nothing cleared); the next batch decides as above
+//	implausible jump (> 2^20 ahead),   degraded/gap (nothing cleared); the next batch decides
+//	  or batches the queue dropped
+//	gateway: engine restarted          engine_restart: reserved for the gateway's scraper; never set here
+//
+// Why cleared is exact, not degraded: AllBlocksCleared is the engine saying its cache is empty
+// (reset_prefix_cache, sleep), and the emptied index says the same: "nothing resident" is the truth, the
+// most exact evidence there is. Degraded would hand the target to its approximate trie, which still holds
+// the prefixes the engine just dropped: the stale evidence this state machine exists to avoid. The reason
+// stays "cleared" until the engine stores a block, so operators (and the gateway, which may reset that
+// target's trie on it) see why the target matches nothing. A batch holding AllBlocksCleared makes the index
+// exact at once whatever was lost before it: from that event on the index has seen everything the engine's
+// cache went through.
+//
+// Details. A sequence jump of more than 2^20 batches (maxSeqJump) is not taken for a gap: it is counted and
+// ignored, the target degraded until the next message, exact again (nothing cleared) if the publisher goes
+// on from the last sequence, cleared like an unreplayable gap if the next message follows the implausible
+// one (see Stream.Handle). When the subscriber's queue was full and dropped batches (see Exposure) the
+// applier meets a marker at their place and the target is degraded at once; the next batch settles it as
+// a sequence would. A restart first seen at a sequence above the last run's last one (a run shorter than
+// the batches the new one lost before the gateway reconnected) looks like a gap and is handled as one: the
+// sequence alone cannot tell them apart, and the old run's blocks stay until evicted, removed, or cleared
+// by a mismatch (the new run's blocks chain from parents the index never saw); the gateway's engine_restart
+// signal (its scraper sees a new process) is what catches that case. An unknown parent proves missed events only while the index has
+// seen the engine's cache from empty (since the publisher's first batch or AllBlocksCleared); after one of
+// its own clears, orphans are expected and ignored. Stream.Trusted is Trust == exact; StreamStats carries
+// Trust, Reason and Trusted from one load.
+//
+// # One bind endpoint for many engines
+//
+// llm-d deploys one subscriber that every engine connects to, the topic frame naming the engine
+// (kv@<pod-ip>:<port>@<model>). In bind mode, targets whose SubscriberConfig names the same endpoint share
+// one SUB socket when their socket settings agree (SameSocket: max_message_bytes and the publisher policy,
+// which admit a connection before any topic is seen): the socket subscribes to every target's topic and its
+// reader routes each message to the targets whose topic is the longest prefix of the message's (the SUB's
+// own rule is a prefix match; the longest one tells kv@10.0.0.1 from kv@10.0.0.11). Each target keeps its
+// own queue, applier, Stream (sequence, trust, replay endpoint, staleness) and index. Adding a target to a
+// shared socket subscribes its topic; removing one unsubscribes it, and the socket closes with its last
+// target, so a reload that adds or removes one provider leaves the others' connections and streams alone.
+// Two targets with the same topic both receive (a reload that replaces a provider's subscription keeps the
+// old one fed until it drains). A target whose socket settings differ from those of the socket holding its
+// endpoint (a reload that changes allowed_publishers) gets a socket of its own, which retries its bind
+// until the old socket closes and is woken when it does. The publishers of one shared endpoint cannot be
+// told apart before their first message, so the socket-level counters (Disconnects, AuthRefused) are the
+// socket's, shown in each of its targets' stats.
+//
+// BindConflicts checks a whole config: every target of a shared endpoint needs a distinct non-empty topic
+// (an empty one would take every engine's messages), the same socket settings, and two endpoints written
+// differently must not bind one port (tcp://*:5557 and tcp://10.0.0.5:5557: the second would retry
+// "address already in use" forever). vLLM sets its topic with --kv-events-config '{"enable_kv_cache_events":
+// true, "publisher": "zmq", "endpoint": "tcp://<gateway>:5557", "topic": "kv@vllm-1"}' (an endpoint without
+// "*" or "::" makes vLLM's PUB connect); llm-d-inference-sim sets kv@<POD_IP>:<port>@<model> itself.
 //
 // # Exposure
 //
@@ -131,7 +191,7 @@
 //     by MaxQueueBytes (default 64 MiB, counting each message's payload plus 256 bytes) and by 100,000
 //     messages (vLLM's own PUB buffer); libzmq's queue in front of it holds 16 messages. A message that
 //     does not fit is dropped and counted (QueueDrops), and the applier meets a marker at its place: the
-//     target is untrusted at once, like at a sequence gap, and the next batch settles it. Memory per
+//     target is degraded at once, like at a sequence gap, and the next batch settles it. Memory per
 //     target is at most MaxQueueBytes + MaxMessageBytes (the batch being applied) + 17 x MaxMessageBytes
 //     inside libzmq, the last only while the reader is descheduled (then TCP pushes back on the publisher).
 //   - Sequence numbers. A jump of more than 2^20 batches is counted in ImplausibleJumps, never in
@@ -168,18 +228,19 @@
 //     relay beside the engine that subscribes on localhost and publishes to the gateway with CURVE).
 //   - With both, a publisher needs an allowed address and an allowed key.
 //
-// How. Each such target's socket sets its own ZAP domain (so each has its own allow-list), and libzmq
-// asks the Subscriber's ZAP handler (ZMQ RFC 27) about every connection: one goroutine with a REP socket
-// bound to inproc://zeromq.zap.01 in the Subscriber's own zmq context, started with the first target that
-// has a policy and stopped after the last socket closed (pebbe/zmq4's AuthStart is process-global, bound to
+// How. Each such socket sets its own ZAP domain (so each has its own allow-list; the targets of a shared
+// bind endpoint share their socket's, which is why they must all set the same), and libzmq asks the
+// Subscriber's ZAP handler (ZMQ RFC 27) about every connection: one goroutine with a REP socket bound to
+// inproc://zeromq.zap.01 in the Subscriber's own zmq context, started with the first socket that has a
+// policy and stopped after the last socket closed (pebbe/zmq4's AuthStart is process-global, bound to
 // the default context, and panics on unexpected requests). It answers every request, malformed ones with
 // 500 (Subscriber.AuthErrors), and never panics (TestZAPHandlerMalformed). libzmq 4.3 admits every peer of
 // a socket with a ZAP domain when no handler is bound (ZMQ_ZAP_ENFORCE_DOMAIN, which would refuse them, is
-// a draft option), so the handler is bound before the first such socket binds and a target whose handler
+// a draft option), so the handler is bound before the first such socket binds and a socket whose handler
 // failed to start does not bind at all.
 //
-// Refusals are counted per target (StreamStats.AuthRefused: every failed handshake on a socket with a
-// policy) and logged at most every 30 seconds per target, with the address and the reason for those the
+// Refusals are counted per socket, in each of its targets (StreamStats.AuthRefused: every failed handshake
+// on a socket with a policy), and logged at most every 30 seconds per socket, with the address and the reason for those the
 // handler refused. A libzmq 4.3 publisher does not reconnect after its handshake was refused (one with the
 // wrong server key excepted): after widening allowed_publishers or adding a key, restart the publisher of
 // every engine that was refused. A refused peer never sends a message, but it can open connections: each
@@ -201,9 +262,8 @@
 // Stream.Stats returns a StreamStats snapshot (atomic loads, safe from any goroutine) for the metrics
 // layer: batches, gaps and lost batches, restarts, replays ok/failed, decode errors, garbage frames, stale
 // transitions, skipped (unknown) events, missed-event incidents, implausible sequence jumps, queue drops,
-// publisher disconnects, refused publisher connections (AuthRefused), last sequence, trusted and reason;
-// and,
-// from the target's TargetStats: events by kind (stored, removed, cleared), blocks stored/removed, LRU
+// publisher disconnects, refused publisher connections (AuthRefused), last sequence, trust state, reason
+// and trusted; and, from the target's TargetStats: events by kind (stored, removed, cleared), blocks stored/removed, LRU
 // evictions, unknown parents, unknown removes, token-count and block-size mismatches, non-GPU events,
 // rekeys, clears, resident blocks, learned block size and the target's own bytes. Index.Stats gives the
 // shared table's distinct keys and bytes.
@@ -212,7 +272,7 @@
 //
 // Index.Match is safe for concurrent use and never blocks writers; its Scratch is per goroutine. A
 // TargetIndex, its Stream and its Decoder are written by one goroutine (the Subscriber's applier, or the
-// caller's when feeding a Stream directly); their Stats, Trusted, Reason, Blocks and BlockSize are safe from
-// any goroutine. The Subscriber needs cgo and libzmq (github.com/pebbe/zmq4); without cgo NewSubscriber
+// caller's when feeding a Stream directly); their Stats, Trust, Trusted, Reason, Blocks and BlockSize are
+// safe from any goroutine. The Subscriber needs cgo and libzmq (github.com/pebbe/zmq4); without cgo NewSubscriber
 // returns ErrNoCgo and everything else works.
 package kvindex

@@ -251,6 +251,10 @@ type TargetIndex struct {
 	synced bool
 	// missed is set when an unknown parent proves missed events; the Stream takes it after each batch.
 	missed bool
+	// clearedEvent is set by AllBlocksCleared; the Stream takes it after each batch (a batch holding one
+	// makes the index exact whatever was lost before). sinceCleared stays set from AllBlocksCleared until
+	// a block is stored or the index is cleared otherwise: the trust reason "cleared".
+	clearedEvent, sinceCleared bool
 	// learned is set once an event reported the block size.
 	learned bool
 
@@ -353,6 +357,7 @@ func (ti *TargetIndex) BlockStored(ev *BlockStored) {
 		tokens = tokens[bs:]
 		ti.insert(h^salt, parent)
 	}
+	ti.sinceCleared = false
 	ti.c.storedBlocks.Add(uint64(len(ev.Hashes)))
 	ti.publishSize()
 }
@@ -382,6 +387,7 @@ func (ti *TargetIndex) BlockRemoved(ev *BlockRemoved) {
 func (ti *TargetIndex) AllBlocksCleared() {
 	ti.c.clearedEvents.Add(1)
 	ti.reset(true)
+	ti.clearedEvent, ti.sinceCleared = true, true
 }
 
 // Clear drops every block of the target, e.g. after events were lost. The engine may still hold blocks the
@@ -395,6 +401,20 @@ func (ti *TargetIndex) Clear() {
 // starting at its first sequence). Writer goroutine only.
 func (ti *TargetIndex) MarkSynced() {
 	ti.synced = true
+}
+
+// takeClearedEvent reports and resets whether an AllBlocksCleared was applied since the last call (and
+// since the last Clear).
+func (ti *TargetIndex) takeClearedEvent() bool {
+	c := ti.clearedEvent
+	ti.clearedEvent = false
+	return c
+}
+
+// emptySinceCleared reports whether the index is empty because of the engine's AllBlocksCleared: nothing
+// stored since, and no Clear of the index's own.
+func (ti *TargetIndex) emptySinceCleared() bool {
+	return ti.sinceCleared
 }
 
 // takeMissed reports and resets whether an unknown parent proved missed events.
@@ -419,6 +439,7 @@ func (ti *TargetIndex) reset(synced bool) {
 	ti.n = 0
 	ti.synced = synced
 	ti.missed = false
+	ti.clearedEvent, ti.sinceCleared = false, false
 	ti.c.clears.Add(1)
 	ti.publishSize()
 }

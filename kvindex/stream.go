@@ -6,37 +6,6 @@ import (
 	"time"
 )
 
-// Reason says why a target's KV evidence is not trusted (ReasonNone when it is).
-type Reason uint32
-
-const (
-	// ReasonNone: the stream is consistent and the index is trusted.
-	ReasonNone Reason = iota
-	// ReasonWaiting: no message has arrived yet.
-	ReasonWaiting
-	// ReasonGap: a sequence number was skipped and replay has not (yet) filled it.
-	ReasonGap
-	// ReasonRestart: the sequence went back (publisher restarted); the target was cleared.
-	ReasonRestart
-	// ReasonMalformed: a payload could not be decoded; its events are lost and the target was cleared.
-	ReasonMalformed
-	// ReasonStale: no message for StaleAfter.
-	ReasonStale
-	// ReasonUnknownParent: a stored block named a parent the index never saw nor dropped, so events were
-	// missed without a sequence gap; the target was cleared.
-	ReasonUnknownParent
-)
-
-var reasonNames = [...]string{"none", "waiting", "gap", "restart", "malformed", "stale", "unknown_parent"}
-
-// String returns the reason as one lower-case word, suitable for a metric label or a decision header.
-func (r Reason) String() string {
-	if int(r) < len(reasonNames) {
-		return reasonNames[r]
-	}
-	return "unknown"
-}
-
 // Replayer fetches buffered batches from the publisher's replay (ROUTER) socket.
 type Replayer interface {
 	// Replay requests every buffered batch with sequence >= start and calls fn for each, in the order
@@ -47,7 +16,7 @@ type Replayer interface {
 
 // StreamConfig configures a Stream.
 type StreamConfig struct {
-	// StaleAfter marks the target untrusted when no message arrived for this long; 0 disables it.
+	// StaleAfter makes the target fallback/stale when no message arrived for this long; 0 disables it.
 	StaleAfter time.Duration
 	// Replayer, when set, is asked to fill sequence gaps (and, on a late join or a restart, the batches
 	// before the first one seen).
@@ -86,7 +55,8 @@ type StreamStats struct {
 	// Disconnects counts publisher connections that libzmq closed: the publisher went away, heartbeats
 	// timed out, or it sent a frame over SubscriberConfig.MaxMessageBytes (libzmq does not tell which).
 	// For a target with a publisher policy, only connections that completed the handshake (see
-	// AuthRefused).
+	// AuthRefused). On a bind endpoint shared by several targets these are the socket's: which target a
+	// connection carried is unknown, so each of them shows every one.
 	Disconnects uint64
 	// AuthRefused counts publisher connections refused by a bind-mode target's publisher policy
 	// (SubscriberConfig.AllowedPublishers, CURVE), each before its first message: every handshake that
@@ -96,14 +66,18 @@ type StreamStats struct {
 	// port scan). With a policy, Disconnects leaves these out. A libzmq 4.3 publisher does not reconnect
 	// after a refusal (it is counted once and stays away until its socket is reopened), except after a
 	// wrong server key, which it retries every 100 ms or so, counted each time. A peer that does not speak
-	// ZMTP 3 never reaches the policy: it shows only in Disconnects. Always 0 without a policy.
+	// ZMTP 3 never reaches the policy: it shows only in Disconnects. Always 0 without a policy. The
+	// socket's, on a shared bind endpoint (as Disconnects).
 	AuthRefused uint64
 
 	// LastSeq is the last sequence number accepted, when HasSeq.
 	LastSeq uint64
 	HasSeq  bool
+	// Trust and Reason are the stream's trust (Stream.Trust), read together; Trusted is Trust ==
+	// TrustExact.
+	Trust   TrustState
+	Reason  TrustReason
 	Trusted bool
-	Reason  Reason
 }
 
 type streamCounters struct {
@@ -122,18 +96,22 @@ type streamCounters struct {
 const maxSeqJump = 1 << 20
 
 // Stream is the per-target state machine between the ZMQ frames and the TargetIndex: it checks sequence
-// numbers, decodes payloads, applies them and decides whether the target's evidence is trusted.
+// numbers, decodes payloads, applies them and decides how far the target's evidence can be trusted.
 //
-// Trust rules (see doc.go): the first sequence seen is wherever the publisher is (a late joiner is not a
-// gap). A forward jump is a gap: replay it when a Replayer is configured (trusted again once the gap is
-// filled), else clear the target. A sequence going back is a restart: clear. A payload that does not
-// decode is malformed: clear. No message for StaleAfter is stale. A jump beyond maxSeqJump is implausible
-// and a batch dropped by the subscriber's queue is a gap (see Handle and dropped). Each of these makes the
-// target untrusted; after a clear the target is trusted again at the next contiguous batch, because from
-// then on the index is a consistent (if incomplete: it under-reports blocks stored before the clear) view.
+// Trust (doc.go, "Trust", has the whole table): the stream starts fallback/no_events_yet. The first
+// sequence seen is wherever the publisher is (a late joiner is not a gap). A forward jump is a gap:
+// degraded/gap, then degraded/replaying while a Replayer fills it (exact when it did), else the target is
+// cleared (fallback/gap). A sequence going back is a publisher restart: cleared, fallback/publisher_restart,
+// then exact at once if the new sequence is the publisher's first, else after a replay from 0. A payload
+// that does not decode or a parent the index never saw is a mismatch: cleared, fallback/mismatch. No
+// message for StaleAfter is fallback/stale. A jump beyond maxSeqJump and a batch dropped by the
+// subscriber's queue are degraded/gap until the next batch settles them (see Handle and dropped). After a
+// clear the target is exact again at the next contiguous batch, because from then on the index is a
+// consistent (if incomplete: it under-reports blocks stored before the clear) view. AllBlocksCleared
+// leaves it exact/cleared until the engine stores a block again.
 //
-// Handle, HandleFrames and Tick must be called from one goroutine (the subscriber's applier); Trusted,
-// Reason and Stats are safe for concurrent use and cheap enough for the request path. The subscriber's
+// Handle, HandleFrames and Tick must be called from one goroutine (the subscriber's applier); Trust,
+// Trusted and Stats are safe for concurrent use and cheap enough for the request path. The subscriber's
 // reader goroutine adds to the counters it owns (garbage frames, queue drops, disconnects, refused
 // publishers).
 type Stream struct {
@@ -150,18 +128,22 @@ type Stream struct {
 	jumped  bool
 	jumpSeq uint64
 
-	trusted atomic.Bool
-	reason  atomic.Uint32
-	seq     atomic.Uint64
-	hasSeq  atomic.Bool
-	c       streamCounters
+	// trust is trustWord(state, reason): one word, so that Trust never pairs one transition's state with
+	// another's reason.
+	trust  atomic.Uint32
+	seq    atomic.Uint64
+	hasSeq atomic.Bool
+	c      streamCounters
+
+	// observe, when set (tests, before the stream's goroutine starts), sees every trust transition, from
+	// the writer goroutine: the transient ones (a replay of a few milliseconds) included.
+	observe func(TrustState, TrustReason)
 }
 
-// NewStream returns a Stream applying events to ti. It starts untrusted (ReasonWaiting) until the first
-// message.
+// NewStream returns a Stream applying events to ti. It starts fallback/no_events_yet.
 func NewStream(ti *TargetIndex, cfg StreamConfig) *Stream {
 	st := &Stream{ti: ti, replayer: cfg.Replayer, stale: cfg.StaleAfter}
-	st.reason.Store(uint32(ReasonWaiting))
+	st.trust.Store(trustWord(TrustFallback, ReasonNoEventsYet))
 	return st
 }
 
@@ -170,19 +152,29 @@ func (st *Stream) Target() *TargetIndex {
 	return st.ti
 }
 
-// Trusted reports whether the target's index reflects every event of its publisher since the last reset.
-func (st *Stream) Trusted() bool {
-	return st.trusted.Load()
+// Trust returns the target's trust state and why. It is one atomic load, safe for concurrent use and
+// meant for the request path (once per request and target).
+func (st *Stream) Trust() (TrustState, TrustReason) {
+	return unpackTrust(st.trust.Load())
 }
 
-// Reason returns why the target is not trusted, or ReasonNone.
-func (st *Stream) Reason() Reason {
-	return Reason(st.reason.Load())
+// Reason returns the reason half of Trust.
+func (st *Stream) Reason() TrustReason {
+	_, r := st.Trust()
+	return r
+}
+
+// Trusted reports whether the target's evidence is exact (Trust returns TrustExact): the index reflects
+// every event of its publisher since the last reset.
+func (st *Stream) Trusted() bool {
+	s, _ := st.Trust()
+	return s == TrustExact
 }
 
 // Stats returns a snapshot of the stream's counters. It is safe for concurrent use.
 func (st *Stream) Stats() StreamStats {
 	c := &st.c
+	trust, reason := st.Trust()
 	return StreamStats{
 		TargetStats:      st.ti.Stats(),
 		Batches:          c.batches.Load(),
@@ -202,8 +194,9 @@ func (st *Stream) Stats() StreamStats {
 		AuthRefused:      c.authRefused.Load(),
 		LastSeq:          st.seq.Load(),
 		HasSeq:           st.hasSeq.Load(),
-		Trusted:          st.Trusted(),
-		Reason:           st.Reason(),
+		Trust:            trust,
+		Reason:           reason,
+		Trusted:          trust == TrustExact,
 	}
 }
 
@@ -217,30 +210,30 @@ func (st *Stream) HandleFrames(frames [][]byte, now time.Time) {
 	st.Handle(frames[0], binary.BigEndian.Uint64(frames[1]), frames[2], now)
 }
 
-// Handle handles one published batch. topic is not interpreted (the SUB socket filters by prefix).
+// Handle handles one published batch. topic is not interpreted (the subscriber routed the message by it).
 //
 // A sequence more than maxSeqJump ahead of the last one is implausible: it is counted (ImplausibleJumps)
-// and, being the only evidence, ignored, with the target untrusted (ReasonGap) until the next message
-// settles it. When the publisher goes on from the last sequence, the implausible message was not part of
-// the stream (forged or corrupt) and the index, untouched, is trusted again. When the next message follows
-// the implausible one, the publisher really is there: the target is cleared as for an unreplayable gap
-// (counted in Gaps but not in LostBatches) and trusted from the message after. So one forged sequence
-// costs one batch interval of trust and leaves every counter but ImplausibleJumps as it was; two in a row
-// make the real publisher's next batch look like a restart, which clears the target and recovers as one
-// (TestSubscriberForgedSequence).
+// and, being the only evidence, ignored, with the target degraded/gap until the next message settles it.
+// When the publisher goes on from the last sequence, the implausible message was not part of the stream
+// (forged or corrupt) and the index, untouched, is exact again. When the next message follows the
+// implausible one, the publisher really is there: the target is cleared as for an unreplayable gap
+// (fallback/gap, counted in Gaps but not in LostBatches) and exact from the message after. So one forged
+// sequence costs one batch interval of trust and leaves every counter but ImplausibleJumps as it was; two
+// in a row make the real publisher's next batch look like a restart, which clears the target and recovers
+// as one (TestSubscriberForgedSequence).
 func (st *Stream) Handle(topic []byte, seq uint64, payload []byte, now time.Time) {
 	_ = topic
 	if st.started && seq > st.lastSeq && seq-st.lastSeq > maxSeqJump {
 		st.c.implausibleJumps.Add(1)
 		if !st.jumped || seq-1 != st.jumpSeq {
 			st.jumped, st.jumpSeq = true, seq
-			st.untrust(ReasonGap)
+			st.set(TrustDegraded, ReasonGap)
 			return
 		}
 		st.jumped = false
 		st.lastMsg, st.isStale = now, false
 		st.c.gaps.Add(1)
-		st.untrust(ReasonGap)
+		st.set(TrustFallback, ReasonGap)
 		st.ti.Clear()
 		st.accept(seq, payload, false)
 		return
@@ -257,6 +250,7 @@ func (st *Stream) Handle(topic []byte, seq uint64, payload []byte, now time.Time
 			st.ti.MarkSynced()
 		} else if st.replayer != nil {
 			// A late joiner is not a gap, but what the publisher still buffers makes the index fuller.
+			st.set(TrustDegraded, ReasonReplaying)
 			if ok, dirty := st.catchUp(0, seq); !ok && dirty {
 				st.ti.Clear()
 			}
@@ -268,27 +262,34 @@ func (st *Stream) Handle(topic []byte, seq uint64, payload []byte, now time.Time
 	case seq > st.lastSeq:
 		st.c.gaps.Add(1)
 		st.c.lostBatches.Add(seq - st.lastSeq - 1)
-		st.untrust(ReasonGap)
+		st.set(TrustDegraded, ReasonGap)
 		if st.replayer != nil {
+			st.set(TrustDegraded, ReasonReplaying)
 			if ok, _ := st.catchUp(st.lastSeq+1, seq); ok {
 				st.accept(seq, payload, true)
 				return
 			}
 		}
+		// The lost batches may hold removals: what the index holds is no longer evidence.
+		st.set(TrustFallback, ReasonGap)
 		st.ti.Clear()
 		st.accept(seq, payload, false)
 	default:
 		st.c.restarts.Add(1)
-		st.untrust(ReasonRestart)
+		st.set(TrustFallback, ReasonPublisherRestart)
 		st.ti.Clear()
 		trust := false
 		if seq <= 1 {
 			st.ti.MarkSynced()
 			trust = true
 		} else if st.replayer != nil {
+			st.set(TrustDegraded, ReasonReplaying)
 			ok, dirty := st.catchUp(0, seq)
-			if !ok && dirty {
-				st.ti.Clear()
+			if !ok {
+				st.set(TrustFallback, ReasonPublisherRestart)
+				if dirty {
+					st.ti.Clear()
+				}
 			}
 			trust = ok
 		}
@@ -296,26 +297,27 @@ func (st *Stream) Handle(topic []byte, seq uint64, payload []byte, now time.Time
 	}
 }
 
-// Tick marks the target stale when no message arrived for StaleAfter. Call it periodically.
+// Tick marks the target fallback/stale when no message arrived for StaleAfter. Call it periodically.
 func (st *Stream) Tick(now time.Time) {
 	if st.stale <= 0 || !st.started || st.isStale || now.Sub(st.lastMsg) < st.stale {
 		return
 	}
 	st.isStale = true
 	st.c.staleTransitions.Add(1)
-	st.untrust(ReasonStale)
+	st.set(TrustFallback, ReasonStale)
 }
 
 // dropped records that the subscriber dropped batches at this point of the stream (its queue was full;
-// the reader counted them in QueueDrops). Like a sequence gap, the target is untrusted at once, not at the
-// next message, which may never come; that message then decides: a jump is handled as a gap (replayed or
-// cleared), while a sequence that goes on from the last one proves that nothing of this stream was lost.
+// the reader counted them in QueueDrops). Like a sequence gap, the target is degraded/gap at once, not at
+// the next message, which may never come; that message then decides: a jump is handled as a gap (replayed
+// or cleared), while a sequence that goes on from the last one proves that nothing of this stream was
+// lost.
 func (st *Stream) dropped() {
 	if !st.started {
 		// Nothing applied yet: the first message handled is wherever the publisher is (a late join).
 		return
 	}
-	st.untrust(ReasonGap)
+	st.set(TrustDegraded, ReasonGap)
 }
 
 // garbage counts a message without the [topic, seq, payload] shape. Safe from any goroutine.
@@ -324,9 +326,10 @@ func (st *Stream) garbage() {
 }
 
 // fail resets the stream after a bug surfaced as a panic in its goroutine: the index state is unknown, so
-// clear it (guarded: the clear may hit the same bug) and start over as a fresh subscriber.
+// clear it (guarded: the clear may hit the same bug) and start over as a fresh subscriber
+// (fallback/mismatch until the next batch, a late join).
 func (st *Stream) fail() {
-	st.untrust(ReasonMalformed)
+	st.set(TrustFallback, ReasonMismatch)
 	st.started = false
 	defer func() { _ = recover() }()
 	st.ti.Clear()
@@ -338,44 +341,55 @@ func (st *Stream) setSeq(seq uint64) {
 	st.hasSeq.Store(true)
 }
 
-func (st *Stream) untrust(r Reason) {
-	st.trusted.Store(false)
-	st.reason.Store(uint32(r))
+// set publishes a trust transition. Writer goroutine only.
+func (st *Stream) set(s TrustState, r TrustReason) {
+	w := trustWord(s, r)
+	if st.trust.Swap(w) != w && st.observe != nil {
+		st.observe(s, r)
+	}
 }
 
 // accept applies batch seq. trust says whether the index is consistent once it is applied; when not, the
-// target stays untrusted until the next contiguous batch.
+// target keeps its state until the next contiguous batch, unless the batch itself held AllBlocksCleared:
+// from that event on the index has seen everything the engine's (empty) cache went through.
 func (st *Stream) accept(seq uint64, payload []byte, trust bool) {
 	st.setSeq(seq)
-	if r := st.apply(payload); r != ReasonNone {
+	if !st.apply(payload) {
 		st.ti.Clear()
-		st.untrust(r)
+		st.set(TrustFallback, ReasonMismatch)
 		return
+	}
+	if st.ti.takeClearedEvent() {
+		trust = true
 	}
 	if !trust {
 		return
 	}
-	st.reason.Store(uint32(ReasonNone))
-	st.trusted.Store(true)
+	if st.ti.emptySinceCleared() {
+		st.set(TrustExact, ReasonCleared)
+		return
+	}
+	st.set(TrustExact, ReasonNone)
 }
 
-// apply decodes and applies one payload and returns ReasonNone, ReasonMalformed or ReasonUnknownParent.
-// A malformed payload applies nothing (Decode validates the whole batch first).
-func (st *Stream) apply(payload []byte) Reason {
+// apply decodes and applies one payload. It returns false when the payload did not decode (it applies
+// nothing then: Decode validates the whole batch first) or an unknown parent proved missed events; the
+// caller clears the target.
+func (st *Stream) apply(payload []byte) bool {
 	st.c.batches.Add(1)
 	bt, err := st.dec.Decode(payload, st.ti)
 	if err != nil {
 		st.c.decodeErrors.Add(1)
-		return ReasonMalformed
+		return false
 	}
 	if bt.Skipped > 0 {
 		st.c.skipped.Add(uint64(bt.Skipped))
 	}
 	if st.ti.takeMissed() {
 		st.c.missedEvents.Add(1)
-		return ReasonUnknownParent
+		return false
 	}
-	return ReasonNone
+	return true
 }
 
 // catchUp replays batches from..until-1 and applies them in order; batches at or after until are left to
@@ -400,7 +414,7 @@ func (st *Stream) catchUp(from, until uint64) (ok, dirty bool) {
 			st.ti.MarkSynced()
 		}
 		dirty = true
-		if st.apply(payload) != ReasonNone {
+		if !st.apply(payload) {
 			failed = true
 			return
 		}

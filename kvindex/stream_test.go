@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -77,18 +78,22 @@ func (h *streamHarness) wantResident(seqs ...uint64) {
 	}
 }
 
-func (h *streamHarness) wantTrust(trusted bool, r Reason) {
+func (h *streamHarness) wantTrust(s TrustState, r TrustReason) {
 	h.t.Helper()
-	if h.st.Trusted() != trusted || h.st.Reason() != r {
-		h.t.Fatalf("trusted=%v reason=%s; want %v %s", h.st.Trusted(), h.st.Reason(), trusted, r)
+	gs, gr := h.st.Trust()
+	if gs != s || gr != r {
+		h.t.Fatalf("trust %s/%s; want %s/%s", gs, gr, s, r)
+	}
+	if h.st.Trusted() != (s == TrustExact) {
+		h.t.Fatalf("Trusted() = %v in state %s", h.st.Trusted(), gs)
 	}
 }
 
 func TestStreamContiguousAndLateJoin(t *testing.T) {
 	h := newHarness(t, StreamConfig{})
-	h.wantTrust(false, ReasonWaiting)
+	h.wantTrust(TrustFallback, ReasonNoEventsYet)
 	h.pub(5) // a late joiner is not a gap
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	h.pub(6, 7)
 	h.wantResident(5, 6, 7)
 	st := h.st.Stats()
@@ -100,11 +105,11 @@ func TestStreamContiguousAndLateJoin(t *testing.T) {
 func TestStreamGapWithoutReplay(t *testing.T) {
 	h := newHarness(t, StreamConfig{})
 	h.pub(0, 1, 2, 5)
-	h.wantTrust(false, ReasonGap)
+	h.wantTrust(TrustFallback, ReasonGap)
 	// The index was cleared (batches 3 and 4 may hold removals) and applied batch 5.
 	h.wantResident(5)
 	h.pub(6)
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	h.wantResident(5, 6)
 	if st := h.st.Stats(); st.Gaps != 1 || st.LostBatches != 2 || st.Clears != 1 {
 		t.Fatalf("unexpected stats %+v", st)
@@ -115,7 +120,7 @@ func TestStreamGapReplay(t *testing.T) {
 	rp := newFakeReplayer(0, 1, 2, 3, 4, 5, 6)
 	h := newHarness(t, StreamConfig{Replayer: rp})
 	h.pub(0, 1, 4)
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	h.wantResident(0, 1, 2, 3, 4)
 	h.pub(5)
 	h.wantResident(0, 1, 2, 3, 4, 5)
@@ -132,13 +137,13 @@ func TestStreamGapReplayFails(t *testing.T) {
 		t.Helper()
 		h := newHarness(t, StreamConfig{Replayer: rp})
 		h.pub(0, 1, 4)
-		h.wantTrust(false, ReasonGap)
+		h.wantTrust(TrustFallback, ReasonGap)
 		h.wantResident(4)
 		if st := h.st.Stats(); st.ReplaysFailed != 1 || st.ReplaysOK != 0 {
 			t.Fatalf("unexpected stats %+v", st)
 		}
 		h.pub(5)
-		h.wantTrust(true, ReasonNone)
+		h.wantTrust(TrustExact, ReasonNone)
 	}
 	// The buffer no longer holds seq 2.
 	f(newFakeReplayer(3, 4))
@@ -156,17 +161,17 @@ func TestStreamRestart(t *testing.T) {
 	h := newHarness(t, StreamConfig{})
 	h.pub(0, 1, 2, 0)
 	// A publisher starting over at 0 has an empty cache and we see it from its first batch.
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	h.wantResident(0)
 	h.pub(1, 2, 3, 7, 8, 9, 4)
 	// Back to 4 without replay: cleared, untrusted until the next contiguous batch.
-	h.wantTrust(false, ReasonRestart)
+	h.wantTrust(TrustFallback, ReasonPublisherRestart)
 	h.wantResident(4)
 	h.pub(5)
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	// llm-d-inference-sim numbers from 1.
 	h.pub(1)
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	if st := h.st.Stats(); st.Restarts != 3 || st.Gaps != 1 {
 		t.Fatalf("unexpected stats %+v", st)
 	}
@@ -179,7 +184,7 @@ func TestStreamRestartReplay(t *testing.T) {
 	// The engine restarted; its new run is at 3 when we notice, and its buffer holds 0..3.
 	rp.batches = newFakeReplayer(0, 1, 2, 3).batches
 	h.pub(3)
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	h.wantResident(0, 1, 2, 3)
 	if st := h.st.Stats(); st.Restarts != 1 || st.ReplaysOK != 1 {
 		t.Fatalf("unexpected stats %+v", st)
@@ -191,7 +196,7 @@ func TestStreamLateJoinReplay(t *testing.T) {
 		t.Helper()
 		h := newHarness(t, StreamConfig{Replayer: newFakeReplayer(buffered...)})
 		h.pub(5)
-		h.wantTrust(true, ReasonNone)
+		h.wantTrust(TrustExact, ReasonNone)
 		h.wantResident(append(slices.Clone(buffered), 5)...)
 		if h.st.Target().synced != wantSynced {
 			t.Fatalf("buffered %v: synced=%v; want %v", buffered, h.st.Target().synced, wantSynced)
@@ -202,7 +207,7 @@ func TestStreamLateJoinReplay(t *testing.T) {
 	// The buffer lost the start: the late join still stands, with an empty index.
 	h := newHarness(t, StreamConfig{Replayer: newFakeReplayer(3, 4)})
 	h.pub(5)
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	h.wantResident(5)
 }
 
@@ -210,10 +215,10 @@ func TestStreamMalformed(t *testing.T) {
 	h := newHarness(t, StreamConfig{})
 	h.pub(0, 1)
 	h.st.Handle(nil, 2, []byte{0x93, 0x01}, h.now)
-	h.wantTrust(false, ReasonMalformed)
+	h.wantTrust(TrustFallback, ReasonMismatch)
 	h.wantResident()
 	h.pub(3)
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	h.wantResident(3)
 	if st := h.st.Stats(); st.DecodeErrors != 1 || st.LastSeq != 3 || st.Gaps != 0 {
 		t.Fatalf("unexpected stats %+v", st)
@@ -231,9 +236,9 @@ func TestStreamGarbageFrames(t *testing.T) {
 	f([]byte("topic"), []byte{0, 0, 1}, seqPayload(1))
 	f([]byte("topic"), be64(1), seqPayload(1), nil)
 	f()
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	f(nil, be64(1), seqPayload(1))
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	h.wantResident(0, 1)
 	if st := h.st.Stats(); st.GarbageFrames != 4 || st.Batches != 2 {
 		t.Fatalf("unexpected stats %+v", st)
@@ -243,16 +248,16 @@ func TestStreamGarbageFrames(t *testing.T) {
 func TestStreamStale(t *testing.T) {
 	h := newHarness(t, StreamConfig{StaleAfter: 10 * time.Second})
 	h.st.Tick(h.now.Add(time.Hour)) // nothing received yet: waiting, not stale
-	h.wantTrust(false, ReasonWaiting)
+	h.wantTrust(TrustFallback, ReasonNoEventsYet)
 	h.pub(0)
 	h.st.Tick(h.now.Add(9 * time.Second))
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	h.st.Tick(h.now.Add(10 * time.Second))
-	h.wantTrust(false, ReasonStale)
+	h.wantTrust(TrustFallback, ReasonStale)
 	h.st.Tick(h.now.Add(20 * time.Second))
 	h.now = h.now.Add(30 * time.Second)
 	h.pub(1)
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	h.wantResident(0, 1)
 	if st := h.st.Stats(); st.StaleTransitions != 1 {
 		t.Fatalf("unexpected stats %+v", st)
@@ -261,7 +266,7 @@ func TestStreamStale(t *testing.T) {
 	h.st.Tick(h.now.Add(time.Minute))
 	h.now = h.now.Add(2 * time.Minute)
 	h.pub(5)
-	h.wantTrust(false, ReasonGap)
+	h.wantTrust(TrustFallback, ReasonGap)
 }
 
 func TestStreamUnknownParent(t *testing.T) {
@@ -269,13 +274,13 @@ func TestStreamUnknownParent(t *testing.T) {
 	h.pub(0)
 	orphan := batchOf(storedEvent([]uint64{77}, 76, []uint32{1, 2}, 2))
 	h.st.Handle(nil, 1, orphan, h.now)
-	h.wantTrust(false, ReasonUnknownParent)
+	h.wantTrust(TrustFallback, ReasonMismatch)
 	h.wantResident()
 	h.pub(2)
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	// After the clear the engine may hold blocks the index never saw: orphans are expected now.
 	h.st.Handle(nil, 3, orphan, h.now)
-	h.wantTrust(true, ReasonNone)
+	h.wantTrust(TrustExact, ReasonNone)
 	if st := h.st.Stats(); st.MissedEvents != 1 || st.UnknownParents != 2 {
 		t.Fatalf("unexpected stats %+v", st)
 	}
@@ -285,28 +290,149 @@ func TestStreamAllBlocksCleared(t *testing.T) {
 	h := newHarness(t, StreamConfig{})
 	h.pub(3, 4)
 	h.st.Handle(nil, 5, batchOf(clearedEvent()), h.now)
-	h.wantTrust(true, ReasonNone)
+	// The engine emptied its cache and the index with it: exact, and the reason says why it is empty.
+	h.wantTrust(TrustExact, ReasonCleared)
 	h.wantResident()
+	if st := h.st.Stats(); st.Blocks != 0 || st.ClearedEvents != 1 || !st.Trusted || st.Reason != ReasonCleared {
+		t.Fatalf("unexpected stats %+v", st)
+	}
+	// A batch that stores nothing keeps the reason; the first stored block ends it.
+	h.st.Handle(nil, 6, batchOf(removedEvent(1003)), h.now)
+	h.wantTrust(TrustExact, ReasonCleared)
+	h.pub(7)
+	h.wantTrust(TrustExact, ReasonNone)
+	h.wantResident(7)
+	// Cleared and stored again within one batch: exact, nothing to explain.
+	h.st.Handle(nil, 8, batchOf(clearedEvent(), storedEvent([]uint64{1008}, 0, []uint32{8, 8}, 2)), h.now)
+	h.wantTrust(TrustExact, ReasonNone)
+	h.wantResident(8)
 	// After AllBlocksCleared the index knows the whole (empty) cache, so an orphan proves missed events.
-	h.st.Handle(nil, 6, batchOf(storedEvent([]uint64{77}, 76, []uint32{1, 2}, 2)), h.now)
-	h.wantTrust(false, ReasonUnknownParent)
+	h.st.Handle(nil, 9, batchOf(clearedEvent()), h.now)
+	h.st.Handle(nil, 10, batchOf(storedEvent([]uint64{77}, 76, []uint32{1, 2}, 2)), h.now)
+	h.wantTrust(TrustFallback, ReasonMismatch)
 }
 
-func TestReasonString(t *testing.T) {
-	f := func(r Reason, want string) {
+func TestStreamAllBlocksClearedEndsDoubt(t *testing.T) {
+	// A batch holding AllBlocksCleared makes the index exact at once, whatever was lost before it: from the
+	// event on it has seen everything the engine's cache went through.
+	h := newHarness(t, StreamConfig{})
+	h.pub(0, 1)
+	h.st.Handle(nil, 4, batchOf(storedEvent([]uint64{1004}, 0, []uint32{4, 4}, 2), clearedEvent()), h.now)
+	h.wantTrust(TrustExact, ReasonCleared)
+	h.wantResident()
+	// A restart whose first batch seen is not the publisher's first: the same.
+	h.st.Handle(nil, 2, batchOf(clearedEvent()), h.now)
+	h.wantTrust(TrustExact, ReasonCleared)
+	if st := h.st.Stats(); st.Gaps != 1 || st.Restarts != 1 {
+		t.Fatalf("unexpected stats %+v", st)
+	}
+}
+
+// transitions records a stream's trust transitions (Stream.observe), safe for a reader goroutine.
+type transitions struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func watchTrust(st *Stream) *transitions {
+	tr := &transitions{}
+	st.observe = func(s TrustState, r TrustReason) {
+		tr.mu.Lock()
+		tr.got = append(tr.got, s.String()+"/"+r.String())
+		tr.mu.Unlock()
+	}
+	return tr
+}
+
+// take returns the transitions recorded since the last take.
+func (tr *transitions) take() []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	got := tr.got
+	tr.got = nil
+	return got
+}
+
+func (tr *transitions) want(t *testing.T, what string, want ...string) {
+	t.Helper()
+	if got := tr.take(); !slices.Equal(got, want) {
+		t.Fatalf("%s: transitions %q; want %q", what, got, want)
+	}
+}
+
+func TestStreamTrustTransitions(t *testing.T) {
+	// Every path of doc.go's "Trust" table, transient states included.
+	f := func(name string, rp *fakeReplayer, before, after []uint64, want ...string) {
 		t.Helper()
-		if r.String() != want {
-			t.Fatalf("got %q; want %q", r.String(), want)
+		cfg := StreamConfig{}
+		if rp != nil {
+			cfg.Replayer = rp
+		}
+		h := newHarness(t, cfg)
+		h.pub(before...)
+		tr := watchTrust(h.st)
+		h.pub(after...)
+		tr.want(t, name, want...)
+	}
+	f("first batch", nil, nil, []uint64{0}, "exact/")
+	f("late join, replayed", newFakeReplayer(0, 1, 2), nil, []uint64{3}, "degraded/replaying", "exact/")
+	f("gap, replayed", newFakeReplayer(2, 3), []uint64{0, 1}, []uint64{4}, "degraded/gap", "degraded/replaying", "exact/")
+	f("gap, replay failed", newFakeReplayer(3), []uint64{0, 1}, []uint64{4, 5},
+		"degraded/gap", "degraded/replaying", "fallback/gap", "exact/")
+	f("gap, no replay", nil, []uint64{0, 1}, []uint64{4, 5}, "degraded/gap", "fallback/gap", "exact/")
+	f("restart from 0", nil, []uint64{0, 1, 2}, []uint64{0}, "fallback/publisher_restart", "exact/")
+	f("restart, replayed", newFakeReplayer(0, 1), []uint64{5, 6}, []uint64{2}, "fallback/publisher_restart", "degraded/replaying", "exact/")
+	f("restart, replay failed", newFakeReplayer(0), []uint64{5, 6}, []uint64{2, 3},
+		"fallback/publisher_restart", "degraded/replaying", "fallback/publisher_restart", "exact/")
+	f("restart, no replay", nil, []uint64{5, 6}, []uint64{2, 3}, "fallback/publisher_restart", "exact/")
+
+	h := newHarness(t, StreamConfig{StaleAfter: time.Second})
+	tr := watchTrust(h.st)
+	h.pub(0)
+	h.st.Tick(h.now.Add(time.Second))
+	h.pub(1)
+	h.st.dropped()
+	h.pub(2)
+	h.st.Handle(nil, 3, []byte{0xc1}, h.now)
+	h.pub(4)
+	h.st.Handle(nil, 5, batchOf(clearedEvent()), h.now)
+	h.pub(6)
+	tr.want(t, "stale, drop, mismatch, cleared", "exact/", "fallback/stale", "exact/", "degraded/gap", "exact/",
+		"fallback/mismatch", "exact/", "exact/cleared", "exact/")
+}
+
+func TestTrustStrings(t *testing.T) {
+	f := func(got, want string) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("got %q; want %q", got, want)
 		}
 	}
-	f(ReasonNone, "none")
-	f(ReasonWaiting, "waiting")
-	f(ReasonGap, "gap")
-	f(ReasonRestart, "restart")
-	f(ReasonMalformed, "malformed")
-	f(ReasonStale, "stale")
-	f(ReasonUnknownParent, "unknown_parent")
-	f(Reason(99), "unknown")
+	f(TrustExact.String(), "exact")
+	f(TrustDegraded.String(), "degraded")
+	f(TrustFallback.String(), "fallback")
+	f(TrustState(9).String(), "unknown")
+	f(ReasonNone.String(), "")
+	f(ReasonNoEventsYet.String(), "no_events_yet")
+	f(ReasonGap.String(), "gap")
+	f(ReasonReplaying.String(), "replaying")
+	f(ReasonStale.String(), "stale")
+	f(ReasonPublisherRestart.String(), "publisher_restart")
+	f(ReasonCleared.String(), "cleared")
+	f(ReasonMismatch.String(), "mismatch")
+	f(ReasonEngineRestart.String(), "engine_restart")
+	f(TrustReason(99).String(), "unknown")
+	if rs := TrustReasons(); len(rs) != 8 || rs[0] != ReasonNoEventsYet || rs[7] != ReasonEngineRestart {
+		t.Fatalf("TrustReasons() = %v", rs)
+	}
+	// One word, both halves intact at the extremes.
+	for _, s := range []TrustState{TrustExact, TrustDegraded, TrustFallback} {
+		for _, r := range append(TrustReasons(), ReasonNone) {
+			if gs, gr := unpackTrust(trustWord(s, r)); gs != s || gr != r {
+				t.Fatalf("trustWord(%s, %s) unpacks to %s, %s", s, r, gs, gr)
+			}
+		}
+	}
 }
 
 func TestSubscriberConfigValidate(t *testing.T) {
@@ -348,12 +474,12 @@ func TestStreamRealisticBatch(t *testing.T) {
 
 func TestStreamImplausibleJump(t *testing.T) {
 	type counts struct{ jumps, gaps, lost, restarts, clears, last uint64 }
-	f := func(name string, seqs []uint64, wantTrusted bool, wantReason Reason, want counts, wantResident ...uint64) {
+	f := func(name string, seqs []uint64, wantState TrustState, wantReason TrustReason, want counts, wantResident ...uint64) {
 		t.Helper()
 		h := newHarness(t, StreamConfig{})
 		h.pub(seqs...)
-		if h.st.Trusted() != wantTrusted || h.st.Reason() != wantReason {
-			t.Fatalf("%s: trusted=%v reason=%s; want %v %s", name, h.st.Trusted(), h.st.Reason(), wantTrusted, wantReason)
+		if s, r := h.st.Trust(); s != wantState || r != wantReason {
+			t.Fatalf("%s: trust %s/%s; want %s/%s", name, s, r, wantState, wantReason)
 		}
 		s := h.st.Stats()
 		if got := (counts{s.ImplausibleJumps, s.Gaps, s.LostBatches, s.Restarts, s.Clears, s.LastSeq}); got != want {
@@ -363,44 +489,44 @@ func TestStreamImplausibleJump(t *testing.T) {
 	}
 	const far = math.MaxUint64 - 4
 	// One forged sequence: ignored, untrusted until the publisher's next batch shows it was not its own.
-	f("forged, pending", []uint64{0, 1, 2, far}, false, ReasonGap, counts{jumps: 1, last: 2}, 0, 1, 2)
-	f("forged, then the publisher", []uint64{0, 1, 2, far, 3}, true, ReasonNone, counts{jumps: 1, last: 3}, 0, 1, 2, 3)
-	f("two forged apart", []uint64{0, 1, far, 2, far - 100, 3}, true, ReasonNone, counts{jumps: 2, last: 3}, 0, 1, 2, 3)
+	f("forged, pending", []uint64{0, 1, 2, far}, TrustDegraded, ReasonGap, counts{jumps: 1, last: 2}, 0, 1, 2)
+	f("forged, then the publisher", []uint64{0, 1, 2, far, 3}, TrustExact, ReasonNone, counts{jumps: 1, last: 3}, 0, 1, 2, 3)
+	f("two forged apart", []uint64{0, 1, far, 2, far - 100, 3}, TrustExact, ReasonNone, counts{jumps: 2, last: 3}, 0, 1, 2, 3)
 	// Two in a row: resynchronised to them (cleared, counted as a gap, not as lost batches); the real
 	// publisher's next batch is then a restart.
-	f("forged run", []uint64{0, 1, 2, far, far + 1}, false, ReasonGap, counts{jumps: 2, gaps: 1, clears: 1, last: far + 1})
-	f("forged run, then the publisher", []uint64{0, 1, 2, far, far + 1, 3, 4}, true, ReasonNone,
+	f("forged run", []uint64{0, 1, 2, far, far + 1}, TrustFallback, ReasonGap, counts{jumps: 2, gaps: 1, clears: 1, last: far + 1})
+	f("forged run, then the publisher", []uint64{0, 1, 2, far, far + 1, 3, 4}, TrustExact, ReasonNone,
 		counts{jumps: 2, gaps: 1, restarts: 1, clears: 2, last: 4}, 3, 4)
 	// A publisher really 2^20+ batches ahead: the second batch settles it, the third is trusted.
 	j := uint64(2 + maxSeqJump + 5)
-	f("real far jump", []uint64{0, 1, 2, j, j + 1, j + 2}, true, ReasonNone, counts{jumps: 2, gaps: 1, clears: 1, last: j + 2})
+	f("real far jump", []uint64{0, 1, 2, j, j + 1, j + 2}, TrustExact, ReasonNone, counts{jumps: 2, gaps: 1, clears: 1, last: j + 2})
 	// The bound: a jump of maxSeqJump is still a gap, one more is implausible.
-	f("largest gap", []uint64{0, 1, 1 + maxSeqJump}, false, ReasonGap,
+	f("largest gap", []uint64{0, 1, 1 + maxSeqJump}, TrustFallback, ReasonGap,
 		counts{gaps: 1, lost: maxSeqJump - 1, clears: 1, last: 1 + maxSeqJump})
-	f("smallest implausible jump", []uint64{0, 1, 2 + maxSeqJump}, false, ReasonGap, counts{jumps: 1, last: 1}, 0, 1)
+	f("smallest implausible jump", []uint64{0, 1, 2 + maxSeqJump}, TrustDegraded, ReasonGap, counts{jumps: 1, last: 1}, 0, 1)
 	// At 2^64-1 the next sequence wraps to 0: that is a restart, not a contiguous batch.
-	f("wrap", []uint64{math.MaxUint64, 0}, true, ReasonNone, counts{restarts: 1, clears: 1, last: 0}, 0)
+	f("wrap", []uint64{math.MaxUint64, 0}, TrustExact, ReasonNone, counts{restarts: 1, clears: 1, last: 0}, 0)
 }
 
 func TestStreamDropped(t *testing.T) {
-	f := func(name string, before []uint64, after []uint64, wantTrusted bool, wantReason Reason, wantResident ...uint64) {
+	f := func(name string, before []uint64, after []uint64, wantState TrustState, wantReason TrustReason, wantResident ...uint64) {
 		t.Helper()
 		h := newHarness(t, StreamConfig{})
 		h.pub(before...)
 		h.st.dropped()
 		h.pub(after...)
-		if h.st.Trusted() != wantTrusted || h.st.Reason() != wantReason {
-			t.Fatalf("%s: trusted=%v reason=%s; want %v %s", name, h.st.Trusted(), h.st.Reason(), wantTrusted, wantReason)
+		if s, r := h.st.Trust(); s != wantState || r != wantReason {
+			t.Fatalf("%s: trust %s/%s; want %s/%s", name, s, r, wantState, wantReason)
 		}
 		h.wantResident(wantResident...)
 	}
 	// The target is untrusted at once: the next batch may never come.
-	f("pending", []uint64{0, 1}, nil, false, ReasonGap, 0, 1)
+	f("pending", []uint64{0, 1}, nil, TrustDegraded, ReasonGap, 0, 1)
 	// The next batch shows what was lost: a gap (cleared without a replayer)...
-	f("gap", []uint64{0, 1}, []uint64{4}, false, ReasonGap, 4)
+	f("gap", []uint64{0, 1}, []uint64{4}, TrustFallback, ReasonGap, 4)
 	// ...or nothing of this stream (the sequence goes on).
-	f("nothing lost", []uint64{0, 1}, []uint64{2}, true, ReasonNone, 0, 1, 2)
+	f("nothing lost", []uint64{0, 1}, []uint64{2}, TrustExact, ReasonNone, 0, 1, 2)
 	// Before the first batch there is nothing to distrust: the first batch is a late join.
-	f("before the first batch", nil, nil, false, ReasonWaiting)
-	f("late join", nil, []uint64{7}, true, ReasonNone, 7)
+	f("before the first batch", nil, nil, TrustFallback, ReasonNoEventsYet)
+	f("late join", nil, []uint64{7}, TrustExact, ReasonNone, 7)
 }

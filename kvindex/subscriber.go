@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -48,13 +49,17 @@ const (
 // endSeq is the sequence of the replay end marker (-1 as signed 8-byte big-endian).
 const endSeq = 0xffff_ffff_ffff_ffff
 
-// Subscriber receives vLLM KV events over ZMQ for several targets of one Index. Each target has two
-// goroutines: a reader that owns the SUB socket (and its monitor) and does nothing but drain it into a
-// bounded msgQueue, and an applier that owns the Stream (and, for replay, a short-lived DEALER socket) and
-// applies the queued batches, so that a replay or a large batch never stalls the socket. Sockets come from
-// one zmq context and never cross goroutines (libzmq sockets are not thread-safe). When a bind-mode target
-// has a publisher policy (SubscriberConfig.AllowedPublishers, CURVE), one more goroutine answers libzmq's
-// ZAP requests for the whole context (zapHandler); it starts with the first such target and stops last.
+// Subscriber receives vLLM KV events over ZMQ for several targets of one Index. Each target has an
+// applier goroutine that owns its Stream (and, for replay, a short-lived DEALER socket) and applies the
+// batches queued for it, so that a replay or a large batch never stalls a socket. Each SUB socket has a
+// reader goroutine (with the socket's monitor) that does nothing but drain it into the bounded msgQueue of
+// the target each message's topic names. A connect-mode target has a socket of its own; bind-mode targets
+// that name the same endpoint with the same socket settings share one socket, told apart by topic (llm-d
+// style: every engine connects to one subscriber; doc.go, "One bind endpoint for many engines"). Sockets
+// come from one zmq context and never cross goroutines (libzmq sockets are not thread-safe). When a
+// bind-mode socket has a publisher policy (SubscriberConfig.AllowedPublishers, CURVE), one more goroutine
+// answers libzmq's ZAP requests for the whole context (zapHandler); it starts with the first such socket
+// and stops last.
 //
 // All methods are safe for concurrent use.
 type Subscriber struct {
@@ -62,7 +67,7 @@ type Subscriber struct {
 	log  *slog.Logger
 	zctx *zmq.Context
 	auth *authorizer
-	zap  *zapHandler // started by launch, under mu
+	zap  *zapHandler // started by launchReader, under mu
 
 	replayTimeout time.Duration
 	queueMessages int           // maxQueuedMessages; tests lower it
@@ -70,24 +75,51 @@ type Subscriber struct {
 
 	mu      sync.Mutex
 	workers map[int]*worker
-	ctx     context.Context // set by Start
+	readers map[*reader]struct{} // every socket with a target attached
+	ctx     context.Context      // set by Start
 	cancel  context.CancelFunc
 	stopped bool
 	wg      sync.WaitGroup
 }
 
+// worker is one target: its Stream, the queue its reader fills, and the applier goroutine.
 type worker struct {
 	s      *Subscriber
 	target int
 	cfg    SubscriberConfig
 	st     *Stream
 	q      *msgQueue // from the reader to the applier
+	rd     *reader   // the socket it is attached to, for its whole life
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
-	// policy is the target's publisher policy (bind mode), nil without one.
+}
+
+// reader is one SUB socket, its goroutine and the targets attached to it.
+type reader struct {
+	s *Subscriber
+	// cfg holds the socket's settings (Endpoint, Mode, MaxMessageBytes and the publisher policy); its
+	// Topic is not used: the socket subscribes to every attached target's topic.
+	cfg SubscriberConfig
+	// shared: a bind-mode socket that other targets with the same settings join.
+	shared bool
+	// policy is the socket's publisher policy (bind mode), nil without one.
 	policy *authPolicy
-	// Owned by the reader goroutine: failed handshakes whose disconnect event has not been seen yet
+	// retry wakes the goroutine from its wait before reopening: another socket on the same endpoint
+	// closed, so a bind that failed with "address already in use" may succeed now.
+	retry chan struct{}
+
+	mu       sync.Mutex
+	attached []*worker // replaced, never changed in place: the goroutine keeps a snapshot
+	// gen counts the changes of attached; applied is the last one the goroutine took in (its topics
+	// subscribed, its messages dispatched by it).
+	gen, applied atomic.Uint64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// Owned by the goroutine: failed handshakes whose disconnect event has not been seen yet
 	// (checkMonitor), and the limit on the refusals' log lines.
 	refusedPending uint64
 	refusedLog     logLimiter
@@ -112,11 +144,17 @@ func NewSubscriber(ix *Index, logger *slog.Logger) (*Subscriber, error) {
 		replayTimeout: defaultReplayTimeout,
 		queueMessages: maxQueuedMessages,
 		workers:       make(map[int]*worker),
+		readers:       make(map[*reader]struct{}),
 	}, nil
 }
 
-// Add subscribes target t with cfg and returns its Stream (for Trusted and Stats). The target's goroutine
-// starts now if the Subscriber is running, else at Start.
+// Add subscribes target t with cfg and returns its Stream (for Trust and Stats). A bind-mode target joins
+// the socket already bound to cfg.Endpoint when its socket settings are the same (SameSocket), and
+// receives the messages whose topic cfg.Topic is the longest prefix of among the socket's targets (every
+// target with that topic, when several have it: a reload that replaces a provider's subscription keeps
+// the old one fed until it is removed). Otherwise it gets a socket of its own; one that binds an address
+// another socket holds retries until that one closes. The target's goroutines start now if the Subscriber
+// is running, else at Start.
 func (s *Subscriber) Add(t int, cfg SubscriberConfig) (*Stream, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("cannot add kv events subscription for target %d: %w", t, err)
@@ -133,24 +171,74 @@ func (s *Subscriber) Add(t int, cfg SubscriberConfig) (*Stream, error) {
 		return nil, fmt.Errorf("cannot add kv events subscription: target %d already subscribed", t)
 	}
 	w := &worker{s: s, target: t, cfg: cfg, q: newMsgQueue(cfg.maxQueueBytes(), s.queueMessages)}
-	if cfg.hasPolicy() {
-		policy, err := newAuthPolicy(t, s.auth.domain(t), &cfg)
-		if err != nil {
-			return nil, fmt.Errorf("cannot add kv events subscription for target %d: %w", t, err)
+	rd := s.sharedReader(&cfg)
+	fresh := rd == nil
+	if fresh {
+		rd = &reader{s: s, cfg: cfg, shared: cfg.Mode == "bind", retry: make(chan struct{}, 1)}
+		rd.cfg.Topic = ""
+		if cfg.hasPolicy() {
+			policy, err := newAuthPolicy(s.auth.domain(), &cfg)
+			if err != nil {
+				return nil, fmt.Errorf("cannot add kv events subscription for target %d: %w", t, err)
+			}
+			rd.policy = policy
+			s.auth.add(policy)
 		}
-		w.policy = policy
-		s.auth.add(policy)
+		s.readers[rd] = struct{}{}
 	}
 	var rp Replayer
 	if cfg.ReplayEndpoint != "" {
 		rp = &zmqReplayer{w: w}
 	}
 	w.st = NewStream(s.ix.Target(t, cfg.MaxBlocks), StreamConfig{StaleAfter: cfg.StaleAfter, Replayer: rp})
+	w.rd = rd
+	rd.attach(w)
 	s.workers[t] = w
 	if s.ctx != nil {
-		s.launch(w)
+		s.launchWorker(w)
+		if fresh {
+			s.launchReader(rd)
+		}
 	}
 	return w.st, nil
+}
+
+// sharedReader returns the live bind-mode socket cfg can join, or nil. Called with s.mu held.
+func (s *Subscriber) sharedReader(cfg *SubscriberConfig) *reader {
+	if cfg.Mode != "bind" {
+		return nil
+	}
+	for rd := range s.readers {
+		if rd.shared && SameSocket(&rd.cfg, cfg) {
+			return rd
+		}
+	}
+	return nil
+}
+
+// attach adds w to the socket's targets; the goroutine subscribes its topic at its next message or idle
+// turn.
+func (rd *reader) attach(w *worker) {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	rd.attached = append(slices.Clip(rd.attached), w)
+	rd.gen.Add(1)
+}
+
+// detach removes w and returns how many targets are left.
+func (rd *reader) detach(w *worker) int {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	rd.attached = slices.DeleteFunc(slices.Clone(rd.attached), func(x *worker) bool { return x == w })
+	rd.gen.Add(1)
+	return len(rd.attached)
+}
+
+// targets returns the socket's targets; the slice is never changed afterwards.
+func (rd *reader) targets() []*worker {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	return rd.attached
 }
 
 // Stream returns the Stream of target t, or nil.
@@ -172,49 +260,90 @@ func (s *Subscriber) Start(ctx context.Context) {
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	for _, w := range s.workers {
-		s.launch(w)
+		s.launchWorker(w)
+	}
+	for rd := range s.readers {
+		s.launchReader(rd)
 	}
 }
 
-// launch starts w's goroutine, and first the ZAP handler if w is the first target with a policy. Called
-// with s.mu held.
-func (s *Subscriber) launch(w *worker) {
-	if w.policy != nil && !s.zap.started {
+// launchWorker starts w's applier goroutine. Called with s.mu held.
+func (s *Subscriber) launchWorker(w *worker) {
+	w.ctx, w.cancel = context.WithCancel(s.ctx)
+	w.done = make(chan struct{})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(w.done)
+		w.apply(w.ctx)
+	}()
+}
+
+// launchReader starts rd's goroutine, and first the ZAP handler if rd is the first socket with a policy.
+// Called with s.mu held.
+func (s *Subscriber) launchReader(rd *reader) {
+	if rd.policy != nil && !s.zap.started {
 		s.zap.started = true
-		// On failure the handler stays down and the target's session refuses to bind (session).
+		// On failure the handler stays down and the socket's session refuses to bind (session).
 		if s.zap.err = s.zap.start(); s.zap.err != nil {
 			s.log.Error("cannot start the ZAP handler; kv events targets with allowed_publishers or curve keys stay closed", "err", s.zap.err)
 		}
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	w.ctx, w.cancel = ctx, cancel
-	w.done = make(chan struct{})
+	rd.ctx, rd.cancel = context.WithCancel(s.ctx)
+	rd.done = make(chan struct{})
 	s.wg.Add(1)
-	go w.run(ctx)
+	go rd.run(rd.ctx)
 }
 
-// Remove stops target t's goroutine, waits for it and clears the target's index.
+// Remove stops target t's goroutine, waits for it and clears the target's index. Its socket is closed
+// when no other target shares it; the others on a shared socket go on receiving without a pause.
 func (s *Subscriber) Remove(t int) {
 	s.mu.Lock()
 	w := s.workers[t]
 	delete(s.workers, t)
+	var last *reader
+	if w != nil && w.rd.detach(w) == 0 {
+		last = w.rd
+		delete(s.readers, last)
+	}
 	s.mu.Unlock()
 	if w == nil {
 		return
+	}
+	if last != nil {
+		if last.cancel != nil {
+			last.cancel()
+			<-last.done
+		}
+		if last.policy != nil {
+			// Its socket is closed: no request can name the domain any more.
+			s.auth.remove(last.policy.domain)
+		}
+		s.kick(last.cfg.Endpoint)
 	}
 	if w.cancel != nil {
 		w.cancel()
 		<-w.done
 	}
-	if w.policy != nil {
-		// Its socket is closed: no request can name the domain any more.
-		s.auth.remove(w.policy.domain)
-	}
 	// The goroutine is gone, so this goroutine is now the target's only writer.
 	w.st.ti.Clear()
 }
 
-// AuthErrors returns how many ZAP requests the handler could not attribute to a target: malformed ones
+// kick wakes the sockets waiting to reopen on endpoint: the address is free now.
+func (s *Subscriber) kick(endpoint string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for rd := range s.readers {
+		if rd.cfg.Endpoint == endpoint {
+			select {
+			case rd.retry <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// AuthErrors returns how many ZAP requests the handler could not attribute to a socket: malformed ones
 // (answered 500) and ones naming no known domain (answered 400). libzmq sends neither; a non-zero value is
 // a bug or something else in the process speaking to the handler. Refused publishers are counted per
 // target (StreamStats.AuthRefused).
@@ -236,10 +365,10 @@ func (s *Subscriber) Stop() {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
-	// The ZAP handler last: until every target's socket is closed, a handler that went away would let any
-	// peer in (zapHandler). No launch can start it any more (stopped is set). Terminating the context wakes
-	// its Recv with ETERM at once; Term returns when it has closed its socket, every other socket being
-	// closed already by its goroutine.
+	// The ZAP handler last: until every socket is closed, a handler that went away would let any peer in
+	// (zapHandler). No launch can start it any more (stopped is set). Terminating the context wakes its
+	// Recv with ETERM at once; Term returns when it has closed its socket, every other socket being closed
+	// already by its goroutine.
 	s.zap.cancelRun()
 	if err := s.zctx.Term(); err != nil {
 		s.log.Warn("cannot terminate zmq context", "err", err)
@@ -248,43 +377,46 @@ func (s *Subscriber) Stop() {
 }
 
 func (w *worker) logArgs(args ...any) []any {
-	return append([]any{"target", w.target, "endpoint", w.cfg.Endpoint, "mode", w.mode()}, args...)
+	return append([]any{"target", w.target, "endpoint", w.cfg.Endpoint, "topic", w.cfg.Topic, "mode", mode(&w.cfg)}, args...)
 }
 
-func (w *worker) mode() string {
-	if w.cfg.Mode == "" {
+func (rd *reader) logArgs(args ...any) []any {
+	ws := rd.targets()
+	ts := make([]int, len(ws))
+	for i, w := range ws {
+		ts[i] = w.target
+	}
+	return append([]any{"targets", ts, "endpoint", rd.cfg.Endpoint, "mode", mode(&rd.cfg)}, args...)
+}
+
+func mode(c *SubscriberConfig) string {
+	if c.Mode == "" {
 		return "connect"
 	}
-	return w.cfg.Mode
+	return c.Mode
 }
 
-// run is the target's reader goroutine; it owns the applier goroutine and waits for it.
-func (w *worker) run(ctx context.Context) {
-	defer w.s.wg.Done()
-	defer close(w.done)
-	q := w.q
-	var applier sync.WaitGroup
-	applier.Add(1)
-	go func() {
-		defer applier.Done()
-		w.apply(ctx, q)
-	}()
-	defer applier.Wait()
+// run is the socket's goroutine: it opens the socket and reopens it after a failure, until ctx is done.
+func (rd *reader) run(ctx context.Context) {
+	defer rd.s.wg.Done()
+	defer close(rd.done)
 	delay := reopenDelayMin
 	for ctx.Err() == nil {
-		received, err := w.session(ctx, q)
+		received, err := rd.session(ctx)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
 		if received {
 			delay = reopenDelayMin
 		}
-		w.s.log.Warn("kv events subscription failed; reopening", w.logArgs("err", err, "retry_in", delay)...)
+		rd.s.log.Warn("kv events subscription failed; reopening", rd.logArgs("err", err, "retry_in", delay)...)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-rd.retry:
+			t.Stop()
 		case <-t.C:
 		}
 		delay = min(2*delay, reopenDelayMax)
@@ -297,13 +429,13 @@ const monitorEvery = 64
 
 // session opens the SUB socket and queues messages until ctx is done (nil) or the socket fails or, in
 // connect mode, loses its publisher.
-func (w *worker) session(ctx context.Context, q *msgQueue) (received bool, err error) {
+func (rd *reader) session(ctx context.Context) (received bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		}
 	}()
-	sock, err := w.s.zctx.NewSocket(zmq.SUB)
+	sock, err := rd.s.zctx.NewSocket(zmq.SUB)
 	if err != nil {
 		return false, fmt.Errorf("cannot create SUB socket: %w", err)
 	}
@@ -315,22 +447,32 @@ func (w *worker) session(ctx context.Context, q *msgQueue) (received bool, err e
 			_ = mon.Close()
 		}
 	}()
-	if mon, err = w.monitor(sock); err != nil {
+	if mon, err = rd.monitor(sock); err != nil {
 		return false, err
 	}
-	w.refusedPending = 0
-	if err := w.configure(sock); err != nil {
+	rd.refusedPending = 0
+	if err := rd.configure(sock); err != nil {
 		return false, err
 	}
+	subscribed := map[string]bool{}
+	var ws []*worker
+	gen := rd.gen.Load() - 1 // anything but the current generation: subscribe at once
 	for n := 0; ; n++ {
 		if ctx.Err() != nil {
 			return received, nil
 		}
-		seq, payload, ok, err := recvBatch(sock)
+		if g := rd.gen.Load(); g != gen {
+			gen, ws = g, rd.targets()
+			if err := subscribeTopics(sock, ws, subscribed); err != nil {
+				return received, err
+			}
+			rd.applied.Store(g)
+		}
+		topic, seq, payload, ok, err := recvBatch(sock)
 		if err != nil {
 			switch zmq.AsErrno(err) {
 			case zmq.Errno(syscall.EAGAIN), zmq.Errno(syscall.EINTR):
-				if err := w.checkMonitor(mon); err != nil {
+				if err := rd.checkMonitor(mon, ws); err != nil {
 					return received, err
 				}
 				continue
@@ -340,29 +482,87 @@ func (w *worker) session(ctx context.Context, q *msgQueue) (received bool, err e
 			return received, fmt.Errorf("cannot receive: %w", err)
 		}
 		received = true
-		switch {
-		case !ok:
-			w.st.garbage()
-		case !q.push(seq, payload, time.Now()):
-			w.st.c.queueDrops.Add(1)
-		}
+		dispatch(ws, topic, seq, payload, ok)
 		if n%monitorEvery == 0 {
-			if err := w.checkMonitor(mon); err != nil {
+			if err := rd.checkMonitor(mon, ws); err != nil {
 				return received, err
 			}
 		}
 	}
 }
 
-// recvBatch receives one message and returns its sequence and payload; ok is false for a message without
-// the [topic, 8-byte sequence, payload] shape.
-func recvBatch(sock *zmq.Socket) (seq uint64, payload []byte, ok bool, err error) {
+// subscribeTopics makes the socket's subscriptions the topics of ws; subscribed holds the socket's
+// current ones and is updated. libzmq counts subscriptions, so each topic is subscribed once however many
+// targets have it.
+func subscribeTopics(sock *zmq.Socket, ws []*worker, subscribed map[string]bool) error {
+	want := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		want[w.cfg.Topic] = true
+	}
+	for topic := range want {
+		if !subscribed[topic] {
+			if err := sock.SetSubscribe(topic); err != nil {
+				return fmt.Errorf("cannot subscribe to topic %q: %w", topic, err)
+			}
+			subscribed[topic] = true
+		}
+	}
+	for topic := range subscribed {
+		if !want[topic] {
+			if err := sock.SetUnsubscribe(topic); err != nil {
+				return fmt.Errorf("cannot unsubscribe from topic %q: %w", topic, err)
+			}
+			delete(subscribed, topic)
+		}
+	}
+	return nil
+}
+
+// dispatch queues one message for the targets of ws whose topic is the longest prefix of its topic (the
+// SUB's own filter is a prefix match; the longest one tells "kv@10.0.0.1" from "kv@10.0.0.11"). A message
+// no target's topic matches (one still in flight for a target just removed) is dropped. ok false marks a
+// message without the [topic, seq, payload] shape: counted as garbage by the targets it names. Several
+// targets with the same topic (a reload replacing a subscription) share the payload: appliers only read
+// it.
+func dispatch(ws []*worker, topic []byte, seq uint64, payload []byte, ok bool) {
+	best := -1
+	for _, w := range ws {
+		if l := len(w.cfg.Topic); l > best && hasTopic(topic, w.cfg.Topic) {
+			best = l
+		}
+	}
+	if best < 0 {
+		return
+	}
+	now := time.Now()
+	for _, w := range ws {
+		if len(w.cfg.Topic) != best || !hasTopic(topic, w.cfg.Topic) {
+			continue
+		}
+		switch {
+		case !ok:
+			w.st.garbage()
+		case !w.q.push(seq, payload, now):
+			w.st.c.queueDrops.Add(1)
+		}
+	}
+}
+
+// hasTopic reports whether a message's topic frame starts with a subscription's topic, as the SUB's
+// filter matches.
+func hasTopic(frame []byte, topic string) bool {
+	return len(frame) >= len(topic) && string(frame[:len(topic)]) == topic
+}
+
+// recvBatch receives one message and returns its topic, sequence and payload; ok is false for a message
+// without the [topic, 8-byte sequence, payload] shape (its topic is still its first frame).
+func recvBatch(sock *zmq.Socket) (topic []byte, seq uint64, payload []byte, ok bool, err error) {
 	var parts [3][]byte
 	n, err := recvParts(sock, parts[:])
 	if err != nil || n != 3 || len(parts[1]) != 8 {
-		return 0, nil, false, err
+		return parts[0], 0, nil, false, err
 	}
-	return binary.BigEndian.Uint64(parts[1]), parts[2], true, nil
+	return parts[0], binary.BigEndian.Uint64(parts[1]), parts[2], true, nil
 }
 
 // recvParts receives one message frame by frame into dst and returns its number of frames; frames past
@@ -393,16 +593,16 @@ func recvParts(sock *zmq.Socket, dst [][]byte) (int, error) {
 // libzmq's I/O thread blocks when a monitor's queue is full, which would stall every socket of the
 // context; the reader drains it every monitorEvery messages and whenever the socket is idle, and only a
 // closed connection adds to it (a refused one adds two events).
-func (w *worker) monitor(sock *zmq.Socket) (*zmq.Socket, error) {
-	addr := fmt.Sprintf("inproc://kvindex-monitor-%d", w.s.monitors.Add(1))
+func (rd *reader) monitor(sock *zmq.Socket) (*zmq.Socket, error) {
+	addr := fmt.Sprintf("inproc://kvindex-monitor-%d", rd.s.monitors.Add(1))
 	events := zmq.EVENT_DISCONNECTED
-	if w.policy != nil {
+	if rd.policy != nil {
 		events |= zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 	}
 	if err := sock.Monitor(addr, events); err != nil {
 		return nil, fmt.Errorf("cannot monitor SUB socket: %w", err)
 	}
-	mon, err := w.s.zctx.NewSocket(zmq.PAIR)
+	mon, err := rd.s.zctx.NewSocket(zmq.PAIR)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create monitor socket: %w", err)
 	}
@@ -421,11 +621,12 @@ func (w *worker) monitor(sock *zmq.Socket) (*zmq.Socket, error) {
 	return mon, nil
 }
 
-// checkMonitor counts the publisher connections closed since the last look. In connect mode it returns an
-// error when one was: libzmq reconnects after a connection error but not after a protocol error, and a
-// frame over ZMQ_MAXMSGSIZE is one (session_base_t::engine_error, libzmq 4.3), so the socket would stay
-// connected to nothing for good. The session ends and run reopens it. In bind mode the publisher
-// reconnects by itself.
+// checkMonitor counts the publisher connections closed since the last look, in every target of ws: a
+// socket does not know which of its publishers (on a shared socket, which target) a connection carried.
+// In connect mode it returns an error when one was: libzmq reconnects after a connection error but not
+// after a protocol error, and a frame over ZMQ_MAXMSGSIZE is one (session_base_t::engine_error, libzmq
+// 4.3), so the socket would stay connected to nothing for good. The session ends and run reopens it. In
+// bind mode the publisher reconnects by itself.
 //
 // With a publisher policy it also counts refused connections, every handshake that failed:
 // HANDSHAKE_FAILED_AUTH (the ZAP handler said no), HANDSHAKE_FAILED_PROTOCOL (the CURVE handshake failed
@@ -437,7 +638,7 @@ func (w *worker) monitor(sock *zmq.Socket) (*zmq.Socket, error) {
 // the connection's DISCONNECTED (stream_engine_base_t::error), which is not a publisher lost: as many
 // DISCONNECTED as failed handshakes are left out of Disconnects. Events of different connections may
 // interleave, but the totals are exact.
-func (w *worker) checkMonitor(mon *zmq.Socket) error {
+func (rd *reader) checkMonitor(mon *zmq.Socket, ws []*worker) error {
 	lost := 0
 	for {
 		ev, _, val, err := mon.RecvEvent(zmq.DONTWAIT)
@@ -446,19 +647,21 @@ func (w *worker) checkMonitor(mon *zmq.Socket) error {
 		}
 		switch ev {
 		case zmq.EVENT_DISCONNECTED:
-			if w.refusedPending > 0 {
-				w.refusedPending--
+			if rd.refusedPending > 0 {
+				rd.refusedPending--
 			} else {
 				lost++
 			}
 		case zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-			w.refusedPending++
-			w.st.c.authRefused.Add(1)
+			rd.refusedPending++
+			for _, w := range ws {
+				w.st.c.authRefused.Add(1)
+			}
 			if ev == zmq.EVENT_HANDSHAKE_FAILED_AUTH {
 				continue // logged by the ZAP handler, with the peer's address
 			}
-			if ok, suppressed := w.refusedLog.allow(time.Now()); ok {
-				w.s.log.Warn("kv events publisher refused: handshake failed", w.logArgs("reason", handshakeFailure(ev, val),
+			if ok, suppressed := rd.refusedLog.allow(time.Now()); ok {
+				rd.s.log.Warn("kv events publisher refused: handshake failed", rd.logArgs("reason", handshakeFailure(ev, val),
 					"refused_before_unlogged", suppressed)...)
 			}
 		}
@@ -466,8 +669,10 @@ func (w *worker) checkMonitor(mon *zmq.Socket) error {
 	if lost == 0 {
 		return nil
 	}
-	w.st.c.disconnects.Add(uint64(lost))
-	if w.mode() == "connect" {
+	for _, w := range ws {
+		w.st.c.disconnects.Add(uint64(lost))
+	}
+	if mode(&rd.cfg) == "connect" {
 		return errors.New("publisher disconnected (it went away, heartbeats timed out, or it sent a frame over max_message_bytes)")
 	}
 	return nil
@@ -475,7 +680,8 @@ func (w *worker) checkMonitor(mon *zmq.Socket) error {
 
 // apply is the target's applier goroutine, the Stream's only writer: it applies the queued batches in
 // order and ticks the stream for staleness.
-func (w *worker) apply(ctx context.Context, q *msgQueue) {
+func (w *worker) apply(ctx context.Context) {
+	q := w.q
 	tick := time.NewTicker(recvTimeout)
 	defer tick.Stop()
 	var items []queued
@@ -543,7 +749,7 @@ func handshakeFailure(ev zmq.Event, val int) string {
 	return fmt.Sprintf("protocol error %#x", val)
 }
 
-func (w *worker) configure(sock *zmq.Socket) error {
+func (rd *reader) configure(sock *zmq.Socket) error {
 	set := func(name string, err error) error {
 		if err != nil {
 			return fmt.Errorf("cannot set %s: %w", name, err)
@@ -564,7 +770,7 @@ func (w *worker) configure(sock *zmq.Socket) error {
 	}
 	// libzmq checks each frame's announced size before allocating it and disconnects the sender of a
 	// larger one (one 300 MiB frame cost 900 MB of process memory without it).
-	if err := set("maxmsgsize", sock.SetMaxmsgsize(w.cfg.maxMessageBytes())); err != nil {
+	if err := set("maxmsgsize", sock.SetMaxmsgsize(rd.cfg.maxMessageBytes())); err != nil {
 		return err
 	}
 	if err := set("reconnect_ivl", sock.SetReconnectIvl(reconnectIvl)); err != nil {
@@ -581,41 +787,40 @@ func (w *worker) configure(sock *zmq.Socket) error {
 	if err := set("heartbeat_timeout", sock.SetHeartbeatTimeout(heartbeatTTL)); err != nil {
 		return err
 	}
-	if err := set("subscribe", sock.SetSubscribe(w.cfg.Topic)); err != nil {
-		return err
-	}
-	if w.cfg.Mode == "bind" {
-		if err := w.configurePolicy(sock); err != nil {
+	// Topics are subscribed by session, before the first receive: a SUB sends its subscriptions to every
+	// publisher as it connects, and again to all when one is added.
+	if rd.cfg.Mode == "bind" {
+		if err := rd.configurePolicy(sock); err != nil {
 			return err
 		}
-		if ipv6Host(w.cfg.Endpoint) {
+		if ipv6Host(rd.cfg.Endpoint) {
 			// libzmq binds an IPv6 literal only with ZMQ_IPV6 ("tcp://[::]:5557" is then dual-stack).
 			if err := set("ipv6", sock.SetIpv6(true)); err != nil {
 				return err
 			}
 		}
-		if err := sock.Bind(w.cfg.Endpoint); err != nil {
-			return fmt.Errorf("cannot bind SUB to %q: %w", w.cfg.Endpoint, err)
+		if err := sock.Bind(rd.cfg.Endpoint); err != nil {
+			return fmt.Errorf("cannot bind SUB to %q: %w", rd.cfg.Endpoint, err)
 		}
 		return nil
 	}
-	if err := sock.Connect(w.cfg.Endpoint); err != nil {
-		return fmt.Errorf("cannot connect SUB to %q: %w", w.cfg.Endpoint, err)
+	if err := sock.Connect(rd.cfg.Endpoint); err != nil {
+		return fmt.Errorf("cannot connect SUB to %q: %w", rd.cfg.Endpoint, err)
 	}
 	return nil
 }
 
-// configurePolicy makes sock ask the ZAP handler about each connection, under the target's own domain (so
-// each target has its own allow-list), and, with CURVE, a CURVE server. It refuses when the handler is not
+// configurePolicy makes sock ask the ZAP handler about each connection, under the socket's own domain (so
+// each socket has its own allow-list), and, with CURVE, a CURVE server. It refuses when the handler is not
 // running: libzmq would then admit every peer (zapHandler).
-func (w *worker) configurePolicy(sock *zmq.Socket) error {
-	p := w.policy
+func (rd *reader) configurePolicy(sock *zmq.Socket) error {
+	p := rd.policy
 	if p == nil {
 		return nil
 	}
-	if !w.s.zap.started || w.s.zap.err != nil {
+	if !rd.s.zap.started || rd.s.zap.err != nil {
 		// zap.started and zap.err are written once, under Subscriber.mu, before this goroutine started.
-		return fmt.Errorf("cannot admit publishers: the ZAP handler is not running (%v)", w.s.zap.err)
+		return fmt.Errorf("cannot admit publishers: the ZAP handler is not running (%v)", rd.s.zap.err)
 	}
 	if err := sock.SetZapDomain(p.domain); err != nil {
 		return fmt.Errorf("cannot set zap_domain: %w", err)
@@ -624,7 +829,7 @@ func (w *worker) configurePolicy(sock *zmq.Socket) error {
 		if err := sock.SetCurveServer(1); err != nil {
 			return fmt.Errorf("cannot set curve_server: %w", err)
 		}
-		if err := sock.SetCurveSecretkey(w.cfg.CurveSecretKey); err != nil {
+		if err := sock.SetCurveSecretkey(rd.cfg.CurveSecretKey); err != nil {
 			// The key is not in the error: it is secret.
 			return fmt.Errorf("cannot set curve_secretkey: %w", err)
 		}

@@ -35,6 +35,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// trustIs reports whether st's trust is s/r.
+func trustIs(st *Stream, s TrustState, r TrustReason) bool {
+	gs, gr := st.Trust()
+	return gs == s && gr == r
+}
+
 func newTestContext(t testing.TB) *zmq.Context {
 	t.Helper()
 	zctx, err := zmq.NewContext()
@@ -330,7 +336,7 @@ func TestSubscriberReplayUnavailable(t *testing.T) {
 	pub.publish("", 0, 1, 4)
 	waitFor(t, "seq 4", func() bool { return st.Stats().LastSeq == 4 })
 	stats := st.Stats()
-	if stats.Trusted || stats.Reason != ReasonGap || stats.ReplaysFailed != 1 || residentOn(ix, 0, 0) || !residentOn(ix, 0, 4) {
+	if stats.Trusted || stats.Trust != TrustFallback || stats.Reason != ReasonGap || stats.ReplaysFailed != 1 || residentOn(ix, 0, 0) || !residentOn(ix, 0, 4) {
 		t.Fatalf("unexpected stats %+v", stats)
 	}
 	pub.publish("", 5)
@@ -380,7 +386,7 @@ func TestSubscriberStale(t *testing.T) {
 	s.Start(context.Background())
 	pub.waitSubscribed()
 	pub.publish("", 0)
-	waitFor(t, "stale", func() bool { return st.Reason() == ReasonStale })
+	waitFor(t, "stale", func() bool { return trustIs(st, TrustFallback, ReasonStale) })
 	pub.publish("", 1)
 	waitFor(t, "seq 1", func() bool { return st.Stats().LastSeq == 1 })
 	// Trusted again, unless the machine stalled long enough for the next stale transition.
@@ -658,15 +664,15 @@ func TestSubscriberQueueBound(t *testing.T) {
 		if msgs, b := q.usage(); msgs != fits || b != bytes {
 			t.Fatalf("%s: queue holds %d messages, %d bytes; want %d, %d", name, msgs, b, fits, bytes)
 		}
-		if st.Trusted() || st.Reason() != ReasonGap {
-			// Untrusted by the replay in progress.
-			t.Fatalf("%s: trusted=%v reason=%s during the replay", name, st.Trusted(), st.Reason())
+		if ts, tr := st.Trust(); ts != TrustDegraded || tr != ReasonReplaying {
+			// Degraded by the replay in progress.
+			t.Fatalf("%s: trust %s/%s during the replay", name, ts, tr)
 		}
 		close(hold)
 		lastKept := 4 + uint64(fits) - 1
 		// The batches that fit are applied (each one trusts the target again), then the loss marker after
 		// them untrusts it, although every batch applied so far was contiguous.
-		waitFor(t, "the loss marker", func() bool { return st.Stats().LastSeq == lastKept && st.Reason() == ReasonGap })
+		waitFor(t, "the loss marker", func() bool { return st.Stats().LastSeq == lastKept && trustIs(st, TrustDegraded, ReasonGap) })
 		if st.Trusted() {
 			t.Fatalf("%s: trusted after the queue dropped batches", name)
 		}

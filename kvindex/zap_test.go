@@ -196,7 +196,7 @@ func TestZAPHandlerMalformed(t *testing.T) {
 	if err := req.Connect(zapEndpoint); err != nil {
 		t.Fatalf("cannot connect to the ZAP handler: %s", err)
 	}
-	domain := s.workers[0].policy.domain
+	domain := s.workers[0].rd.policy.domain
 	wantErrors := uint64(0)
 	f := func(frames []string, wantStatus string) {
 		t.Helper()
@@ -275,7 +275,7 @@ func TestSubscriberAuthLifecycle(t *testing.T) {
 	if !s.zap.started || s.zap.err != nil {
 		t.Fatalf("the ZAP handler did not start with the first target that needs it: %v", s.zap.err)
 	}
-	oldDomain := s.workers[2].policy.domain
+	oldDomain := s.workers[2].rd.policy.domain
 	pub := newTestPub(t, zctx, endpoint)
 	checkAdmitted(t, "first", ix, 2, st, pub)
 
@@ -291,7 +291,7 @@ func TestSubscriberAuthLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cannot add again: %s", err)
 	}
-	if d := s.workers[2].policy.domain; d == oldDomain {
+	if d := s.workers[2].rd.policy.domain; d == oldDomain {
 		t.Fatalf("a target added again kept its domain %q", d)
 	}
 	pub2 := newTestPub(t, zctx, endpoint)

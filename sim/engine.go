@@ -26,7 +26,8 @@ type Engine struct {
 	faults    atomic.Pointer[Faults]
 	modelJSON []byte
 	idPrefix  string
-	createdAt float64 // unix seconds, for the *_created metrics
+	createdAt float64       // unix seconds, for the *_created metrics
+	startBits atomic.Uint64 // math.Float64bits of process_start_time_seconds: set by New, and by Restart
 
 	mu       sync.Mutex
 	cache    *prefixCache
@@ -80,6 +81,7 @@ func New(cfg Config) (*Engine, error) {
 		createdAt: float64(time.Now().UnixNano()) / 1e9,
 		stopCh:    make(chan struct{}),
 	}
+	e.startBits.Store(math.Float64bits(e.createdAt))
 	var salt [8]byte
 	_, _ = rand.Read(salt[:])
 	e.idPrefix = hex.EncodeToString(salt[:])
@@ -227,6 +229,7 @@ func (e *Engine) SetFaults(f Faults) error {
 // discarded, the replay buffer is emptied and the event sequence starts again at 0 with a batch
 // holding AllBlocksCleared. Requests in flight continue.
 func (e *Engine) Restart() {
+	e.startBits.Store(math.Float64bits(float64(time.Now().UnixNano()) / 1e9))
 	e.mu.Lock()
 	e.cache.clear()
 	if e.log != nil {
@@ -235,6 +238,9 @@ func (e *Engine) Restart() {
 	e.mu.Unlock()
 	e.restarts.Add(1)
 }
+
+// startTime is process_start_time_seconds: when the engine was made, or last restarted.
+func (e *Engine) startTime() float64 { return math.Float64frombits(e.startBits.Load()) }
 
 // Stats is a snapshot of the engine's counters.
 type Stats struct {

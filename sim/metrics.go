@@ -34,6 +34,10 @@ func (e *Engine) appendMetrics(dst []byte) []byte {
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", float64(used)/float64(e.cfg.NumBlocks))
 	counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", queried)
 	counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", hits)
+	// prometheus_client's process collector: a restarted engine has a new start time.
+	dst = append(dst, "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds "...)
+	dst = appendPyFloat(dst, e.startTime())
+	dst = append(dst, '\n')
 	dst = append(dst, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n"...)
 	dst = append(dst, `vllm:cache_config_info{block_size="`...)
 	dst = strconv.AppendInt(dst, int64(e.cfg.BlockSize), 10)

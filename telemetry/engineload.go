@@ -89,6 +89,9 @@ type LoadSample struct {
 	KVUsage float64
 	// Source says which metric names were found: "vllm" or "sglang".
 	Source string
+	// StartTime is process_start_time_seconds (the Prometheus client's process collector, which vLLM and
+	// SGLang serve), 0 when absent: a new value is a restarted engine, whose prefix cache is empty.
+	StartTime float64
 }
 
 // ParseEngineLoad reads the engine load from a Prometheus text body (docs/architecture.md, "Facts about
@@ -128,11 +131,17 @@ func (s *loadSeries) count() int64 {
 func parseEngineLoad(sc *Scanner, body []byte, modelName string) (LoadSample, error) {
 	var vRun, vWait, vKV, vGPU, sRun, sWait, sKV loadSeries
 	otherModel := false
+	start := 0.0
 	sc.Init(body)
 	for sc.Next() {
 		s := sc.Sample()
 		var dst *loadSeries
 		switch string(s.Name) {
+		case "process_start_time_seconds":
+			if s.Value > 0 && !math.IsInf(s.Value, 0) {
+				start = s.Value
+			}
+			continue
 		case "vllm:num_requests_running":
 			dst = &vRun
 		case "vllm:num_requests_waiting":
@@ -170,9 +179,9 @@ func parseEngineLoad(sc *Scanner, body []byte, modelName string) (LoadSample, er
 		if vKV.n == 0 {
 			kv = vGPU.mean()
 		}
-		return LoadSample{Running: vRun.count(), Waiting: vWait.count(), KVUsage: kv, Source: "vllm"}, nil
+		return LoadSample{Running: vRun.count(), Waiting: vWait.count(), KVUsage: kv, Source: "vllm", StartTime: start}, nil
 	case sRun.n > 0 || sWait.n > 0:
-		return LoadSample{Running: sRun.count(), Waiting: sWait.count(), KVUsage: sKV.mean(), Source: "sglang"}, nil
+		return LoadSample{Running: sRun.count(), Waiting: sWait.count(), KVUsage: sKV.mean(), Source: "sglang", StartTime: start}, nil
 	}
 	if otherModel {
 		return LoadSample{}, fmt.Errorf("cannot find engine load series for model_name %q", modelName)

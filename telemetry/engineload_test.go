@@ -22,41 +22,41 @@ func TestParseEngineLoad(t *testing.T) {
 	nan := math.NaN()
 
 	// Real-looking output: two vLLM engines (DP=2) are summed, KV usage is their mean.
-	f(string(readFixture(t, "vllm_metrics.txt")), "", LoadSample{12, 3, (0.4321 + 0.25) / 2, "vllm"})
-	f(string(readFixture(t, "vllm_metrics.txt")), "Qwen/Qwen3-0.6B", LoadSample{12, 3, (0.4321 + 0.25) / 2, "vllm"})
-	f(string(readFixture(t, "sglang_metrics.txt")), "", LoadSample{20, 6, 0.5, "sglang"})
-	f(string(readFixture(t, "sglang_metrics.txt")), "meta-llama/Llama-3.1-8B-Instruct", LoadSample{20, 6, 0.5, "sglang"})
+	f(string(readFixture(t, "vllm_metrics.txt")), "", LoadSample{Running: 12, Waiting: 3, KVUsage: (0.4321 + 0.25) / 2, Source: "vllm"})
+	f(string(readFixture(t, "vllm_metrics.txt")), "Qwen/Qwen3-0.6B", LoadSample{Running: 12, Waiting: 3, KVUsage: (0.4321 + 0.25) / 2, Source: "vllm"})
+	f(string(readFixture(t, "sglang_metrics.txt")), "", LoadSample{Running: 20, Waiting: 6, KVUsage: 0.5, Source: "sglang"})
+	f(string(readFixture(t, "sglang_metrics.txt")), "meta-llama/Llama-3.1-8B-Instruct", LoadSample{Running: 20, Waiting: 6, KVUsage: 0.5, Source: "sglang"})
 
 	// TV9 has KV usage but no queue gauges; adding them gives a full sample.
-	f(tv9+"vllm:num_requests_running{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 2.0\n", "", LoadSample{2, 0, 0.25, "vllm"})
+	f(tv9+"vllm:num_requests_running{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 2.0\n", "", LoadSample{Running: 2, Waiting: 0, KVUsage: 0.25, Source: "vllm"})
 
 	// llm-d-inference-sim style: only model_name, any label order, CRLF.
-	f("vllm:num_requests_running{model_name=\"m\"} 4\r\nvllm:num_requests_waiting{model_name=\"m\"} 9\r\n", "m", LoadSample{4, 9, nan, "vllm"})
-	f("vllm:num_requests_waiting{model_name=\"m\",engine=\"0\"} 1\nvllm:num_requests_waiting{engine=\"1\",model_name=\"m\"} 2\n", "", LoadSample{0, 3, nan, "vllm"})
+	f("vllm:num_requests_running{model_name=\"m\"} 4\r\nvllm:num_requests_waiting{model_name=\"m\"} 9\r\n", "m", LoadSample{Running: 4, Waiting: 9, KVUsage: nan, Source: "vllm"})
+	f("vllm:num_requests_waiting{model_name=\"m\",engine=\"0\"} 1\nvllm:num_requests_waiting{engine=\"1\",model_name=\"m\"} 2\n", "", LoadSample{Running: 0, Waiting: 3, KVUsage: nan, Source: "vllm"})
 
 	// vLLM wins when both families are present.
-	f("sglang:num_running_reqs 50\nsglang:num_queue_reqs 50\nvllm:num_requests_running 1\n", "", LoadSample{1, 0, nan, "vllm"})
+	f("sglang:num_running_reqs 50\nsglang:num_queue_reqs 50\nvllm:num_requests_running 1\n", "", LoadSample{Running: 1, Waiting: 0, KVUsage: nan, Source: "vllm"})
 
 	// Filtering by model_name; series without the label still count.
 	two := "vllm:num_requests_running{model_name=\"a\"} 1\nvllm:num_requests_running{model_name=\"b\"} 10\n" +
 		"vllm:num_requests_waiting{model_name=\"a\"} 2\nvllm:num_requests_waiting{model_name=\"b\"} 20\n" +
 		"vllm:kv_cache_usage_perc{model_name=\"a\"} 0.1\nvllm:kv_cache_usage_perc{model_name=\"b\"} 0.9\n"
-	f(two, "a", LoadSample{1, 2, 0.1, "vllm"})
-	f(two, "b", LoadSample{10, 20, 0.9, "vllm"})
-	f(two, "", LoadSample{11, 22, 0.5, "vllm"})
-	f("vllm:num_requests_running 3\n", "a", LoadSample{3, 0, nan, "vllm"})
-	f("vllm:num_requests_running{model_name=\"a \\\"q\\\"\"} 3\n", `a "q"`, LoadSample{3, 0, nan, "vllm"})
+	f(two, "a", LoadSample{Running: 1, Waiting: 2, KVUsage: 0.1, Source: "vllm"})
+	f(two, "b", LoadSample{Running: 10, Waiting: 20, KVUsage: 0.9, Source: "vllm"})
+	f(two, "", LoadSample{Running: 11, Waiting: 22, KVUsage: 0.5, Source: "vllm"})
+	f("vllm:num_requests_running 3\n", "a", LoadSample{Running: 3, Waiting: 0, KVUsage: nan, Source: "vllm"})
+	f("vllm:num_requests_running{model_name=\"a \\\"q\\\"\"} 3\n", `a "q"`, LoadSample{Running: 3, Waiting: 0, KVUsage: nan, Source: "vllm"})
 
 	// Older vLLM: gpu_cache_usage_perc only when kv_cache_usage_perc is absent.
-	f("vllm:num_requests_running 1\nvllm:gpu_cache_usage_perc 0.7\n", "", LoadSample{1, 0, 0.7, "vllm"})
-	f("vllm:num_requests_running 1\nvllm:gpu_cache_usage_perc 0.7\nvllm:kv_cache_usage_perc 0.2\n", "", LoadSample{1, 0, 0.2, "vllm"})
+	f("vllm:num_requests_running 1\nvllm:gpu_cache_usage_perc 0.7\n", "", LoadSample{Running: 1, Waiting: 0, KVUsage: 0.7, Source: "vllm"})
+	f("vllm:num_requests_running 1\nvllm:gpu_cache_usage_perc 0.7\nvllm:kv_cache_usage_perc 0.2\n", "", LoadSample{Running: 1, Waiting: 0, KVUsage: 0.2, Source: "vllm"})
 
 	// NaN and Inf are skipped, negatives clamp to zero, fractions round.
-	f("vllm:num_requests_running NaN\nvllm:num_requests_running 2\nvllm:num_requests_waiting +Inf\nvllm:num_requests_waiting 1.6\n", "", LoadSample{2, 2, nan, "vllm"})
-	f("vllm:num_requests_running -3\nvllm:num_requests_waiting 0\n", "", LoadSample{0, 0, nan, "vllm"})
+	f("vllm:num_requests_running NaN\nvllm:num_requests_running 2\nvllm:num_requests_waiting +Inf\nvllm:num_requests_waiting 1.6\n", "", LoadSample{Running: 2, Waiting: 2, KVUsage: nan, Source: "vllm"})
+	f("vllm:num_requests_running -3\nvllm:num_requests_waiting 0\n", "", LoadSample{Running: 0, Waiting: 0, KVUsage: nan, Source: "vllm"})
 
 	// Garbage lines, _created lines and other families around the load series are tolerated.
-	f("garbage here\nvllm:num_requests_running{engine=\"0\"} 5\nvllm:num_requests_running_created 1.7e9\n<html>\nvllm:num_requests_waiting_by_reason{reason=\"capacity\"} 40\nvllm:num_requests_waiting 4 1700000000000\n", "", LoadSample{5, 4, nan, "vllm"})
+	f("garbage here\nvllm:num_requests_running{engine=\"0\"} 5\nvllm:num_requests_running_created 1.7e9\n<html>\nvllm:num_requests_waiting_by_reason{reason=\"capacity\"} 40\nvllm:num_requests_waiting 4 1700000000000\n", "", LoadSample{Running: 5, Waiting: 4, KVUsage: nan, Source: "vllm"})
 }
 
 func TestParseEngineLoadError(t *testing.T) {
@@ -126,5 +126,16 @@ func TestEngineLoadExternal(t *testing.T) {
 	l.Invalidate()
 	if _, ok := l.External(now, int64(time.Second)); ok {
 		t.Fatal("invalid load reported")
+	}
+}
+
+func TestParseStartTime(t *testing.T) {
+	body := "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1.7645e+09\nvllm:num_requests_running 1\n"
+	ls, err := ParseEngineLoad([]byte(body), "")
+	if err != nil || ls.StartTime != 1.7645e+09 {
+		t.Fatalf("start time %v, %v", ls.StartTime, err)
+	}
+	if ls, _ := ParseEngineLoad([]byte("vllm:num_requests_running 1\n"), ""); ls.StartTime != 0 {
+		t.Fatalf("start time %v without the series", ls.StartTime)
 	}
 }

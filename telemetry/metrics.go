@@ -69,13 +69,15 @@ const (
 	// are counted as usage="unmeasured", never as zero reuse. Predicted, over the same measured responses, in
 	// the strategy's unit (key bytes for the trie strategies, tokens for precise_cache_aware): the prompt's
 	// size, the best match over the eligible targets (held) and the chosen target's (captured).
-	mUsageResponses = "rolter_usage_responses_total" // {route,target,usage} measured | unmeasured
-	mPromptTokens   = "rolter_prompt_tokens_total"   // {route,target}
-	mCachedTokens   = "rolter_cached_tokens_total"   // {route,target}
-	mReuseScored    = "rolter_reuse_scored_total"    // {route,target} prompt size in the strategy's unit
-	mReuseHeld      = "rolter_reuse_held_total"      // {route,target}
-	mReuseCaptured  = "rolter_reuse_captured_total"  // {route,target}
-	mReuseGap       = "rolter_reuse_gap_ratio"       // {route,target} gauge: recent captured - delivered fraction
+	mUsageResponses = "rolter_usage_responses_total"     // {route,target,usage} measured | unmeasured
+	mPromptTokens   = "rolter_prompt_tokens_total"       // {route,target}
+	mCachedTokens   = "rolter_cached_tokens_total"       // {route,target}
+	mReuseScored    = "rolter_reuse_scored_total"        // {route,target} prompt size in the strategy's unit
+	mReuseHeld      = "rolter_reuse_held_total"          // {route,target}
+	mReuseCaptured  = "rolter_reuse_captured_total"      // {route,target}
+	mReuseGap       = "rolter_reuse_gap_ratio"           // {route,target} gauge: recent captured - delivered fraction
+	mTrieResets     = "rolter_trie_resets_total"         // {route,target,reason} engine_restart | recovered | stale
+	mCacheResets    = "rolter_engine_cache_resets_total" // {target,reason} engine_restart | recovered: the engine's cache is presumed empty
 
 	// Shadow strategies ([routes.shadow]), per route and shadow strategy: requests ranked, requests that
 	// ended with a 2xx, those whose answering target was the shadow's pick, the shadow's predicted reuse in
@@ -312,6 +314,7 @@ type TargetMetrics struct {
 	requests       *lazyCounters
 	upstreamErrors *lazyCounters
 	streamErrors   *lazyCounters
+	trieResets     *lazyCounters
 	Duration       *metrics.PrometheusHistogram
 	TTFB           *metrics.PrometheusHistogram
 	Headers        *metrics.PrometheusHistogram
@@ -327,6 +330,7 @@ type TargetMetrics struct {
 func (s *Set) NewTargetMetrics(route, target string, failKinds []string) *TargetMetrics {
 	l := "route=" + Label(route) + ",target=" + Label(target)
 	return &TargetMetrics{
+		trieResets:     newLazyCounters(s.s, mTrieResets, l, "reason", TrieResetReasons),
 		requests:       newLazyCounters(s.s, mRequests, l, "code", statusNames),
 		upstreamErrors: newLazyCounters(s.s, mUpstreamErrors, l, "kind", failKinds),
 		streamErrors:   newLazyCounters(s.s, mStreamErrors, l, "kind", failKinds),
@@ -364,6 +368,12 @@ func (m *TargetMetrics) Requests() uint64 {
 
 // UpstreamError counts a failed attempt of the given kind (index into failKinds).
 func (m *TargetMetrics) UpstreamError(kind int) { m.upstreamErrors.Inc(kind) }
+
+// TrieResetReasons are the reason label of rolter_trie_resets_total.
+var TrieResetReasons = []string{"engine_restart", "recovered", "stale"}
+
+// TrieReset counts a target's prefix trie emptied, for TrieResetReasons[reason].
+func (m *TargetMetrics) TrieReset(reason int) { m.trieResets.Inc(reason) }
 
 // StreamError counts a response that failed after its first byte reached the client.
 func (m *TargetMetrics) StreamError(kind int) { m.streamErrors.Inc(kind) }
@@ -536,6 +546,7 @@ const (
 	ShadowReuseCaptured = mShadowReuseCaptured
 	ShadowLoadCoV       = mShadowLoadCoV
 	TraceRecords        = mTraceRecords
+	EngineCacheResets   = mCacheResets
 	AccessLogLines      = mAccessLogLines
 	TracingSpans        = mTracingSpans
 	QueueWaiting        = mQueueWaiting

@@ -38,6 +38,9 @@ type ScrapeConfig struct {
 	// Baseline, when set, is sampled as each scrape is read: the caller's own in-flight requests to the
 	// engine, used by EngineLoad.External.
 	Baseline func() int64
+	// OnRestart, when set, is called (on the poll goroutine) when the engine's process_start_time_seconds
+	// changes between two scrapes: the engine restarted, and its prefix cache is empty.
+	OnRestart func()
 }
 
 // URL returns the full scrape URL.
@@ -81,6 +84,8 @@ type Scraper struct {
 	load     *EngineLoad
 	model    string
 	baseline func() int64
+	restart  func()
+	start    float64 // the last process_start_time_seconds seen; poll goroutine only
 	sc       Scanner // used only by the poll goroutine
 }
 
@@ -88,7 +93,7 @@ type Scraper struct {
 // cfg is not fatal here (config validation reports it through ScrapeConfig.Validate): every scrape of
 // such a Scraper fails with the validation error.
 func NewScraper(cfg ScrapeConfig, load *EngineLoad, logger *slog.Logger) *Scraper {
-	s := &Scraper{load: load, model: cfg.ModelName, baseline: cfg.Baseline}
+	s := &Scraper{load: load, model: cfg.ModelName, baseline: cfg.Baseline, restart: cfg.OnRestart}
 	u, _ := cfg.URL()
 	if u == "" {
 		u = cfg.BaseURL + cfg.Path // for log lines only: every scrape fails with the Validate error
@@ -120,6 +125,12 @@ func (s *Scraper) handle(body []byte) error {
 		s.load.baseline.Store(s.baseline())
 	}
 	s.load.Store(ls.Running, ls.Waiting, ls.KVUsage, time.Now().UnixNano())
+	if ls.StartTime > 0 {
+		if s.start > 0 && ls.StartTime != s.start && s.restart != nil {
+			s.restart()
+		}
+		s.start = ls.StartTime
+	}
 	return nil
 }
 

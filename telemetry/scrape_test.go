@@ -226,6 +226,8 @@ func TestScraperStartStop(t *testing.T) {
 	readers.Wait()
 	s.Stop()
 	s.Stop() // idempotent
+	// A scrape aborted by Stop may still reach the server's handler just after: count from a moment later.
+	time.Sleep(30 * time.Millisecond)
 	hits := ms.hits.Load()
 	s.Start() // a stopped Scraper does not run again
 	time.Sleep(50 * time.Millisecond)

@@ -45,6 +45,10 @@ type Trie struct {
 	prompts    atomic.Int64
 	arenaBytes atomic.Int64
 	evictions  atomic.Uint64
+
+	// owner is a number the owner attaches to the contents (the engine: the cache epoch of the target the
+	// prompts were sent to); ResetOwner empties the trie and sets it in one step.
+	owner atomic.Uint64
 }
 
 // Stats are the counters a Trie exports for /metrics.
@@ -215,6 +219,28 @@ func (t *Trie) Reset() {
 	t.st.Store(s)
 	t.publish(s)
 	t.mu.Unlock()
+}
+
+// Owner returns the number attached to the trie's contents (0 until SetOwner or ResetOwner).
+func (t *Trie) Owner() uint64 { return t.owner.Load() }
+
+// SetOwner attaches owner to the current contents.
+func (t *Trie) SetOwner(owner uint64) { t.owner.Store(owner) }
+
+// ResetOwner drops every prompt, as Reset, and attaches owner to the (empty) contents. It reports
+// whether it did anything: false when the trie was already owned by owner, so of several writers that see
+// the same stale owner only one empties the trie.
+func (t *Trie) ResetOwner(owner uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.owner.Load() == owner {
+		return false
+	}
+	s := newState()
+	t.st.Store(s)
+	t.publish(s)
+	t.owner.Store(owner)
+	return true
 }
 
 func (t *Trie) publish(s *state) {

@@ -306,3 +306,15 @@ func TestSetLimits(t *testing.T) {
 		t.Fatalf("insert after SetLimits went over: %+v", st)
 	}
 }
+
+func TestResetOwner(t *testing.T) {
+	tr := New(1000)
+	tr.SetOwner(7)
+	tr.Insert([]byte("hello world"))
+	if tr.ResetOwner(7) || tr.Match([]byte("hello world")) == 0 {
+		t.Fatal("ResetOwner with the same owner emptied the trie")
+	}
+	if !tr.ResetOwner(8) || tr.Match([]byte("hello world")) != 0 || tr.Owner() != 8 || tr.Nodes() != 0 {
+		t.Fatal("ResetOwner with a new owner kept the prompts")
+	}
+}
