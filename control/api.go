@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rolter-ai/rolter/engine"
 )
@@ -52,6 +53,12 @@ type Options struct {
 	// Version is the gateway's version, shown by GET /api/v1/info and the dashboard; "" is "dev".
 	Version string
 	Logger  *slog.Logger
+	// Generation is the store generation the gateway's config was composed from when it started (the
+	// State.Generation of that Load); 0 when it serves none yet. Sync applies the store once it moves.
+	Generation int64
+	// ReplicaID names this gateway among the store's replicas (Follower, GET /api/v1/state); "" is
+	// "<host name>/<process id>".
+	ReplicaID string
 }
 
 // Server is the control plane's REST API under /api/v1 (issue 14; the contract is openapi.json). Every accepted change goes through one path: the candidate store state is
@@ -78,8 +85,17 @@ type Server struct {
 	endpoints []endpoint
 
 	// mu serialises writes and reloads: a write validates, stores and applies against the state it read,
-	// with no other write between.
+	// with no other write of this gateway between (and the store refuses to commit it onto another
+	// gateway's: Store.at).
 	mu sync.Mutex
+
+	replicaID string
+	// applied is the store generation the gateway's config serves: set by every successful apply.
+	applied atomic.Int64
+	// refused is the newest generation Sync could not apply and why (under mu); Sync does not try it again
+	// until the store moves on, and any successful apply clears it.
+	refused    int64
+	refusedErr string
 }
 
 // NewServer returns the control plane for opts. It refuses an empty AdminToken unless opts.Listen is a
@@ -101,6 +117,10 @@ func NewServer(opts Options) (*Server, error) {
 	}
 	if s.version = opts.Version; s.version == "" {
 		s.version = "dev"
+	}
+	s.applied.Store(opts.Generation)
+	if s.replicaID = opts.ReplicaID; s.replicaID == "" {
+		s.replicaID = defaultReplicaID()
 	}
 	d, err := newDashboard()
 	if err != nil {
@@ -156,6 +176,16 @@ func (s *Server) applyLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.applyState(st); err != nil {
+		return err
+	}
+	s.applied.Store(st.Generation)
+	s.refused, s.refusedErr = 0, ""
+	return nil
+}
+
+// applyState composes the file config with st and applies it. s.mu is held.
+func (s *Server) applyState(st *State) error {
 	cfg, o, err := Compose(s.file(), st)
 	if err != nil {
 		return fmt.Errorf("cannot compose the config: %w", err)
@@ -167,10 +197,40 @@ func (s *Server) applyLocked(ctx context.Context) error {
 		}
 		return fmt.Errorf("cannot apply the config of rolter.toml and the store: %s", strings.Join(msgs, "; "))
 	}
-	if err := s.apply(cfg); err != nil {
-		return err
+	return s.apply(cfg)
+}
+
+// Sync applies the store when its generation moved from the one the gateway serves: how a change made
+// through another gateway sharing the store reaches this one (Follower calls it on every notification and
+// check). It returns whether it applied a new generation. A generation the gateway refused is not tried
+// again until the store moves on (or Reload); a store that cannot be reached is an ErrUnavailable error and
+// changes nothing.
+func (s *Server) Sync(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	gen, err := s.store.Generation(ctx)
+	if err != nil {
+		return false, err
 	}
-	return nil
+	if gen == s.applied.Load() || gen == s.refused {
+		return false, nil
+	}
+	if err := s.applyLocked(ctx); err != nil {
+		if !errors.Is(err, ErrUnavailable) {
+			// The generation read first: a write landing meanwhile is tried at the next notification.
+			s.refused, s.refusedErr = gen, err.Error()
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// Applied returns the store generation the gateway serves, and why it refused a newer one ("" when it did
+// not).
+func (s *Server) Applied() (generation int64, refused string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied.Load(), s.refusedErr
 }
 
 // caller is who sent a request: the superadmin, or an org admin token.
@@ -397,8 +457,24 @@ func storeError(err error) error {
 		return errorf(http.StatusConflict, "conflict", "%s", err)
 	case errors.Is(err, ErrInvalid):
 		return errorf(http.StatusBadRequest, "invalid_config", "%s", err)
+	case errors.Is(err, ErrUnavailable):
+		return errUnavailable(err)
 	}
 	return err
+}
+
+// errStoredUnapplied is the answer when the store became unreachable between a write and the gateway's
+// load of it: the change is stored, and every gateway serves it once the store is back.
+func errStoredUnapplied(err error) *apiError {
+	return errorf(http.StatusServiceUnavailable, "store_unavailable",
+		"the change is stored, but the store became unreachable before this gateway loaded it: the gateways serve it when the store is back (%s)", err)
+}
+
+// errUnavailable is the answer when the store cannot be reached (503): nothing can be read or changed, and
+// the data plane goes on serving the config it has.
+func errUnavailable(err error) *apiError {
+	return errorf(http.StatusServiceUnavailable, "store_unavailable",
+		"the control plane's store cannot be reached, so nothing can be read or changed now; the gateway keeps serving its last config; retry when the store is back (%s)", err)
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -407,8 +483,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("control plane request failed", "method", r.Method, "path", r.URL.Path, "error", err.Error())
 		ae = errorf(http.StatusInternalServerError, "internal_error", "internal error; the control plane's log has the cause")
 	}
-	if ae.status == http.StatusUnauthorized {
+	switch ae.status {
+	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="rolter"`)
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "5")
 	}
 	type body struct {
 		Message  string       `json:"message"`

@@ -35,12 +35,13 @@ type objectKind struct {
 	// fileObjects returns the objects of rolter.toml, as the API shows them.
 	fileObjects func(file *engine.Config) []fileObject
 
-	// The store's methods (a method expression: the store first).
-	put    func(s *Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (bool, int64, error)
-	create func(s *Store, ctx context.Context, actor, org, name string, config []byte) error
-	del    func(s *Store, ctx context.Context, actor, org, name string, expect int64) error
-	list   func(s *Store, ctx context.Context, org string) ([]storedObject, error)
-	get    func(s *Store, ctx context.Context, org, name string) (storedObject, error)
+	// The store's methods (a method expression: the store first). write is put (or create, with expect
+	// createOnly) returning the object as written.
+	write func(s *Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (storedObject, error)
+	put   func(s *Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (bool, int64, error)
+	del   func(s *Store, ctx context.Context, actor, org, name string, expect int64) error
+	list  func(s *Store, ctx context.Context, org string) ([]storedObject, error)
+	get   func(s *Store, ctx context.Context, org, name string) (storedObject, error)
 }
 
 // storedObject is a provider or route as read from the store.
@@ -123,9 +124,11 @@ var providerKind = &objectKind{
 		}
 		return out
 	},
-	put:    (*Store).PutProvider,
-	create: (*Store).CreateProvider,
-	del:    (*Store).DeleteProvider,
+	write: func(s *Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (storedObject, error) {
+		return s.putObject(ctx, providerTable, actor, org, name, config, expect)
+	},
+	put: (*Store).PutProvider,
+	del: (*Store).DeleteProvider,
 	list: func(s *Store, ctx context.Context, org string) ([]storedObject, error) {
 		ps, err := s.ListProviders(ctx, org)
 		out := make([]storedObject, len(ps))
@@ -183,9 +186,11 @@ var routeKind = &objectKind{
 		}
 		return out
 	},
-	put:    (*Store).PutRoute,
-	create: (*Store).CreateRoute,
-	del:    (*Store).DeleteRoute,
+	write: func(s *Store, ctx context.Context, actor, org, model string, config []byte, expect int64) (storedObject, error) {
+		return s.putObject(ctx, routeTable, actor, org, model, config, expect)
+	},
+	put: (*Store).PutRoute,
+	del: (*Store).DeleteRoute,
 	list: func(s *Store, ctx context.Context, org string) ([]storedObject, error) {
 		rs, err := s.ListRoutes(ctx, org)
 		out := make([]storedObject, len(rs))
@@ -427,49 +432,22 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, 
 	ctx := context.WithoutCancel(r.Context())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st, err := s.store.Load(ctx)
-	if err != nil {
-		return err
-	}
-	if !slices.ContainsFunc(st.Orgs, func(o Org) bool { return o.ID == org }) {
-		return errOrgNotFound(org)
-	}
-	file := s.file()
-	what := fmt.Sprintf("%s %q", k.object, name)
-	if k == routeKind && slices.ContainsFunc(file.Routes, func(rc engine.RouteConfig) bool { return rc.Model == name }) {
-		return errorf(http.StatusConflict, "conflict", "model %q is routed by rolter.toml: the public model names are one namespace", name)
-	}
-	owner, prev, version, exists := k.find(st, org, name)
-	switch {
-	case exists && owner != org:
-		// As the store says it: that the model is taken, not by whom.
-		return errorf(http.StatusConflict, "conflict", "model %q is used by another org", name)
-	case config == nil && !exists && cond == precondition{}:
-		return errorf(http.StatusNotFound, "not_found", "org %q has no %s", org, what)
-	case createOnly && exists:
-		return errorf(http.StatusConflict, "conflict", "%s exists (version %d): replace it with PUT", what, version)
-	}
-	if err := cond.check(what, exists, version); err != nil {
-		return err
-	}
-	if err := s.checkChange(file, st, k.with(st, org, name, config), k.plural, org, name); err != nil {
-		return err
-	}
-
 	var created bool
-	switch {
-	case config == nil:
-		err = k.del(s.store, ctx, c.actor, org, name, version)
-	case createOnly:
-		created, version, err = true, 1, k.create(s.store, ctx, c.actor, org, name, config)
-	default:
-		// The version read under s.mu: another process writing the store meanwhile is a conflict.
-		created, version, err = k.put(s.store, ctx, c.actor, org, name, config, version)
-	}
+	var written storedObject
+	var prev []byte
+	err := retryStale(func() error {
+		var err error
+		created, written, prev, err = s.storeObject(ctx, c, k, org, name, config, cond, createOnly)
+		return err
+	})
+	version := written.version
 	if err != nil {
 		return err
 	}
 	if err := s.applyLocked(ctx); err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			return errStoredUnapplied(err)
+		}
 		var undo error
 		switch {
 		case config == nil:
@@ -493,10 +471,8 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, 
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	o, err := k.get(s.store, ctx, org, name)
-	if err != nil {
-		return err
-	}
+	// The object as this write made it: another gateway may have replaced it since.
+	o := written
 	v, err := objectView(k, org, o)
 	if err != nil {
 		return err
@@ -509,6 +485,70 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, 
 	}
 	writeJSON(w, status, v)
 	return nil
+}
+
+// storeObject checks a change of org's object name against the store as it is and the live file config,
+// and writes it onto exactly that state (Store.at): errStale when another gateway wrote meanwhile, and the
+// caller checks again. It returns whether the object was created, the object as written (for a delete: the
+// version deleted) and its config before. s.mu is held.
+func (s *Server) storeObject(ctx context.Context, c *caller, k *objectKind, org, name string, config []byte, cond precondition, create bool) (created bool, written storedObject, prev []byte, err error) {
+	st, err := s.store.Load(ctx)
+	if err != nil {
+		return false, storedObject{}, nil, err
+	}
+	if !slices.ContainsFunc(st.Orgs, func(o Org) bool { return o.ID == org }) {
+		return false, storedObject{}, nil, errOrgNotFound(org)
+	}
+	file := s.file()
+	what := fmt.Sprintf("%s %q", k.object, name)
+	if k == routeKind && slices.ContainsFunc(file.Routes, func(rc engine.RouteConfig) bool { return rc.Model == name }) {
+		return false, storedObject{}, nil, errorf(http.StatusConflict, "conflict", "model %q is routed by rolter.toml: the public model names are one namespace", name)
+	}
+	owner, prev, version, exists := k.find(st, org, name)
+	switch {
+	case exists && owner != org:
+		// As the store says it: that the model is taken, not by whom.
+		return false, storedObject{}, nil, errorf(http.StatusConflict, "conflict", "model %q is used by another org", name)
+	case config == nil && !exists && cond == precondition{}:
+		return false, storedObject{}, nil, errorf(http.StatusNotFound, "not_found", "org %q has no %s", org, what)
+	case create && exists:
+		return false, storedObject{}, nil, errorf(http.StatusConflict, "conflict", "%s exists (version %d): replace it with PUT", what, version)
+	}
+	if err := cond.check(what, exists, version); err != nil {
+		return false, storedObject{}, nil, err
+	}
+	if err := s.checkChange(file, st, k.with(st, org, name, config), k.plural, org, name); err != nil {
+		return false, storedObject{}, nil, err
+	}
+	// Written onto the state just checked: a write of another gateway since is errStale, and the change is
+	// checked again on the state it made. So a PUT without If-Match replaces whatever was stored last (the
+	// later PUT wins whole), and one with If-Match conflicts as soon as the version moved (issue 21).
+	at := s.store.at(st.Generation)
+	if config == nil {
+		return false, storedObject{name: name, version: version}, prev, k.del(at, ctx, c.actor, org, name, version)
+	}
+	expect := version
+	if create {
+		expect = createOnly
+	}
+	written, err = k.write(at, ctx, c.actor, org, name, config, expect)
+	return written.version == 1, written, prev, err
+}
+
+// staleTries bounds how often a change is checked again because other gateways kept writing meanwhile.
+const staleTries = 8
+
+// retryStale runs write until the store does not refuse it as stale, at most staleTries times.
+func retryStale(write func() error) error {
+	for try := 1; ; try++ {
+		err := write()
+		if !errors.Is(err, errStale) {
+			return err
+		}
+		if try == staleTries {
+			return errorf(http.StatusConflict, "conflict", "the store kept changing while the change was checked (%d tries): send it again", try)
+		}
+	}
 }
 
 // applyFailed is the answer to a change the gateway refused to apply (422). undo is the error of taking it

@@ -122,25 +122,31 @@ func (s *Server) deleteOrg(w http.ResponseWriter, r *http.Request, c *caller) er
 	ctx := context.WithoutCancel(r.Context())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st, err := s.store.Load(ctx)
+	err := retryStale(func() error {
+		st, err := s.store.Load(ctx)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(st.Orgs, func(o Org) bool { return o.ID == org }) {
+			return errOrgNotFound(org)
+		}
+		next := *st
+		gone := func(id string) bool { return id == org }
+		next.Providers = slices.DeleteFunc(slices.Clone(st.Providers), func(p Provider) bool { return gone(p.OrgID) })
+		next.Routes = slices.DeleteFunc(slices.Clone(st.Routes), func(r Route) bool { return gone(r.OrgID) })
+		next.Keys = slices.DeleteFunc(slices.Clone(st.Keys), func(k KeyHash) bool { return gone(k.OrgID) })
+		if err := s.checkChange(s.file(), st, &next, "orgs", org, ""); err != nil {
+			return err
+		}
+		return s.store.at(st.Generation).DeleteOrg(ctx, c.actor, org) // onto the state checked (storeObject)
+	})
 	if err != nil {
 		return err
 	}
-	if !slices.ContainsFunc(st.Orgs, func(o Org) bool { return o.ID == org }) {
-		return errOrgNotFound(org)
-	}
-	next := *st
-	gone := func(id string) bool { return id == org }
-	next.Providers = slices.DeleteFunc(slices.Clone(st.Providers), func(p Provider) bool { return gone(p.OrgID) })
-	next.Routes = slices.DeleteFunc(slices.Clone(st.Routes), func(r Route) bool { return gone(r.OrgID) })
-	next.Keys = slices.DeleteFunc(slices.Clone(st.Keys), func(k KeyHash) bool { return gone(k.OrgID) })
-	if err := s.checkChange(s.file(), st, &next, "orgs", org, ""); err != nil {
-		return err
-	}
-	if err := s.store.DeleteOrg(ctx, c.actor, org); err != nil {
-		return err
-	}
 	if err := s.applyLocked(ctx); err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			return errStoredUnapplied(err)
+		}
 		s.log.Error("an org was deleted from the store but the gateway refused the change; it serves the org until a reload succeeds", "org", org, "error", err.Error())
 		return errorf(http.StatusUnprocessableEntity, "apply_failed", "org %q is deleted from the store, but the gateway refused the change: %s; it keeps serving the org's routes and keys until a reload succeeds", org, orgMessage(err.Error(), org))
 	}
@@ -244,6 +250,10 @@ func (s *Server) createCredential(k *credentialKind) func(http.ResponseWriter, *
 		}
 		if k.apply {
 			if err := s.applyLocked(ctx); err != nil {
+				if errors.Is(err, ErrUnavailable) {
+					return errorf(http.StatusServiceUnavailable, "store_unavailable",
+						"%s %q is stored, but the store became unreachable before this gateway loaded it, so its secret is not shown: revoke it when the store is back and create another (%s)", k.object, cr.ID, err)
+				}
 				return s.applyFailed(org, err, k.revoke(s.store, ctx, c.actor, org, cr.ID))
 			}
 		}
@@ -279,6 +289,9 @@ func (s *Server) revokeCredential(k *credentialKind) func(http.ResponseWriter, *
 		}
 		if k.apply {
 			if err := s.applyLocked(ctx); err != nil {
+				if errors.Is(err, ErrUnavailable) {
+					return errStoredUnapplied(err)
+				}
 				s.log.Error("a key was revoked in the store but the gateway refused the change; it accepts the key until a reload succeeds", "org", org, "key", id, "error", err.Error())
 				return errorf(http.StatusUnprocessableEntity, "apply_failed", "key %q is revoked in the store, but the gateway refused the change: %s; it accepts the key until a reload succeeds", id, orgMessage(err.Error(), org))
 			}
@@ -355,8 +368,30 @@ func (s *Server) getOrgAudit(w http.ResponseWriter, r *http.Request, c *caller) 
 	return s.writeAudit(w, r, org)
 }
 
+// stateView is GET /api/v1/state (openapi.json's State): the gateway's live state, the store generation
+// its config serves, and (for the superadmin) every gateway on the store with the generation it serves.
+type stateView struct {
+	engine.State
+	StoreGeneration int64         `json:"store_generation"`
+	Replicas        []replicaView `json:"replicas,omitzero"` // nil for an org token: omitted
+	// ReplicasError says why the replicas could not be read (the store is unreachable): the rest of the
+	// answer is this gateway's own and stays true.
+	ReplicasError string `json:"replicas_error,omitempty"`
+}
+
+// replicaView is one gateway on the store (openapi.json's Replica).
+type replicaView struct {
+	ID         string `json:"id"`
+	Address    string `json:"address"`
+	Version    string `json:"version"`
+	Generation int64  `json:"generation"`
+	Error      string `json:"error,omitempty"`
+	LastSeen   string `json:"last_seen"`
+	Self       bool   `json:"self"`
+}
+
 // getState is the gateway's live state: everything for the superadmin; for an org token, its org's routes
-// only, with its providers under the names it gave them.
+// only, with its providers under the names it gave them, and no replicas (the fleet is the operator's).
 func (s *Server) getState(w http.ResponseWriter, r *http.Request, c *caller) error {
 	st := s.state()
 	if !c.super {
@@ -381,6 +416,18 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request, c *caller) err
 			st.Routes[i].Decisions = map[string]uint64{}
 		}
 	}
-	writeJSON(w, http.StatusOK, st)
+	v := stateView{State: st, StoreGeneration: s.applied.Load()}
+	if c.super {
+		rs, err := s.store.Replicas(r.Context())
+		if err != nil {
+			v.ReplicasError = err.Error()
+		}
+		v.Replicas = []replicaView{}
+		for _, rp := range rs {
+			v.Replicas = append(v.Replicas, replicaView{ID: rp.ID, Address: rp.Address, Version: rp.Version, Generation: rp.Generation,
+				Error: rp.Error, LastSeen: timestamp(rp.Seen), Self: rp.ID == s.replicaID})
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
 	return nil
 }

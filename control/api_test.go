@@ -239,6 +239,7 @@ func (d fakeDNS) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, e
 type env struct {
 	t        *testing.T
 	dir      string
+	path     string // of the store: a file in dir, or a PostgreSQL URL
 	store    *Store
 	srv      *Server
 	api      *apiClient
@@ -249,7 +250,11 @@ type env struct {
 	logs     *syncBuffer
 	closeAPI func()
 	keys     map[string]string // org id -> a data-plane key made by orgKey
+	replica  string            // the control plane's replica id
 }
+
+// envs numbers the envs, for their replica ids.
+var envs atomic.Int64
 
 type syncBuffer struct {
 	mu sync.Mutex
@@ -299,7 +304,17 @@ func newEnv(t *testing.T, dir string) *env {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	e := &env{t: t, dir: dir, S: newUpstream(t), A: newUpstream(t), B: newUpstream(t), logs: &syncBuffer{}}
+	return newEnvAt(t, filepath.Join(dir, "rolter.db"))
+}
+
+// newEnvAt is newEnv with the store at path: a file, or a PostgreSQL URL.
+func newEnvAt(t *testing.T, path string) *env {
+	t.Helper()
+	dir := filepath.Dir(path)
+	if isPostgres(path) {
+		dir = t.TempDir()
+	}
+	e := &env{t: t, dir: dir, path: path, S: newUpstream(t), A: newUpstream(t), B: newUpstream(t), logs: &syncBuffer{}}
 	e.file.Store(parseFile(t, fileConfigText(e.S.URL)))
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	gw, err := engine.New(e.file.Load(), engine.Options{Logger: log, Version: "test", Resolver: fakeDNS{"kv.test": "169.254.169.254"}})
@@ -331,13 +346,16 @@ func newEnv(t *testing.T, dir string) *env {
 // open opens the store and serves a new control plane on it.
 func (e *env) open(log *slog.Logger) {
 	t := e.t
-	st, err := Open(filepath.Join(e.dir, "rolter.db"))
+	st, err := Open(e.path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if e.replica == "" {
+		e.replica = fmt.Sprintf("test-gw-%d", envs.Add(1))
+	}
 	srv, err := NewServer(Options{
 		Store: st, File: e.file.Load, Apply: e.gw.Reload, State: e.gw.State,
-		AdminToken: rootToken, Listen: "127.0.0.1:0", Logger: log,
+		AdminToken: rootToken, Listen: "127.0.0.1:0", Logger: log, ReplicaID: e.replica,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -1251,7 +1269,7 @@ func TestAPIRestart(t *testing.T) {
 	e.wantChat("m", key, 200, a+"/p")
 	e.closeAPI()
 
-	e2 := &env{t: t, dir: dir, A: e.A, S: e.S, logs: &syncBuffer{}}
+	e2 := &env{t: t, dir: dir, path: e.path, A: e.A, S: e.S, logs: &syncBuffer{}}
 	e2.file.Store(parseFile(t, fileConfigText(e.S.URL)))
 	gw, err := engine.New(e2.file.Load(), engine.Options{Logger: slog.New(slog.NewTextHandler(e2.logs, nil))})
 	if err != nil {

@@ -1,5 +1,6 @@
 // Package control is the control plane of Rolter: orgs, their providers, routes, data-plane keys and admin
-// tokens, kept in a SQLite store (store.go) and served under /api/v1.
+// tokens, kept in a store (store.go: a SQLite file, or a PostgreSQL database shared by many gateways,
+// postgres.go) and served under /api/v1.
 package control
 
 import (
@@ -25,6 +26,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver: pure Go, so CGO_ENABLED=0 builds keep the store
 )
 
@@ -38,6 +40,9 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrInvalid: an argument the store cannot keep (an empty or over-long name, a config that is not JSON).
 	ErrInvalid = errors.New("invalid")
+	// ErrUnavailable: the store's database cannot be reached (PostgreSQL down, restarting or cut off). Nothing
+	// was read; a write may or may not have committed only when the connection broke during its commit.
+	ErrUnavailable = errors.New("the store is unreachable")
 )
 
 // VersionConflictError is the conflict of a conditional write: the caller expected version Expected and
@@ -125,21 +130,28 @@ type State struct {
 	Keys       []KeyHash // the non-revoked ones
 }
 
-// Store is the control plane's persistent state in one SQLite file. Every write is one transaction that
-// bumps the generation and appends one audit row, and is durable (fsynced) when it returns.
+// Store is the control plane's persistent state: one SQLite file, or one PostgreSQL database that every
+// gateway of a fleet shares (postgres.go), with the same schema, migrations and methods. Every write is one
+// transaction that bumps the generation and appends one audit row, and is durable when it returns.
 //
-// Store is safe for concurrent use. Writes are serialised; reads see only committed writes.
+// Store is safe for concurrent use. Writes are serialised, across processes too; reads see only committed
+// writes.
 type Store struct {
-	path   string
+	path   string // the file's absolute path, or the PostgreSQL URL without its password
 	db     *sql.DB
+	pg     *pgx.ConnConfig // nil for SQLite
 	pepper [32]byte
 	now    func() time.Time // time.Now but in tests
+
+	// pinned: writes commit only onto generation atGeneration (at).
+	pinned       bool
+	atGeneration int64
 }
 
 // applicationID marks a rolter store in the SQLite header ("rolt"); set by 0001_init.sql.
 const applicationID = 0x726f6c74
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/postgres/*.sql
 var migrationFiles embed.FS
 
 // migration is one embedded migrations/NNNN_name.sql file.
@@ -149,26 +161,29 @@ type migration struct {
 	sql     string
 }
 
-// migrations are the embedded schema migrations, in order: migrations[i].version == i+1.
-var migrations = mustMigrations(migrationFiles)
+// migrations are the embedded schema migrations, in order: migrations[i].version == i+1. pgMigrations are
+// the same migrations in PostgreSQL's SQL (migrations/postgres), one for one.
+var (
+	migrations   = mustMigrations(migrationFiles, "migrations")
+	pgMigrations = mustMigrations(migrationFiles, "migrations/postgres")
+)
 
 // SchemaVersion returns the newest schema version this binary knows; a store with a newer one is refused.
 func SchemaVersion() int { return len(migrations) }
 
 var migrationName = regexp.MustCompile(`^([0-9]{4})_[a-z0-9_]+\.sql$`)
 
-func mustMigrations(fsys fs.FS) []migration {
-	ms, err := loadMigrations(fsys)
+func mustMigrations(fsys fs.FS, dir string) []migration {
+	ms, err := loadMigrations(fsys, dir)
 	if err != nil {
 		panic("BUG: " + err.Error())
 	}
 	return ms
 }
 
-// loadMigrations reads the migrations/*.sql files of fsys, which must be numbered 0001, 0002, ... without
-// gaps.
-func loadMigrations(fsys fs.FS) ([]migration, error) {
-	names, err := fs.Glob(fsys, "migrations/*.sql")
+// loadMigrations reads the dir/*.sql files of fsys, which must be numbered 0001, 0002, ... without gaps.
+func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
+	names, err := fs.Glob(fsys, dir+"/*.sql")
 	if err != nil {
 		return nil, fmt.Errorf("cannot list migrations: %w", err)
 	}
@@ -199,13 +214,17 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 const sqliteMagic = "SQLite format 3\x00"
 
 // Open opens the store at path, creating it (mode 0600) when the file does not exist, and migrates its
-// schema to SchemaVersion().
+// schema to SchemaVersion(). A path that is a postgres:// or postgresql:// URL opens that PostgreSQL
+// database instead (openPostgres).
 //
 // Open never resets or overwrites a file it cannot use: a file that is not a SQLite database, a SQLite
 // database of another program, a store that fails PRAGMA quick_check, or one whose schema is newer than
 // this binary knows is refused with an error and left as it was (SQLite may still recover a write-ahead
 // log left by a crash, which is its normal recovery, not a change of content).
 func Open(path string) (*Store, error) {
+	if isPostgres(path) {
+		return openPostgres(context.Background(), path, pgMigrations)
+	}
 	return open(context.Background(), path, migrations)
 }
 
@@ -430,21 +449,22 @@ func migrate(ctx context.Context, conn *sql.Conn, ms []migration) error {
 
 // initMeta reads the pepper, creating the meta row with a new random pepper at the first open.
 func (s *Store) initMeta(ctx context.Context, conn *sql.Conn) error {
+	q := dbtx{conn, s.pg != nil}
 	var pepper []byte
-	err := conn.QueryRowContext(ctx, "SELECT pepper FROM meta WHERE id = 1").Scan(&pepper)
+	err := q.QueryRowContext(ctx, "SELECT pepper FROM meta WHERE id = 1").Scan(&pepper)
 	if errors.Is(err, sql.ErrNoRows) {
 		var p [32]byte
 		if _, err := rand.Read(p[:]); err != nil {
 			return fmt.Errorf("cannot create the pepper: %w", err)
 		}
 		// DO NOTHING: another process may have created it meanwhile; read whichever is stored.
-		if _, err := conn.ExecContext(ctx, "INSERT INTO meta (id, generation, pepper) VALUES (1, 0, ?) ON CONFLICT (id) DO NOTHING", p[:]); err != nil {
-			return fmt.Errorf("cannot create the pepper: %w", err)
+		if _, err := q.ExecContext(ctx, "INSERT INTO meta (id, generation, pepper) VALUES (1, 0, ?) ON CONFLICT (id) DO NOTHING", p[:]); err != nil {
+			return fmt.Errorf("cannot create the pepper: %w", s.reach(err))
 		}
-		err = conn.QueryRowContext(ctx, "SELECT pepper FROM meta WHERE id = 1").Scan(&pepper)
+		err = q.QueryRowContext(ctx, "SELECT pepper FROM meta WHERE id = 1").Scan(&pepper)
 	}
 	if err != nil {
-		return fmt.Errorf("cannot read the pepper: %w", err)
+		return fmt.Errorf("cannot read the pepper: %w", s.reach(err))
 	}
 	if len(pepper) != len(s.pepper) {
 		return fmt.Errorf("BUG: the stored pepper has %d bytes", len(pepper))
@@ -461,7 +481,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Path returns the absolute path of the store file.
+// Path returns the absolute path of the store file, or the PostgreSQL URL without its password.
 func (s *Store) Path() string { return s.path }
 
 // Pepper returns the store's random 32-byte pepper, created at its first open and never changed: the
@@ -471,8 +491,8 @@ func (s *Store) Pepper() [32]byte { return s.pepper }
 // Generation returns the number of writes the store has committed: it increases by one with each.
 func (s *Store) Generation(ctx context.Context) (int64, error) {
 	var g int64
-	if err := s.db.QueryRowContext(ctx, "SELECT generation FROM meta WHERE id = 1").Scan(&g); err != nil {
-		return 0, fmt.Errorf("cannot read the generation: %w", err)
+	if err := s.pool().QueryRowContext(ctx, "SELECT generation FROM meta WHERE id = 1").Scan(&g); err != nil {
+		return 0, fmt.Errorf("cannot read the generation: %w", s.reach(err))
 	}
 	return g, nil
 }
@@ -484,43 +504,134 @@ type audit struct {
 
 // write runs fn in one write transaction that also bumps the generation and appends the audit row fn
 // returns, and commits it. Nothing of a write whose fn fails is kept.
-func (s *Store) write(ctx context.Context, actor string, fn func(tx *sql.Tx, now int64) (audit, error)) error {
+//
+// The generation is bumped first: that takes the write lock of every store sharing the database (SQLite
+// holds it from BEGIN IMMEDIATE already; in PostgreSQL it is the meta row's lock), so writes are serialised
+// across gateways and fn reads what the write before it committed. On PostgreSQL the commit also notifies
+// every gateway listening (replica.go).
+func (s *Store) write(ctx context.Context, actor string, fn func(tx dbtx, now int64) (audit, error)) error {
 	if err := checkName("actor", actor, 128); err != nil {
 		return err
 	}
-	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
+	sqlTx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock) on SQLite, READ COMMITTED on PostgreSQL
 	if err != nil {
-		return err
+		return s.reach(err)
 	}
-	defer tx.Rollback() // after Commit, a no-op
+	defer sqlTx.Rollback() // after Commit, a no-op
+	tx := dbtx{sqlTx, s.pg != nil}
+	var gen int64
+	if err := tx.QueryRowContext(ctx, "UPDATE meta SET generation = generation + 1 WHERE id = 1 RETURNING generation").Scan(&gen); err != nil {
+		return s.reach(err)
+	}
+	if s.pinned && gen-1 != s.atGeneration {
+		return fmt.Errorf("%w: the store moved from generation %d to %d", errStale, s.atGeneration, gen-1)
+	}
 	now := s.now().UnixMilli()
 	a, err := fn(tx, now)
 	if err != nil {
-		return err
-	}
-	var gen int64
-	if err := tx.QueryRowContext(ctx, "UPDATE meta SET generation = generation + 1 WHERE id = 1 RETURNING generation").Scan(&gen); err != nil {
-		return err
+		return s.reach(err)
 	}
 	if _, err := tx.ExecContext(ctx, "INSERT INTO audit (at, generation, actor, org_id, action, object, name, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
 		now, gen, actor, a.orgID, a.action, a.object, a.name, a.detail); err != nil {
-		return err
+		return s.reach(err)
 	}
-	return tx.Commit()
+	if s.pg != nil {
+		// Delivered at commit, to every session listening, in commit order (NOTIFY in the PostgreSQL docs).
+		if _, err := tx.ExecContext(ctx, "SELECT pg_notify(?, ?)", notifyChannel, strconv.FormatInt(gen, 10)); err != nil {
+			return s.reach(err)
+		}
+	}
+	return s.reach(sqlTx.Commit())
 }
 
-// read runs fn in one read transaction: every query of fn sees the same committed state.
-func (s *Store) read(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true}) // a deferred BEGIN: takes no write lock
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+// errStale refuses a write of a store view made by at whose generation moved: the caller validated the
+// change against a state another gateway has since changed, and validates it again.
+var errStale = errors.New("the store changed meanwhile")
+
+// at returns a view of s whose writes commit only onto generation gen, else fail with errStale: a change
+// checked against the state at gen is never written onto another gateway's newer change unchecked.
+func (s *Store) at(gen int64) *Store {
+	v := *s
+	v.pinned, v.atGeneration = true, gen
+	return &v
 }
+
+// read runs fn in one read transaction: every query of fn sees the same committed state (a snapshot:
+// PostgreSQL reads at REPEATABLE READ, SQLite's read transaction is one already).
+func (s *Store) read(ctx context.Context, fn func(tx dbtx) error) error {
+	opts := &sql.TxOptions{ReadOnly: true} // a deferred BEGIN on SQLite: takes no write lock
+	if s.pg != nil {
+		opts.Isolation = sql.LevelRepeatableRead
+	}
+	sqlTx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return s.reach(err)
+	}
+	defer sqlTx.Rollback()
+	if err := fn(dbtx{sqlTx, s.pg != nil}); err != nil {
+		return s.reach(err)
+	}
+	return s.reach(sqlTx.Commit())
+}
+
+// querier is what a transaction, a connection and the pool share.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+var (
+	_ querier = (*sql.DB)(nil)
+	_ querier = (*sql.Tx)(nil)
+	_ querier = (*sql.Conn)(nil)
+)
+
+// dbtx runs the store's queries, written with SQLite's placeholders (? and ?NNN), on q: for PostgreSQL
+// they are rewritten to $N.
+type dbtx struct {
+	q  querier
+	pg bool
+}
+
+func (t dbtx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.q.ExecContext(ctx, t.rebind(query), args...)
+}
+
+func (t dbtx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.q.QueryContext(ctx, t.rebind(query), args...)
+}
+
+func (t dbtx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.q.QueryRowContext(ctx, t.rebind(query), args...)
+}
+
+// rebind rewrites the placeholders of query for PostgreSQL: ?NNN to $NNN, and the n-th bare ? to $n. The
+// store's queries have no ? inside string literals.
+func (t dbtx) rebind(query string) string {
+	if !t.pg || !strings.Contains(query, "?") {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		if c != '?' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('$')
+		if i+1 < len(query) && query[i+1] >= '0' && query[i+1] <= '9' {
+			continue // ?NNN: the digits follow
+		}
+		n++
+		b.WriteString(strconv.Itoa(n))
+	}
+	return b.String()
+}
+
+// pool returns the store's queries on its connection pool, outside any transaction.
+func (s *Store) pool() dbtx { return dbtx{s.db, s.pg != nil} }
 
 // Limits of what the store keeps; over them a write fails with ErrInvalid.
 const (
@@ -568,7 +679,7 @@ func newID(prefix string) string {
 func millis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 
 // orgExists fails with ErrNotFound when orgID is not an org.
-func orgExists(ctx context.Context, tx *sql.Tx, orgID string) error {
+func orgExists(ctx context.Context, tx dbtx, orgID string) error {
 	var one int
 	err := tx.QueryRowContext(ctx, "SELECT 1 FROM orgs WHERE id = ?", orgID).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -583,7 +694,7 @@ func (s *Store) CreateOrg(ctx context.Context, actor, name string) (Org, error) 
 	if err := checkName("org name", name, maxNameLen); err != nil {
 		return Org{}, fmt.Errorf("cannot create org %q: %w", name, err)
 	}
-	err := s.write(ctx, actor, func(tx *sql.Tx, now int64) (audit, error) {
+	err := s.write(ctx, actor, func(tx dbtx, now int64) (audit, error) {
 		var id string
 		err := tx.QueryRowContext(ctx, "SELECT id FROM orgs WHERE name = ?", name).Scan(&id)
 		if err == nil {
@@ -608,10 +719,11 @@ func (s *Store) CreateOrg(ctx context.Context, actor, name string) (Org, error) 
 func (s *Store) GetOrg(ctx context.Context, orgID string) (Org, error) {
 	var o Org
 	var created int64
-	err := s.db.QueryRowContext(ctx, "SELECT id, name, created FROM orgs WHERE id = ?", orgID).Scan(&o.ID, &o.Name, &created)
+	err := s.pool().QueryRowContext(ctx, "SELECT id, name, created FROM orgs WHERE id = ?", orgID).Scan(&o.ID, &o.Name, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = ErrNotFound
 	}
+	err = s.reach(err)
 	if err != nil {
 		return Org{}, fmt.Errorf("cannot get org %q: %w", orgID, err)
 	}
@@ -622,7 +734,7 @@ func (s *Store) GetOrg(ctx context.Context, orgID string) (Org, error) {
 // ListOrgs returns every org, sorted by name.
 func (s *Store) ListOrgs(ctx context.Context) ([]Org, error) {
 	var orgs []Org
-	err := s.read(ctx, func(tx *sql.Tx) error {
+	err := s.read(ctx, func(tx dbtx) error {
 		var err error
 		orgs, err = listOrgs(ctx, tx)
 		return err
@@ -633,7 +745,7 @@ func (s *Store) ListOrgs(ctx context.Context) ([]Org, error) {
 	return orgs, nil
 }
 
-func listOrgs(ctx context.Context, tx *sql.Tx) ([]Org, error) {
+func listOrgs(ctx context.Context, tx dbtx) ([]Org, error) {
 	rows, err := tx.QueryContext(ctx, "SELECT id, name, created FROM orgs ORDER BY name")
 	if err != nil {
 		return nil, err
@@ -654,7 +766,7 @@ func listOrgs(ctx context.Context, tx *sql.Tx) ([]Org, error) {
 
 // DeleteOrg deletes the org orgID with its providers, routes, keys and tokens. Its audit rows stay.
 func (s *Store) DeleteOrg(ctx context.Context, actor, orgID string) error {
-	err := s.write(ctx, actor, func(tx *sql.Tx, now int64) (audit, error) {
+	err := s.write(ctx, actor, func(tx dbtx, now int64) (audit, error) {
 		var name string
 		var providers, routes, keys, tokens int
 		err := tx.QueryRowContext(ctx, `SELECT name,
@@ -700,51 +812,53 @@ var (
 const createOnly = -1
 
 // put creates or replaces (orgID, name): only creates with expect createOnly, creates or replaces with 0,
-// replaces version expect with expect > 0.
-func (v versioned) put(ctx context.Context, tx *sql.Tx, now int64, orgID, name string, config []byte, expect int64) (bool, int64, audit, error) {
+// replaces version expect with expect > 0. It returns the row as written (version 1: created).
+func (v versioned) put(ctx context.Context, tx dbtx, now int64, orgID, name string, config []byte, expect int64) (row, audit, error) {
 	if err := orgExists(ctx, tx, orgID); err != nil {
-		return false, 0, audit{}, err
+		return row{}, audit{}, err
 	}
-	q, args := "SELECT org_id, version FROM "+v.table+" WHERE org_id = ? AND "+v.key+" = ?", []any{orgID, name}
+	q, args := "SELECT org_id, version, created FROM "+v.table+" WHERE org_id = ? AND "+v.key+" = ?", []any{orgID, name}
 	if v.global {
-		q, args = "SELECT org_id, version FROM "+v.table+" WHERE "+v.key+" = ?", []any{name}
+		q, args = "SELECT org_id, version, created FROM "+v.table+" WHERE "+v.key+" = ?", []any{name}
 	}
 	var owner string
-	var current int64
-	err := tx.QueryRowContext(ctx, q, args...).Scan(&owner, &current)
+	var current, created int64
+	err := tx.QueryRowContext(ctx, q, args...).Scan(&owner, &current, &created)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		current = 0
 	case err != nil:
-		return false, 0, audit{}, err
+		return row{}, audit{}, err
 	case owner != orgID:
 		// Not which org: an org admin learns that the name is taken, not who has it.
-		return false, 0, audit{}, fmt.Errorf("%w: %s %q is used by another org", ErrConflict, v.key, name)
+		return row{}, audit{}, fmt.Errorf("%w: %s %q is used by another org", ErrConflict, v.key, name)
 	}
 	switch {
 	case expect == createOnly && current != 0:
-		return false, 0, audit{}, fmt.Errorf("%w: it exists (version %d)", ErrConflict, current)
+		return row{}, audit{}, fmt.Errorf("%w: it exists (version %d)", ErrConflict, current)
 	case expect > 0 && current != expect:
-		return false, 0, audit{}, &VersionConflictError{Expected: expect, Current: current}
+		return row{}, audit{}, &VersionConflictError{Expected: expect, Current: current}
 	}
 	a := audit{orgID: orgID, object: v.object, name: name}
+	r := row{orgID: orgID, name: name, config: config, version: current + 1, created: created, updated: now}
 	if current == 0 {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO "+v.table+" (org_id, "+v.key+", config, version, created, updated) VALUES (?, ?, ?, 1, ?, ?)",
 			orgID, name, config, now, now); err != nil {
-			return false, 0, audit{}, err
+			return row{}, audit{}, err
 		}
 		a.action, a.detail = "create", "version 1"
-		return true, 1, a, nil
+		r.created = now
+		return r, a, nil
 	}
 	if _, err := tx.ExecContext(ctx, "UPDATE "+v.table+" SET config = ?, version = ?, updated = ? WHERE org_id = ? AND "+v.key+" = ?",
 		config, current+1, now, orgID, name); err != nil {
-		return false, 0, audit{}, err
+		return row{}, audit{}, err
 	}
 	a.action, a.detail = "replace", "version "+strconv.FormatInt(current+1, 10)
-	return false, current + 1, a, nil
+	return r, a, nil
 }
 
-func (v versioned) delete(ctx context.Context, tx *sql.Tx, orgID, name string, expect int64) (audit, error) {
+func (v versioned) delete(ctx context.Context, tx dbtx, orgID, name string, expect int64) (audit, error) {
 	var current int64
 	err := tx.QueryRowContext(ctx, "SELECT version FROM "+v.table+" WHERE org_id = ? AND "+v.key+" = ?", orgID, name).Scan(&current)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -808,42 +922,56 @@ func (s *Store) PutProvider(ctx context.Context, actor, orgID, name string, conf
 	if expectVersion < 0 {
 		return false, 0, fmt.Errorf("cannot put provider %q of org %q: %w: expected version %d", name, orgID, ErrInvalid, expectVersion)
 	}
-	if created, version, err = s.putVersioned(ctx, providerTable, actor, orgID, name, config, expectVersion); err != nil {
+	r, err := s.putVersioned(ctx, providerTable, actor, orgID, name, config, expectVersion)
+	if err != nil {
 		return false, 0, fmt.Errorf("cannot put provider %q of org %q: %w", name, orgID, err)
 	}
-	return created, version, nil
+	return r.version == 1, r.version, nil
 }
 
 // CreateProvider creates the provider name of org orgID at version 1; one that exists is ErrConflict.
 func (s *Store) CreateProvider(ctx context.Context, actor, orgID, name string, config []byte) error {
-	if _, _, err := s.putVersioned(ctx, providerTable, actor, orgID, name, config, createOnly); err != nil {
+	if _, err := s.putVersioned(ctx, providerTable, actor, orgID, name, config, createOnly); err != nil {
 		return fmt.Errorf("cannot create provider %q of org %q: %w", name, orgID, err)
 	}
 	return nil
 }
 
-func (s *Store) putVersioned(ctx context.Context, v versioned, actor, orgID, name string, config []byte, expect int64) (created bool, version int64, err error) {
+// putVersioned writes v's (orgID, name) as put does and returns the row as written; its config is config.
+func (s *Store) putVersioned(ctx context.Context, v versioned, actor, orgID, name string, config []byte, expect int64) (row, error) {
 	if err := checkName(v.object+" "+v.key, name, maxNameLen); err != nil {
-		return false, 0, err
+		return row{}, err
 	}
 	if err := checkConfig(config); err != nil {
-		return false, 0, err
+		return row{}, err
 	}
-	err = s.write(ctx, actor, func(tx *sql.Tx, now int64) (audit, error) {
+	var r row
+	err := s.write(ctx, actor, func(tx dbtx, now int64) (audit, error) {
 		var a audit
 		var err error
-		created, version, a, err = v.put(ctx, tx, now, orgID, name, config, expect)
+		r, a, err = v.put(ctx, tx, now, orgID, name, config, expect)
 		return a, err
 	})
-	return created, version, err
+	return r, err
+}
+
+// putObject is PutProvider, CreateProvider with expect createOnly, or the same for routes (v), returning
+// the object as written: what the API answers, even when another gateway replaces it right after.
+func (s *Store) putObject(ctx context.Context, v versioned, actor, orgID, name string, config []byte, expect int64) (storedObject, error) {
+	r, err := s.putVersioned(ctx, v, actor, orgID, name, config, expect)
+	if err != nil {
+		return storedObject{}, fmt.Errorf("cannot put %s %q of org %q: %w", v.object, name, orgID, err)
+	}
+	return storedObject{r.name, r.config, r.version, millis(r.created), millis(r.updated)}, nil
 }
 
 // GetProvider returns the provider name of org orgID, or ErrNotFound. Its Config is the caller's.
 func (s *Store) GetProvider(ctx context.Context, orgID, name string) (Provider, error) {
-	rs, err := providerTable.list(ctx, s.db, "WHERE org_id = ? AND name = ?", orgID, name)
+	rs, err := providerTable.list(ctx, s.pool(), "WHERE org_id = ? AND name = ?", orgID, name)
 	if err == nil && len(rs) == 0 {
 		err = ErrNotFound
 	}
+	err = s.reach(err)
 	if err != nil {
 		return Provider{}, fmt.Errorf("cannot get provider %q of org %q: %w", name, orgID, err)
 	}
@@ -853,7 +981,7 @@ func (s *Store) GetProvider(ctx context.Context, orgID, name string) (Provider, 
 // ListProviders returns the providers of org orgID sorted by name; a missing org is ErrNotFound.
 func (s *Store) ListProviders(ctx context.Context, orgID string) ([]Provider, error) {
 	var ps []Provider
-	err := s.read(ctx, func(tx *sql.Tx) error {
+	err := s.read(ctx, func(tx dbtx) error {
 		if err := orgExists(ctx, tx, orgID); err != nil {
 			return err
 		}
@@ -884,7 +1012,7 @@ func (s *Store) deleteVersioned(ctx context.Context, v versioned, actor, orgID, 
 	if expect < 0 {
 		return fmt.Errorf("%w: expected version %d", ErrInvalid, expect)
 	}
-	return s.write(ctx, actor, func(tx *sql.Tx, now int64) (audit, error) {
+	return s.write(ctx, actor, func(tx dbtx, now int64) (audit, error) {
 		return v.delete(ctx, tx, orgID, name, expect)
 	})
 }
@@ -895,16 +1023,17 @@ func (s *Store) PutRoute(ctx context.Context, actor, orgID, model string, config
 	if expectVersion < 0 {
 		return false, 0, fmt.Errorf("cannot put route %q of org %q: %w: expected version %d", model, orgID, ErrInvalid, expectVersion)
 	}
-	if created, version, err = s.putVersioned(ctx, routeTable, actor, orgID, model, config, expectVersion); err != nil {
+	r, err := s.putVersioned(ctx, routeTable, actor, orgID, model, config, expectVersion)
+	if err != nil {
 		return false, 0, fmt.Errorf("cannot put route %q of org %q: %w", model, orgID, err)
 	}
-	return created, version, nil
+	return r.version == 1, r.version, nil
 }
 
 // CreateRoute creates the route of model for org orgID at version 1; a model already routed, by this org
 // or any other, is ErrConflict.
 func (s *Store) CreateRoute(ctx context.Context, actor, orgID, model string, config []byte) error {
-	if _, _, err := s.putVersioned(ctx, routeTable, actor, orgID, model, config, createOnly); err != nil {
+	if _, err := s.putVersioned(ctx, routeTable, actor, orgID, model, config, createOnly); err != nil {
 		return fmt.Errorf("cannot create route %q of org %q: %w", model, orgID, err)
 	}
 	return nil
@@ -912,10 +1041,11 @@ func (s *Store) CreateRoute(ctx context.Context, actor, orgID, model string, con
 
 // GetRoute returns org orgID's route of model, or ErrNotFound (also when another org routes model).
 func (s *Store) GetRoute(ctx context.Context, orgID, model string) (Route, error) {
-	rs, err := routeTable.list(ctx, s.db, "WHERE org_id = ? AND model = ?", orgID, model)
+	rs, err := routeTable.list(ctx, s.pool(), "WHERE org_id = ? AND model = ?", orgID, model)
 	if err == nil && len(rs) == 0 {
 		err = ErrNotFound
 	}
+	err = s.reach(err)
 	if err != nil {
 		return Route{}, fmt.Errorf("cannot get route %q of org %q: %w", model, orgID, err)
 	}
@@ -925,7 +1055,7 @@ func (s *Store) GetRoute(ctx context.Context, orgID, model string) (Route, error
 // ListRoutes returns the routes of org orgID sorted by model; a missing org is ErrNotFound.
 func (s *Store) ListRoutes(ctx context.Context, orgID string) ([]Route, error) {
 	var out []Route
-	err := s.read(ctx, func(tx *sql.Tx) error {
+	err := s.read(ctx, func(tx dbtx) error {
 		if err := orgExists(ctx, tx, orgID); err != nil {
 			return err
 		}
@@ -969,7 +1099,7 @@ func (c credentials) create(ctx context.Context, s *Store, actor, orgID, name st
 		return Credential{}, err
 	}
 	cr := Credential{ID: newID(c.idPrefix), OrgID: orgID, Name: name, Prefix: prefix}
-	err := s.write(ctx, actor, func(tx *sql.Tx, now int64) (audit, error) {
+	err := s.write(ctx, actor, func(tx dbtx, now int64) (audit, error) {
 		if err := orgExists(ctx, tx, orgID); err != nil {
 			return audit{}, err
 		}
@@ -993,7 +1123,7 @@ func (c credentials) create(ctx context.Context, s *Store, actor, orgID, name st
 
 func (c credentials) list(ctx context.Context, s *Store, orgID string) ([]Credential, error) {
 	var out []Credential
-	err := s.read(ctx, func(tx *sql.Tx) error {
+	err := s.read(ctx, func(tx dbtx) error {
 		if err := orgExists(ctx, tx, orgID); err != nil {
 			return err
 		}
@@ -1021,7 +1151,7 @@ func (c credentials) list(ctx context.Context, s *Store, orgID string) ([]Creden
 }
 
 func (c credentials) revoke(ctx context.Context, s *Store, actor, orgID, id string) error {
-	return s.write(ctx, actor, func(tx *sql.Tx, now int64) (audit, error) {
+	return s.write(ctx, actor, func(tx dbtx, now int64) (audit, error) {
 		var revoked sql.NullInt64
 		var name string
 		err := tx.QueryRowContext(ctx, "SELECT name, revoked FROM "+c.table+" WHERE id = ? AND org_id = ?", id, orgID).Scan(&name, &revoked)
@@ -1099,12 +1229,12 @@ func (s *Store) RevokeToken(ctx context.Context, actor, orgID, id string) error 
 // TokenByHash returns the org and id of the valid (not revoked) admin token whose hash is hash; ok is
 // false when there is none.
 func (s *Store) TokenByHash(ctx context.Context, hash [32]byte) (orgID, id string, ok bool, err error) {
-	err = s.db.QueryRowContext(ctx, "SELECT org_id, id FROM tokens WHERE hash = ? AND revoked IS NULL", hash[:]).Scan(&orgID, &id)
+	err = s.pool().QueryRowContext(ctx, "SELECT org_id, id FROM tokens WHERE hash = ? AND revoked IS NULL", hash[:]).Scan(&orgID, &id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", false, nil
 	}
 	if err != nil {
-		return "", "", false, fmt.Errorf("cannot look up a token: %w", err)
+		return "", "", false, fmt.Errorf("cannot look up a token: %w", s.reach(err))
 	}
 	return orgID, id, true, nil
 }
@@ -1122,9 +1252,9 @@ func (s *Store) Audit(ctx context.Context, orgID string, limit int) ([]AuditEntr
 	}
 	q += " ORDER BY id DESC LIMIT ?"
 	args = append(args, limit)
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.pool().QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read the audit log: %w", err)
+		return nil, fmt.Errorf("cannot read the audit log: %w", s.reach(err))
 	}
 	defer rows.Close()
 	var out []AuditEntry
@@ -1133,13 +1263,13 @@ func (s *Store) Audit(ctx context.Context, orgID string, limit int) ([]AuditEntr
 		var at int64
 		var org sql.NullString
 		if err := rows.Scan(&e.ID, &at, &e.Generation, &e.Actor, &org, &e.Action, &e.Object, &e.Name, &e.Detail); err != nil {
-			return nil, fmt.Errorf("cannot read the audit log: %w", err)
+			return nil, fmt.Errorf("cannot read the audit log: %w", s.reach(err))
 		}
 		e.At, e.OrgID = millis(at), org.String
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("cannot read the audit log: %w", err)
+		return nil, fmt.Errorf("cannot read the audit log: %w", s.reach(err))
 	}
 	return out, nil
 }
@@ -1147,7 +1277,7 @@ func (s *Store) Audit(ctx context.Context, orgID string, limit int) ([]AuditEntr
 // Load returns everything the gateway needs, read in one transaction. The State is the caller's.
 func (s *Store) Load(ctx context.Context) (*State, error) {
 	st := &State{Pepper: s.pepper}
-	err := s.read(ctx, func(tx *sql.Tx) error {
+	err := s.read(ctx, func(tx dbtx) error {
 		if err := tx.QueryRowContext(ctx, "SELECT generation FROM meta WHERE id = 1").Scan(&st.Generation); err != nil {
 			return err
 		}
@@ -1192,4 +1322,65 @@ func (s *Store) Load(ctx context.Context) (*State, error) {
 		return nil, fmt.Errorf("cannot load the store: %w", err)
 	}
 	return st, nil
+}
+
+// Replica is one gateway running on the store, as it last reported itself (replica.go).
+type Replica struct {
+	ID         string // host name and process id
+	Address    string // where its control plane listens
+	Version    string // its rolter version
+	Generation int64  // the store generation its config serves
+	Error      string // why it does not serve a newer generation ("" when none)
+	Seen       time.Time
+}
+
+// replicaForget is how long a replica that stopped reporting stays listed.
+const replicaForget = time.Hour
+
+// ReportReplica records r, seen now, and forgets the replicas not seen for replicaForget. It is not a
+// change of the store: the generation stays, and no audit row is written.
+func (s *Store) ReportReplica(ctx context.Context, r Replica) error {
+	if err := checkName("replica id", r.ID, maxNameLen); err != nil {
+		return fmt.Errorf("cannot report replica %q: %w", r.ID, err)
+	}
+	now := s.now()
+	q := s.pool()
+	_, err := q.ExecContext(ctx, `INSERT INTO replicas (id, address, version, generation, error, seen) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET address = excluded.address, version = excluded.version,
+		generation = excluded.generation, error = excluded.error, seen = excluded.seen`,
+		r.ID, r.Address, r.Version, r.Generation, r.Error, now.UnixMilli())
+	if err == nil {
+		_, err = q.ExecContext(ctx, "DELETE FROM replicas WHERE seen < ?", now.Add(-replicaForget).UnixMilli())
+	}
+	if err != nil {
+		return fmt.Errorf("cannot report replica %q: %w", r.ID, s.reach(err))
+	}
+	return nil
+}
+
+// Replicas returns the replicas that reported within replicaForget, sorted by id.
+func (s *Store) Replicas(ctx context.Context) ([]Replica, error) {
+	var out []Replica
+	err := s.read(ctx, func(tx dbtx) error {
+		rows, err := tx.QueryContext(ctx, "SELECT id, address, version, generation, error, seen FROM replicas WHERE seen >= ? ORDER BY id",
+			s.now().Add(-replicaForget).UnixMilli())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r Replica
+			var seen int64
+			if err := rows.Scan(&r.ID, &r.Address, &r.Version, &r.Generation, &r.Error, &seen); err != nil {
+				return err
+			}
+			r.Seen = millis(seen)
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot list replicas: %w", err)
+	}
+	return out, nil
 }

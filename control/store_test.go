@@ -20,11 +20,16 @@ const su = "superadmin"
 
 var bg = context.Background()
 
-// testStore opens a new store in a temporary directory with a clock that starts at 2026-01-02 and moves
-// one second per write; it is closed at cleanup.
+// testStore opens a new store in a temporary directory (a new PostgreSQL database under
+// TestStorePostgres) with a clock that starts at 2026-01-02 and moves one second per write; it is closed at
+// cleanup.
 func testStore(t *testing.T) *Store {
 	t.Helper()
-	s := openStore(t, filepath.Join(t.TempDir(), "rolter.db"))
+	path := filepath.Join(t.TempDir(), "rolter.db")
+	if onPostgres(t) {
+		path = testPostgres(t)
+	}
+	s := openStore(t, path)
 	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var mu sync.Mutex
 	s.now = func() time.Time {
@@ -719,7 +724,7 @@ func TestStoreConcurrentWriters(t *testing.T) {
 // TestStoreMigrations: migration files are numbered without gaps; a failing migration leaves the store at
 // the version before it, with nothing of it applied, and the next Open applies it.
 func TestStoreMigrations(t *testing.T) {
-	if SchemaVersion() != 1 || migrations[0].name != "0001_init.sql" {
+	if SchemaVersion() != 2 || migrations[0].name != "0001_init.sql" || len(pgMigrations) != SchemaVersion() {
 		t.Fatalf("SchemaVersion() = %d, first migration %q", SchemaVersion(), migrations[0].name)
 	}
 	f := func(files []string, wantErr string) {
@@ -728,7 +733,7 @@ func TestStoreMigrations(t *testing.T) {
 		for _, name := range files {
 			fsys["migrations/"+name] = &fstest.MapFile{Data: []byte("SELECT 1;")}
 		}
-		ms, err := loadMigrations(fsys)
+		ms, err := loadMigrations(fsys, "migrations")
 		if wantErr == "" {
 			if err != nil || len(ms) != len(files) {
 				t.Fatalf("loadMigrations(%q) = %d, %v", files, len(ms), err)
@@ -748,20 +753,21 @@ func TestStoreMigrations(t *testing.T) {
 	f(nil, "there are none")
 
 	path := filepath.Join(t.TempDir(), "rolter.db")
-	bad := append(migrations[:1:1], migration{version: 2, name: "0002_bad.sql",
+	n := len(migrations)
+	bad := append(migrations[:n:n], migration{version: n + 1, name: "0003_bad.sql",
 		sql: "CREATE TABLE half (x INTEGER); ALTER TABLE orgs ADD COLUMN y INTEGER; INSERT INTO nope VALUES (1);"})
-	if _, err := open(bg, path, bad); err == nil || !strings.Contains(err.Error(), `cannot apply migration "0002_bad.sql"`) {
+	if _, err := open(bg, path, bad); err == nil || !strings.Contains(err.Error(), `cannot apply migration "0003_bad.sql"`) {
 		t.Fatalf("open with a failing migration: %v", err)
 	}
 	raw := rawDB(t, path)
 	var v, half int
 	raw.QueryRow("PRAGMA user_version").Scan(&v)
 	raw.QueryRow("SELECT count(*) FROM sqlite_schema WHERE name = 'half'").Scan(&half)
-	if v != 1 || half != 0 {
+	if v != n || half != 0 {
 		t.Fatalf("after a failed migration: user_version %d, table of it present: %v", v, half == 1)
 	}
 	raw.Close()
-	good := append(migrations[:1:1], migration{version: 2, name: "0002_good.sql", sql: "CREATE TABLE whole (x INTEGER);"})
+	good := append(migrations[:n:n], migration{version: n + 1, name: "0003_good.sql", sql: "CREATE TABLE whole (x INTEGER);"})
 	s, err := open(bg, path, good)
 	if err != nil {
 		t.Fatal(err)
@@ -838,4 +844,42 @@ func TestStoreTwoHandles(t *testing.T) {
 	if g, _ := s2.Generation(bg); g != 21 {
 		t.Fatalf("generation %d, want 21", g)
 	}
+}
+
+// TestStoreReplicas: a replica's report is upserted and listed; it is not a change (no generation, no
+// audit row); a replica silent for replicaForget is forgotten.
+func TestStoreReplicas(t *testing.T) {
+	s := testStore(t)
+	mustOrg(t, s, "o")
+	f := func(want ...Replica) {
+		t.Helper()
+		got, err := s.Replicas(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			got[i].Seen = time.Time{}
+		}
+		if len(got) != len(want) || (len(want) > 0 && !reflect.DeepEqual(got, want)) {
+			t.Fatalf("replicas %+v, want %+v", got, want)
+		}
+	}
+	f()
+	b := Replica{ID: "gw-b/1", Address: "10.0.0.2:8081", Version: "v1", Generation: 1}
+	a := Replica{ID: "gw-a/1", Address: "10.0.0.1:8081", Version: "v1", Generation: 0, Error: "refused"}
+	wantErr(t, s.ReportReplica(bg, b), nil)
+	wantErr(t, s.ReportReplica(bg, a), nil)
+	f(a, b)
+	a.Generation, a.Error = 1, ""
+	wantErr(t, s.ReportReplica(bg, a), nil)
+	f(a, b)
+	wantErr(t, s.ReportReplica(bg, Replica{}), ErrInvalid, "the replica id is empty")
+	if g, _ := s.Generation(bg); g != 1 || count(t, s, "audit") != 1 {
+		t.Fatalf("generation %d, %d audit rows: reports are no changes", g, count(t, s, "audit"))
+	}
+	// An hour and more later, a's report forgets b.
+	later := s.now().Add(2 * replicaForget)
+	s.now = func() time.Time { return later }
+	wantErr(t, s.ReportReplica(bg, a), nil)
+	f(a)
 }

@@ -18,12 +18,14 @@ import (
 // controlPlane is `rolter serve`'s control plane ([control] enabled): the store, the /api/v1 server on its
 // own listener, and the live file config the server composes with the store.
 type controlPlane struct {
-	store *control.Store
-	srv   *control.Server
-	http  *http.Server
-	ln    net.Listener
-	file  atomic.Pointer[engine.Config]
-	log   *slog.Logger
+	store  *control.Store
+	srv    *control.Server
+	follow *control.Follower
+	http   *http.Server
+	ln     net.Listener
+	file   atomic.Pointer[engine.Config]
+	gen    int64 // the store generation the gateway started with
+	log    *slog.Logger
 }
 
 // openControl opens the store and returns the config to start the gateway with: the file's composed with
@@ -41,14 +43,14 @@ func openControl(file *engine.Config, log *slog.Logger) (*controlPlane, *engine.
 	cfg, _, err := control.Compose(file, st)
 	if err == nil {
 		if errs := engine.ValidateConfig(cfg); len(errs) > 0 {
-			err = fmt.Errorf("the config composed with the control plane's store %s has problems:\n%w", file.Control.Store, errs)
+			err = fmt.Errorf("the config composed with the control plane's store %s has problems:\n%w", store.Path(), errs)
 		}
 	}
 	if err != nil {
 		store.Close()
 		return nil, nil, err
 	}
-	cp := &controlPlane{store: store, log: log}
+	cp := &controlPlane{store: store, gen: st.Generation, log: log}
 	cp.file.Store(file)
 	return cp, cfg, nil
 }
@@ -65,6 +67,7 @@ func (cp *controlPlane) start(g *engine.Gateway) error {
 		Listen:     c.Listen,
 		Version:    version,
 		Logger:     cp.log,
+		Generation: cp.gen,
 	})
 	if err != nil {
 		return err
@@ -74,6 +77,10 @@ func (cp *controlPlane) start(g *engine.Gateway) error {
 		return fmt.Errorf("cannot listen for the control plane on %s: %w", c.Listen, err)
 	}
 	cp.srv, cp.ln = srv, ln
+	// Every accepted change of another gateway on the same store (PostgreSQL), and anything this one
+	// missed, is applied here through the same compose + Reload path (issue 21).
+	cp.follow = control.NewFollower(srv, control.FollowerOptions{Address: advertised(ln.Addr()), Logger: cp.log})
+	cp.follow.Start()
 	cp.http = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() {
 		if err := cp.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -100,8 +107,26 @@ func (cp *controlPlane) reload(g *engine.Gateway, path string) {
 	}
 }
 
-// stop closes the listener and the store, after the gateway drained.
+// advertised is the control plane's address as another host reaches it: the host name for an unspecified
+// (all-interfaces) IP.
+func advertised(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// stop stops following the store, closes the listener and the store, after the gateway drained.
 func (cp *controlPlane) stop() {
+	if cp.follow != nil {
+		cp.follow.Stop()
+	}
 	if cp.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

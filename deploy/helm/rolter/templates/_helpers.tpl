@@ -1,0 +1,63 @@
+{{- define "rolter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "rolter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "rolter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rolter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "rolter.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "rolter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The Secret holding the superadmin token, and its key. */}}
+{{- define "rolter.adminSecret" -}}
+{{- default (printf "%s-admin" (include "rolter.fullname" .)) .Values.control.existingSecret }}
+{{- end }}
+{{- define "rolter.adminSecretKey" -}}
+{{- if .Values.control.existingSecret }}{{ .Values.control.existingSecretKey }}{{ else }}admin-token{{ end }}
+{{- end }}
+
+{{/* The store: the PostgreSQL URL, or a SQLite file in the data volume. */}}
+{{- define "rolter.store" -}}
+{{- default "/var/lib/rolter/rolter.db" .Values.control.store }}
+{{- end }}
+{{- define "rolter.postgres" -}}
+{{- if or (hasPrefix "postgres://" .Values.control.store) (hasPrefix "postgresql://" .Values.control.store) }}true{{ end }}
+{{- end }}
+
+{{/* More than one gateway must share a PostgreSQL store: separate SQLite files would drift apart. */}}
+{{- define "rolter.check" -}}
+{{- if and .Values.control.enabled (not (include "rolter.postgres" .)) }}
+{{- if or (gt (int .Values.replicaCount) 1) .Values.autoscaling.enabled }}
+{{- fail "replicaCount > 1 or autoscaling needs control.store = \"postgres://...\": gateways with their own SQLite files would drift apart" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.control.store (not (include "rolter.postgres" .)) }}
+{{- fail "control.store must be a postgres:// or postgresql:// URL, or empty (a SQLite file in the pod)" }}
+{{- end }}
+{{- if and (include "rolter.postgres" .) (regexMatch "://[^/@]*:[^/@]*@" .Values.control.store) }}
+{{- fail "control.store must not hold the password: put it in a Secret named by control.database.passwordSecret" }}
+{{- end }}
+{{- end }}
+
+{{- define "rolter.gracePeriod" -}}
+{{- add (int (ceil .Values.server.drainSecs)) (int .Values.preStopSleepSecs) (int .Values.terminationMarginSecs) }}
+{{- end }}
