@@ -596,7 +596,11 @@ func TestSubscriberReplayMaxMessageBytes(t *testing.T) {
 	s.replayTimeout = 500 * time.Millisecond
 	st, pub := addTarget(t, zctx, s, SubscriberConfig{ReplayEndpoint: rs.endpoint, MaxMessageBytes: limit})
 	pub.publish("kv", 0, 1, 3)
-	waitFor(t, "seq 3", func() bool { return st.Stats().LastSeq == 3 })
+	// LastSeq moves when the gap is seen, before the replay fails and batch 3 is applied: wait for both.
+	waitFor(t, "the failed replay and batch 3", func() bool {
+		s := st.Stats()
+		return s.LastSeq == 3 && s.ReplaysFailed == 1 && residentOn(ix, 0, 3)
+	})
 	stats := st.Stats()
 	if stats.Trusted || stats.ReplaysFailed != 1 || stats.ReplaysOK != 0 || residentOn(ix, 0, 2) || !residentOn(ix, 0, 3) {
 		t.Fatalf("unexpected stats %+v", stats)
