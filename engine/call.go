@@ -309,9 +309,6 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	p.kvOut = c.kvOut[:]
 	p.tmp = c.tmp[:0]
 	p.Matches = c.matches[:len(r.Targets)]
-	for i := range p.Matches {
-		p.Matches[i] = -1
-	}
 	if h := ctx.Request.Header.Peek("X-Rolter-Vllm-Token-Ids"); len(h) > 0 {
 		var ok bool
 		if c.tokens, ok = parseTokenIDs(c.tokens[:0], h); ok {
@@ -670,12 +667,7 @@ func (c *call) accountReuse() {
 	if p.MatchOf <= 0 {
 		return
 	}
-	held := int32(0)
-	for _, i := range p.Eligible {
-		held = max(held, p.Matches[i])
-	}
-	captured := max(p.Matches[c.target.Index], 0)
-	held = max(held, captured) // a fail-open target outside the eligible set
+	held, captured := p.predicted(c.target.Index)
 	m.ReuseScored.Add(p.MatchOf)
 	m.ReuseHeld.Add(int(held))
 	m.ReuseCaptured.Add(int(captured))

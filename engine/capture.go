@@ -13,6 +13,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/rolter-ai/rolter/capture"
 	"github.com/rolter-ai/rolter/logfile"
 	"github.com/rolter-ai/rolter/telemetry"
 )
@@ -114,7 +115,7 @@ func (w *captureWriter) record(c *call, status int) {
 	bs := w.cfg.BlockBytes
 	prev := uint64(0)
 	for off := 0; off < len(c.key); off += bs {
-		prev = chainHash(w.salt, prev, c.key[off:min(off+bs, len(c.key))])
+		prev = capture.ChainHash(w.salt, prev, c.key[off:min(off+bs, len(c.key))])
 		blocks = append(blocks, prev)
 	}
 	*bp = blocks
@@ -130,7 +131,7 @@ func (w *captureWriter) record(c *call, status int) {
 		}
 	}
 	if len(c.pick.SessionID) > 0 {
-		it.session, it.hasSess = chainHash(w.salt^sessionDomain, 0, c.pick.SessionID), true
+		it.session, it.hasSess = capture.ChainHash(w.salt^sessionDomain, 0, c.pick.SessionID), true
 	}
 	select {
 	case w.queue <- it:
@@ -142,19 +143,6 @@ func (w *captureWriter) record(c *call, status int) {
 
 // sessionDomain separates session hashes from block hashes made with the same salt.
 const sessionDomain = 0x5e5510f0_5e5510f0
-
-// chainHash is capture.ChainHash (the trace's format), computed without allocating; a test checks the two
-// agree.
-func chainHash(salt, prev uint64, block []byte) uint64 {
-	var d xxhash.Digest
-	d.Reset()
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], salt)
-	binary.LittleEndian.PutUint64(b[8:], prev)
-	_, _ = d.Write(b[:])
-	_, _ = d.Write(block)
-	return d.Sum64()
-}
 
 func putBlocks(bp *[]uint64) {
 	if cap(*bp) > 4096 {

@@ -84,18 +84,14 @@ const (
 // trie predicted and what the engine delivered is above the route's stale_gap over at least stale_window
 // measured responses, the target's trie is emptied (and the gap starts over).
 func (r *Route) checkStale(t *Target) {
-	if r.staleGap <= 0 {
-		return
-	}
-	h, ok := r.Strategy.(trieHolder)
-	if !ok {
+	if r.staleGap <= 0 || r.tries == nil {
 		return
 	}
 	g := t.gap
 	if g.samples.Load() < int64(r.staleWindow) || !(g.value() > r.staleGap) {
 		return
 	}
-	tr := h.triesOf()[t.Index]
+	tr := r.tries[t.Index]
 	if !g.restart() {
 		return // another request got there first
 	}
@@ -118,8 +114,8 @@ type Evidence struct {
 func evidenceOf(r *Route, i int) []Evidence {
 	var ev []Evidence
 	t := r.Targets[i]
-	if h, ok := r.Strategy.(trieHolder); ok {
-		state, why := trieTrust(h.triesOf()[i], t.Provider)
+	if r.tries != nil {
+		state, why := trieTrust(r.tries[i], t.Provider)
 		ev = append(ev, Evidence{Source: "trie", Trust: state.String(), Reason: why.String()})
 	}
 	if s, ok := r.Strategy.(*preciseCacheAware); ok {
@@ -142,8 +138,8 @@ func trieTrust(tr *trie.Trie, p *Provider) (kvindex.TrustState, kvindex.TrustRea
 func registerEvidence(set *telemetry.Set, r *Route) {
 	for i, t := range r.Targets {
 		l := "route=" + telemetry.Label(r.Model) + ",target=" + telemetry.Label(t.Provider.Name)
-		if h, ok := r.Strategy.(trieHolder); ok {
-			tr, p := h.triesOf()[i], t.Provider
+		if r.tries != nil {
+			tr, p := r.tries[i], t.Provider
 			set.Gauge(telemetry.EvidenceTrust, l+`,source="trie"`, func() float64 {
 				state, _ := trieTrust(tr, p)
 				return float64(state)

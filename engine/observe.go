@@ -168,6 +168,7 @@ func (c *call) recordEnd(status int) {
 	}
 	end := time.Now()
 	d := end.Sub(c.start)
+	errClass := c.errorClass(status)
 	// Sampled or slow requests are logged, and every request the gateway answered with a 5xx.
 	if o.log != nil && (o.log.Want(d, rand.Uint64()) || status >= 500) {
 		r := &c.logRec
@@ -181,7 +182,7 @@ func (c *call) recordEnd(status int) {
 		r.Duration = d
 		r.BytesOut = c.bytesOut
 		r.Stream = c.sse
-		r.Error = c.errorClass(status)
+		r.Error = errClass
 		if c.route != nil {
 			r.Route, r.Model, r.Strategy = c.route.Model, c.route.Model, c.route.StrategyName
 			r.Decision, r.Score = c.decision.Reason.String(), c.decision.Score
@@ -216,7 +217,7 @@ func (c *call) recordEnd(status int) {
 		s.Status = status
 		s.Retries = c.retries
 		s.SetRequestID(c.reqID)
-		s.Error = c.errorClass(status)
+		s.Error = errClass
 		s.Score = -1
 		if c.route != nil {
 			s.Route, s.Model, s.Strategy = c.route.Model, c.route.Model, c.route.StrategyName

@@ -331,9 +331,6 @@ func (ss *shadowSet) rank(sl *shadowSlot) {
 			}
 		}
 		p.Matches = ss.matches[:n]
-		for i := range p.Matches {
-			p.Matches[i] = -1
-		}
 		sl.picks[k] = -1
 		if len(p.Eligible) == 0 {
 			continue
@@ -350,13 +347,10 @@ func (ss *shadowSet) rank(sl *shadowSlot) {
 		}
 		sh.m.ranked.Inc()
 		if p.MatchOf > 0 {
-			held := int32(0)
-			for _, i := range p.Eligible {
-				held = max(held, p.Matches[i])
-			}
+			held, captured := p.predicted(t)
 			sh.m.scored.Add(p.MatchOf)
 			sh.m.held.Add(int(held))
-			sh.m.captured.Add(int(max(p.Matches[t], 0)))
+			sh.m.captured.Add(int(captured))
 		}
 		sh.cov.add(loadCoV(sh.inflight, sl.eligible))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/telemetry"
+	"github.com/rolter-ai/rolter/trie"
 )
 
 // A Snapshot is the config with its runtime objects: providers, routes with their targets and strategies,
@@ -81,7 +82,9 @@ type Route struct {
 	// staleGap and staleWindow are the stale loop's parameters (lifecycle.go); staleGap 0: off.
 	staleGap    float64
 	staleWindow int
-	m           *telemetry.RouteMetrics
+	// tries are the strategy's prefix tries, one per target (nil for a strategy without them).
+	tries []*trie.Trie
+	m     *telemetry.RouteMetrics
 	// strategyHeader and modelBytes are the x-rolter-strategy and x-rolter-route values.
 	strategyHeader []byte
 	modelBytes     []byte
@@ -283,6 +286,9 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		}
 		r.Strategy = st
 		r.recorder, _ = st.(Recorder)
+		if h, ok := st.(trieHolder); ok {
+			r.tries = h.triesOf()
+		}
 		registerEvidence(env.set, r)
 		if spec.usesTries {
 			r.staleGap, r.staleWindow = defaultStaleGap, defaultStaleWindow

@@ -3,8 +3,6 @@ package engine
 import (
 	"math"
 	"time"
-
-	"github.com/rolter-ai/rolter/trie"
 )
 
 // State is a read-only view of the live snapshot, for the control plane (GET /api/v1/state) and the
@@ -95,10 +93,7 @@ func (g *Gateway) State() State {
 	st := State{Generation: s.gen}
 	for _, r := range s.Routes {
 		rs := RouteState{Model: r.Model, Strategy: r.StrategyName, Org: r.org, Decisions: r.m.Decisions()}
-		var tries []*trie.Trie
-		if h, ok := r.Strategy.(trieHolder); ok {
-			tries = h.triesOf()
-		}
+		tries := r.tries
 		for i, t := range r.Targets {
 			p := t.Provider
 			ts := TargetState{Provider: p.Name, Model: t.Model, Weight: t.Weight, Inflight: p.Inflight(), Requests: t.m.Requests()}

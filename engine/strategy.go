@@ -64,8 +64,9 @@ type Pick struct {
 
 	// Predicted reuse, for the routing evidence (docs/architecture.md, "Routing evidence"): a strategy that
 	// scores prefixes sets MatchOf to the prompt's size in its unit (key bytes, or tokens) and Matches[i] to
-	// target i's match in that unit, for the eligible targets it scored. The engine sets MatchOf to 0 and
-	// every Matches[i] to -1 (not scored) before Rank; len(Matches) == len(Route.Targets).
+	// target i's match in that unit for every eligible target. The engine sets MatchOf to 0 before Rank; the
+	// entries of targets that are not eligible are left as they were and never read. len(Matches) ==
+	// len(Route.Targets).
 	Matches []int32
 	MatchOf int
 
@@ -227,4 +228,16 @@ func leastLoaded(p *Pick) (best int, minLoad int64) {
 		}
 	}
 	return best, minLoad
+}
+
+// predicted returns the reuse the strategy predicted (MatchOf > 0): the best match over the eligible
+// targets (held) and target's (captured; 0 for a target that was not eligible, reached by failing open).
+func (p *Pick) predicted(target int) (held, captured int32) {
+	for _, i := range p.Eligible {
+		held = max(held, p.Matches[i])
+	}
+	if p.EligibleMask&(1<<target) != 0 {
+		captured = max(p.Matches[target], 0)
+	}
+	return held, captured
 }
