@@ -10,6 +10,7 @@ export ROLTER_REQUIRE_SDK := 1
 export ROLTER_REQUIRE_BROWSER := 1
 export ROLTER_REQUIRE_POSTGRES := 1
 export ROLTER_REQUIRE_HAPROXY := 1
+export ROLTER_REQUIRE_NATS := 1
 
 .PHONY: all deps build run test test-unit test-race test-nocgo bench bench-routing bench-overhead bench-scaleout fuzz-short lint fmt vet clean
 
@@ -39,6 +40,10 @@ deps:
 	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then \
 		echo "deps: installing haproxy with apt for the scale-out test"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq haproxy >/dev/null; \
+	fi
+	@if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then \
+		echo "deps: installing nats-server with apt for the cluster tests"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nats-server >/dev/null; \
 	fi
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		echo "deps: installing postgresql with apt for the PostgreSQL store tests"; \
@@ -88,6 +93,10 @@ bench-scaleout:
 	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then \
 		echo "bench-scaleout: installing haproxy with apt"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq haproxy >/dev/null; \
+	fi
+	@if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then \
+		echo "bench-scaleout: installing nats-server with apt"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nats-server >/dev/null; \
 	fi
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
 	$(GO) run ./bench/cmd/scaleout -rolter bin/rolter -out bench/results

@@ -30,8 +30,29 @@ import (
 // fleet. Each replica learns only from the traffic it sees, so what one gateway's routing achieves and
 // what N of them achieve can be compared cell by cell.
 
-// ScaleoutStrategies are the strategies the scale-out report compares, in report order.
-var ScaleoutStrategies = []string{"round_robin", "consistent_hash", "cache_aware", "pipeline", "precise_cache_aware"}
+// ScaleoutStrategies are the strategies the scale-out report compares, in report order. Two variants of
+// cache_aware show what the many-gateway features buy: "cache_aware-local" turns the rendezvous home off
+// (route parameter home = false: each replica on the evidence of its own requests alone, as before the
+// features), and "cache_aware+cluster" adds the evidence and in-flight counts the replicas share over NATS
+// ([cluster], a nats-server started for the cell). Plain "cache_aware" is the default parameters: the home,
+// no NATS.
+var ScaleoutStrategies = []string{"round_robin", "consistent_hash", "cache_aware-local", "cache_aware", "cache_aware+cluster", "pipeline", "precise_cache_aware"}
+
+// ScaleoutGoalStrategy is the variant the scale-out goals are judged on: cache_aware with every
+// many-gateway feature on.
+const ScaleoutGoalStrategy = "cache_aware+cluster"
+
+// scaleoutVariant splits a report strategy name into the route's strategy and the config the variant adds
+// after the route: route parameters, [cluster]; cluster says the cell needs a nats-server.
+func scaleoutVariant(name string) (strategy string, local, cluster bool) {
+	if s, ok := strings.CutSuffix(name, "+cluster"); ok {
+		return s, false, true
+	}
+	if s, ok := strings.CutSuffix(name, "-local"); ok {
+		return s, true, false
+	}
+	return name, false, false
+}
 
 // ScaleoutScenarios are the workloads of the scale-out report: the two whose affinity a replica can
 // lose (a group's or a conversation's next request landing on a replica that never saw its prefix).
@@ -49,9 +70,9 @@ var ErrNoHAProxy = errors.New("haproxy not found (make bench-scaleout installs t
 // ScaleoutOptions configure the scale-out report. Zero values take the defaults named; the fleet, the
 // scale and the load are the routing report's (RoutingOptions), so a 1-gateway row is comparable with it.
 type ScaleoutOptions struct {
-	// Rolter is the gateway binary (bin/rolter); HAProxy the haproxy binary (default: looked up in
-	// PATH, then /usr/sbin/haproxy).
-	Rolter, HAProxy string
+	// Rolter is the gateway binary (bin/rolter); HAProxy the haproxy binary and NATSServer the
+	// nats-server binary (default: looked up in PATH, then /usr/sbin).
+	Rolter, HAProxy, NATSServer string
 	// Gateways are the gateway counts to run (ScaleoutGateways).
 	Gateways []int
 	// Engines is the fleet size (8).
@@ -109,11 +130,10 @@ func (o *ScaleoutOptions) normalize() error {
 	o.Engines, o.Scale, o.Concurrency, o.MaxNumSeqs = r.Engines, r.Scale, r.Concurrency, r.MaxNumSeqs
 	o.PrefillPerToken, o.DecodePerToken, o.Seed, o.Repeats, o.Log = r.PrefillPerToken, r.DecodePerToken, r.Seed, r.Repeats, r.Log
 	if o.HAProxy == "" {
-		if p, err := exec.LookPath("haproxy"); err == nil {
-			o.HAProxy = p
-		} else if _, err := os.Stat("/usr/sbin/haproxy"); err == nil {
-			o.HAProxy = "/usr/sbin/haproxy"
-		}
+		o.HAProxy = lookSbin("haproxy")
+	}
+	if o.NATSServer == "" {
+		o.NATSServer = lookSbin("nats-server")
 	}
 	var errs []error
 	if o.Rolter == "" {
@@ -137,6 +157,17 @@ func (o *ScaleoutOptions) normalize() error {
 		return fmt.Errorf("cannot run the scale-out report: %w", err)
 	}
 	return nil
+}
+
+// lookSbin finds a binary in PATH, then in /usr/sbin (Debian's daemons), or returns "".
+func lookSbin(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/" + name); err == nil {
+		return "/usr/sbin/" + name
+	}
+	return ""
 }
 
 // ScaleoutRun is one cell of the matrix: a (scenario, strategy, gateway count) in one repeat.
@@ -240,6 +271,11 @@ func RunScaleout(ctx context.Context, o ScaleoutOptions) (*ScaleoutReport, error
 	if out, err := exec.Command(o.HAProxy, "-v").Output(); err == nil {
 		rep.Versions["haproxy"] = string(bytes.TrimSpace(bytes.SplitN(out, []byte("\n"), 2)[0]))
 	}
+	if o.NATSServer != "" {
+		if out, err := exec.Command(o.NATSServer, "--version").Output(); err == nil {
+			rep.Versions["nats-server"] = string(bytes.TrimSpace(out))
+		}
+	}
 	dir, err := os.MkdirTemp("", "rolter-scaleout-")
 	if err != nil {
 		return nil, fmt.Errorf("cannot create a work directory: %w", err)
@@ -292,7 +328,12 @@ func scaleoutOne(ctx context.Context, o *ScaleoutOptions, ro *RoutingOptions, sc
 	run := &ScaleoutRun{Scenario: scenario, Strategy: strategy, Gateways: n, Repeat: repeat, Seed: w.Seed}
 	start := time.Now()
 	defer func() { run.Seconds = time.Since(start).Seconds() }()
-	if err := checkStrategy(o.Engines, strategy); err != nil {
+	base, _, cluster := scaleoutVariant(strategy)
+	if cluster && o.NATSServer == "" {
+		run.Unavailable = "not available here: nats-server not found (make bench-scaleout installs the Debian package)"
+		return run
+	}
+	if err := checkStrategy(o.Engines, base); err != nil {
 		var ue *UnavailableError
 		if errors.As(err, &ue) {
 			run.Unavailable = "not available in this build: " + ue.Reason
@@ -315,7 +356,7 @@ func scaleoutOne(ctx context.Context, o *ScaleoutOptions, ro *RoutingOptions, sc
 		run.Error = err.Error()
 		return run
 	}
-	precise := strategy == "precise_cache_aware"
+	precise := base == "precise_cache_aware"
 	if precise {
 		// Let every gateway's subscribers connect before the first event is published (ZMQ drops
 		// messages for subscribers that have not joined yet).
@@ -389,6 +430,7 @@ type scaleoutCell struct {
 	gws       []*proc
 	gwURLs    []string
 	haproxy   *proc
+	nats      *proc // the cell's nats-server, for the +cluster variant
 	statsSock string
 	URL       string // HAProxy's frontend
 }
@@ -422,6 +464,18 @@ func (c *scaleoutCell) start(ctx context.Context, o *ScaleoutOptions, sc sim.Con
 	for i, e := range c.sims {
 		urls[i], kv[i] = e.URL(), e.KVEventsEndpoint()
 	}
+	base, local, cluster := scaleoutVariant(strategy)
+	extra := ""
+	if local {
+		extra = "\n[routes.params]\nhome = false\n"
+	}
+	if cluster {
+		url, err := c.startNATS(ctx, o.NATSServer)
+		if err != nil {
+			return err
+		}
+		extra = fmt.Sprintf("\n[cluster]\nnats_url = %q\n", url)
+	}
 	// Start every gateway before waiting for any: they boot side by side.
 	for i := 0; i < n; i++ {
 		port, err := freePort()
@@ -430,7 +484,7 @@ func (c *scaleoutCell) start(ctx context.Context, o *ScaleoutOptions, sc sim.Con
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		path := filepath.Join(c.dir, fmt.Sprintf("rolter-%d.toml", i+1))
-		if err := os.WriteFile(path, []byte(scaleoutConfig(addr, strategy, urls, kv, sc.Model)), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(scaleoutConfig(addr, base, urls, kv, sc.Model)+extra), 0o644); err != nil {
 			return fmt.Errorf("cannot write %q: %w", path, err)
 		}
 		p, _, err := startProc(fmt.Sprintf("rolter gateway %d", i+1), o.Rolter, []string{"serve", "-config", path, "-log-level", "warn"}, "", 0)
@@ -468,10 +522,32 @@ func (c *scaleoutCell) start(ctx context.Context, o *ScaleoutOptions, sc sim.Con
 	return nil
 }
 
+// startNATS starts the cell's nats-server on loopback ports (client and monitoring) and returns its URL
+// once its /healthz answers. Fresh for every cell: no evidence outlives its cell.
+func (c *scaleoutCell) startNATS(ctx context.Context, bin string) (string, error) {
+	port, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	mport, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	p, _, err := startProc("nats-server", bin, []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-m", strconv.Itoa(mport)}, "", 0)
+	if err != nil {
+		return "", err
+	}
+	c.nats = p
+	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", mport), 15*time.Second, p); err != nil {
+		return "", fmt.Errorf("nats-server did not come up: %w", err)
+	}
+	return fmt.Sprintf("nats://127.0.0.1:%d", port), nil
+}
+
 // pids returns the PIDs of the processes started so far.
 func (c *scaleoutCell) pids() []int {
 	var out []int
-	for _, p := range append([]*proc{c.haproxy}, c.gws...) {
+	for _, p := range append([]*proc{c.haproxy, c.nats}, c.gws...) {
 		if p != nil && p.cmd.Process != nil {
 			out = append(out, p.PID())
 		}
@@ -499,6 +575,7 @@ func (c *scaleoutCell) stop() {
 		}()
 	}
 	wg.Wait()
+	c.nats.stop() // after the gateways: none of them logs a lost connection while it drains
 	c.sims = nil
 }
 
@@ -760,7 +837,7 @@ func engineCoVOf(r *ScaleoutRun) float64 { return r.EngineCoV }
 // most 3 points of token hit rate against 1 gateway, and its engine load CoV stays within 0.1 of one
 // gateway's, on both workloads.
 func scaleoutGoals(rep *ScaleoutReport) []Goal {
-	const strategy = "cache_aware"
+	const strategy = ScaleoutGoalStrategy
 	most := 0
 	for _, n := range rep.Options.Gateways {
 		most = max(most, n)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter-ai/rolter/cluster"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/loadtest"
 )
@@ -58,6 +59,14 @@ func serveForTest(args []string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	if cfg.Cluster.NATSURL != "" {
+		cl, err := cluster.Start(cfg.Cluster, cfg.Egress, g, log)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer cl.Close()
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -106,13 +115,22 @@ func scaleoutBinaries(t *testing.T) (haproxy, rolter string) {
 // the report must render, and no process may outlive its cell.
 func TestScaleoutTiny(t *testing.T) {
 	haproxy, rolter := scaleoutBinaries(t)
+	// The cluster variant needs a nats-server: without one the plain strategy runs, unless
+	// ROLTER_REQUIRE_NATS=1 (make test), when that is a failure.
+	strategy := ScaleoutGoalStrategy
+	if lookSbin("nats-server") == "" {
+		if os.Getenv("ROLTER_REQUIRE_NATS") == "1" {
+			t.Fatal("ROLTER_REQUIRE_NATS=1: nats-server not found")
+		}
+		strategy = "cache_aware"
+	}
 	w := loadtest.Workload{Scenario: loadtest.SharedPrefix, Seed: 1, Groups: 4, PromptsPerGroup: 8, Popularity: loadtest.Uniform,
 		SystemTokens: 48, QuestionTokens: 4, OutputTokens: 2}
 	start := time.Now()
 	rep, err := RunScaleout(context.Background(), ScaleoutOptions{
 		Rolter: rolter, HAProxy: haproxy, Gateways: []int{1, 2}, Engines: 2, Scale: 16, MaxNumSeqs: 2, Concurrency: 4,
 		PrefillPerToken: time.Microsecond, DecodePerToken: 100 * time.Microsecond,
-		Strategies: []string{"cache_aware", "no_such_strategy"}, Scenarios: []string{loadtest.SharedPrefix},
+		Strategies: []string{strategy, "no_such_strategy"}, Scenarios: []string{loadtest.SharedPrefix},
 		Workloads: map[string]loadtest.Workload{loadtest.SharedPrefix: w}, Repeats: 1, RunTimeout: 30 * time.Second,
 	})
 	if err != nil {
@@ -137,8 +155,12 @@ func TestScaleoutTiny(t *testing.T) {
 		if !run.Available() {
 			t.Fatalf("%d gw did not run: %s", run.Gateways, run.Error)
 		}
-		if len(run.pids) != run.Gateways+1 {
-			t.Fatalf("%d gw: %d processes started, want %d", run.Gateways, len(run.pids), run.Gateways+1)
+		procs := run.Gateways + 1 // and HAProxy
+		if strategy == ScaleoutGoalStrategy {
+			procs++ // nats-server
+		}
+		if len(run.pids) != procs {
+			t.Fatalf("%d gw: %d processes started, want %d", run.Gateways, len(run.pids), procs)
 		}
 		r := run.Result
 		if r.Succeeded != r.Planned || r.Failed != 0 {
@@ -168,7 +190,7 @@ func TestScaleoutTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Goals", "cache_aware token hit rate, 2 gateways vs 1 (shared-prefix)", "| cache_aware | 2 |",
+	for _, want := range []string{"## Goals", ScaleoutGoalStrategy + " token hit rate, 2 gateways vs 1 (shared-prefix)", "| " + strategy + " | 2 |",
 		"no_such_strategy | 1 | not available in this build", "make bench-scaleout"} {
 		if !strings.Contains(string(md), want) {
 			t.Fatalf("scaleout.md lacks %q:\n%s", want, md)
@@ -244,7 +266,7 @@ func TestCoV(t *testing.T) {
 }
 
 func scaleoutRun(scenario string, gateways int, hit, engineCoV float64) *ScaleoutRun {
-	return &ScaleoutRun{Scenario: scenario, Strategy: "cache_aware", Gateways: gateways, EngineCoV: engineCoV,
+	return &ScaleoutRun{Scenario: scenario, Strategy: ScaleoutGoalStrategy, Gateways: gateways, EngineCoV: engineCoV,
 		Result: &loadtest.Result{HitRate: hit}}
 }
 
@@ -270,7 +292,7 @@ func TestScaleoutGoals(t *testing.T) {
 	// Exactly 3 points and exactly 0.1 pass; the 2-gateway cell is not the one judged.
 	f([]int{1, 2, 4}, []*ScaleoutRun{
 		scaleoutRun(sp, 1, 0.50, 0.10), scaleoutRun(sp, 4, 0.47, 0.20), scaleoutRun(sp, 2, 0.10, 0.90),
-		{Scenario: mt, Strategy: "cache_aware", Gateways: 1, Error: "boom"}, scaleoutRun(mt, 4, 0.6, 0.1),
+		{Scenario: mt, Strategy: ScaleoutGoalStrategy, Gateways: 1, Error: "boom"}, scaleoutRun(mt, 4, 0.6, 0.1),
 	}, "PASS", "PASS", "n/a", "n/a")
 	f([]int{2, 4}, []*ScaleoutRun{scaleoutRun(sp, 2, 0.5, 0), scaleoutRun(sp, 4, 0.5, 0)}, "n/a", "n/a", "n/a", "n/a")
 }

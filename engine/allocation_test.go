@@ -61,6 +61,16 @@ func TestAllocsCacheAwarePick(t *testing.T) {
 	}); a != 0 {
 		t.Fatalf("%v allocs per request up to the pick", a)
 	}
+	// With the peers' evidence as a second score: the checkpoints and the lookups allocate nothing either.
+	g.SetPeers(heldPeers(3))
+	if a := testing.AllocsPerRun(200, func() {
+		c.route = nil
+		if e := readAndPrepare(c, ctx); e != nil {
+			t.Fatal(e.message)
+		}
+	}); a != 0 || !c.pick.cpsDone || len(c.pick.cps) == 0 {
+		t.Fatalf("%v allocs per request up to the pick with peers (checkpoints %d)", a, len(c.pick.cps))
+	}
 }
 
 func TestAllocsPipelineAndHash(t *testing.T) {

@@ -88,6 +88,7 @@ type call struct {
 	// matches is the strategy's predicted reuse per target (Pick.Matches); usage follows the response body
 	// for the engine's own account of it (usage.go).
 	matches [maxTargets]int32
+	cps     [maxPeerCheckpoints]uint64
 	usage   usageScan
 	// shadow is the request's slot with the route's shadow strategies (shadow.go), nil when it has none.
 	shadow *shadowSlot
@@ -309,6 +310,10 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	p.kvOut = c.kvOut[:]
 	p.tmp = c.tmp[:0]
 	p.Matches = c.matches[:len(r.Targets)]
+	p.peers, p.cps, p.cpsDone = nil, nil, false
+	if b := c.g.peers.Load(); b != nil {
+		p.peers, p.cps = b.p, c.cps[:0]
+	}
 	if h := ctx.Request.Header.Peek("X-Rolter-Vllm-Token-Ids"); len(h) > 0 {
 		var ok bool
 		if c.tokens, ok = parseTokenIDs(c.tokens[:0], h); ok {

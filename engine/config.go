@@ -39,6 +39,7 @@ type Config struct {
 	Queue         QueueConfig      `toml:"queue" json:"queue"`
 	Egress        egress.Config    `toml:"egress" json:"egress"`
 	Control       ControlConfig    `toml:"control" json:"control"`
+	Cluster       ClusterConfig    `toml:"cluster" json:"cluster"`
 	Docs          DocsConfig       `toml:"docs" json:"docs"`
 	Trace         TraceConfig      `toml:"trace" json:"trace"`
 	Log           accesslog.Config `toml:"log" json:"log"`
@@ -106,6 +107,27 @@ type ControlConfig struct {
 	Listen        string `toml:"listen" json:"listen"`
 	Store         string `toml:"store" json:"store"`
 	AdminTokenEnv string `toml:"admin_token_env" json:"admin_token_env"`
+}
+
+// ClusterConfig is [cluster]: the NATS server through which the gateway replicas of one fleet share their
+// routing evidence and in-flight counts (docs/architecture.md, "Many gateways"). No NATSURL: off.
+type ClusterConfig struct {
+	// NATSURL lists the NATS servers, comma-separated (nats://host:port or tls://host:port).
+	NATSURL string `toml:"nats_url" json:"nats_url"`
+	// Subject prefixes the subjects used: <subject>.evidence and <subject>.load. Replicas that share it
+	// share evidence, so one NATS can serve several fleets.
+	Subject string `toml:"subject" json:"subject"`
+	// PublishIntervalMs is how often evidence batches and in-flight counts are published. Short, because
+	// evidence must reach the other replicas before the conversation's next turn does.
+	PublishIntervalMs int `toml:"publish_interval_ms" json:"publish_interval_ms"`
+	// MaxEntries bounds the peers' evidence kept (one entry per engine and checkpoint, 16 bytes each, the
+	// count rounded up to a power of two).
+	MaxEntries int `toml:"max_entries" json:"max_entries"`
+	// EvidenceTTLSecs: a peer's evidence older than this no longer counts.
+	EvidenceTTLSecs float64 `toml:"evidence_ttl_secs" json:"evidence_ttl_secs"`
+	// QueueSize bounds the requests' evidence waiting to be published (784 bytes each); a full queue drops
+	// (and counts) it.
+	QueueSize int `toml:"queue_size" json:"queue_size"`
 }
 
 // DocsConfig is [docs]: where the product's documentation is served, for the dashboard's links ("" =
@@ -231,6 +253,9 @@ type RouteParams struct {
 	// delivered by more than StaleGap over at least StaleWindow measured responses (0 turns it off).
 	StaleGap    *float64 `toml:"stale_gap" json:"stale_gap,omitempty"`
 	StaleWindow *int     `toml:"stale_window" json:"stale_window,omitempty"`
+	// Home (cache_aware, precise_cache_aware): a request whose prefix no target holds goes to its conversation's rendezvous
+	// home when that target is not overloaded (true), or to the least-loaded target (false).
+	Home *bool `toml:"home" json:"home,omitempty"`
 }
 
 // ScrapeConfig is [metrics_scrape]: engine queue depth from each provider's /metrics.
@@ -335,9 +360,11 @@ func DefaultConfig() *Config {
 		Queue:    QueueConfig{WaitTimeoutSecs: 5, RetryAfterSecs: 1},
 		Egress:   egress.DefaultConfig(),
 		Control:  ControlConfig{Listen: "127.0.0.1:8081", Store: "rolter.db", AdminTokenEnv: "ROLTER_ADMIN_TOKEN"},
-		Trace:    TraceConfig{MaxBytes: 100 << 20, Keep: 5, BlockBytes: capture.DefaultBlockBytes, QueueSize: 4096},
-		Log:      accesslog.DefaultConfig(),
-		Tracing:  tracing.DefaultConfig(),
+		Cluster: ClusterConfig{Subject: "rolter", PublishIntervalMs: 20, MaxEntries: 1 << 20, EvidenceTTLSecs: 600,
+			QueueSize: 4096},
+		Trace:   TraceConfig{MaxBytes: 100 << 20, Keep: 5, BlockBytes: capture.DefaultBlockBytes, QueueSize: 4096},
+		Log:     accesslog.DefaultConfig(),
+		Tracing: tracing.DefaultConfig(),
 	}
 }
 
@@ -536,6 +563,7 @@ func (v *validator) validate(cfg *Config) {
 	v.timeouts(&cfg.Timeouts)
 	v.queue(&cfg.Queue)
 	v.control(&cfg.Control)
+	v.cluster(&cfg.Cluster)
 	v.trace(&cfg.Trace)
 	v.observers(&cfg.Log, &cfg.Tracing)
 	if b := cfg.Docs.BaseURL; b != "" {
@@ -605,6 +633,61 @@ func (v *validator) control(c *ControlConfig) {
 	if c.AdminTokenEnv == "" {
 		v.addf("control.admin_token_env", "missing environment variable name")
 	}
+}
+
+// cluster checks [cluster]; the NATS servers' hosts go through the egress policy like every address the
+// gateway dials.
+func (v *validator) cluster(c *ClusterConfig) {
+	if c.NATSURL == "" {
+		return
+	}
+	for _, raw := range strings.Split(c.NATSURL, ",") {
+		raw = strings.TrimSpace(raw)
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Hostname() == "" || u.Port() == "" ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			v.addf("cluster.nats_url", "cannot use %q: want nats://host:port or tls://host:port, comma-separated", raw)
+			continue
+		}
+		if u.User != nil {
+			v.addf("cluster.nats_url", "cannot use %q: credentials do not belong in the config file", u.Redacted())
+			continue
+		}
+		v.egressURL("cluster.nats_url", raw)
+	}
+	if !validSubject(c.Subject) {
+		v.addf("cluster.subject", "cannot use %q: want dot-separated tokens of letters, digits, '-' and '_'", c.Subject)
+	}
+	if c.PublishIntervalMs < 10 || c.PublishIntervalMs > 10000 {
+		v.addf("cluster.publish_interval_ms", "must be between 10 and 10000, got %d", c.PublishIntervalMs)
+	}
+	if c.MaxEntries < 1024 || c.MaxEntries > 1<<26 {
+		v.addf("cluster.max_entries", "must be between 1024 and 67108864, got %d", c.MaxEntries)
+	}
+	if !(c.EvidenceTTLSecs > 0 && c.EvidenceTTLSecs <= 86400) {
+		v.addf("cluster.evidence_ttl_secs", "must be in (0, 86400], got %v", c.EvidenceTTLSecs)
+	}
+	if c.QueueSize < 1 || c.QueueSize > 1<<16 {
+		v.addf("cluster.queue_size", "must be between 1 and 65536, got %d", c.QueueSize)
+	}
+}
+
+// validSubject reports whether s is a NATS subject prefix without wildcards.
+func validSubject(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, tok := range strings.Split(s, ".") {
+		if tok == "" {
+			return false
+		}
+		for _, r := range tok {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // egress checks [egress] and returns its policy (nil when the section is bad: the endpoints are then not
@@ -953,6 +1036,7 @@ func (v *validator) params(key, strategy string, spec strategySpec, p *RoutePara
 	if check("stale_window", p.StaleWindow != nil) && *p.StaleWindow < 1 {
 		v.addf(key+".stale_window", "must be >= 1, got %d", *p.StaleWindow)
 	}
+	check("home", p.Home != nil)
 	if check("max_sessions", p.MaxSessions != nil) && *p.MaxSessions < 1 {
 		v.addf(key+".max_sessions", "must be >= 1, got %d", *p.MaxSessions)
 	}

@@ -47,6 +47,8 @@ func (cfg *Config) Effective() *Config {
 				p.StaleGap = orDefault(p.StaleGap, defaultStaleGap)
 			case "stale_window":
 				p.StaleWindow = orDefault(p.StaleWindow, defaultStaleWindow)
+			case "home":
+				p.Home = orDefault(p.Home, true)
 			default:
 				panic(fmt.Sprintf("BUG: no default for parameter %q", name))
 			}

@@ -43,6 +43,7 @@ type Gateway struct {
 	snap     atomic.Pointer[Snapshot]
 	capture  atomic.Pointer[captureWriter] // [trace], nil when off (capture.go)
 	obs      atomic.Pointer[observers]     // [log] and [tracing] (observe.go)
+	peers    atomic.Pointer[peersBox]      // evidence shared with other replicas (peers.go), nil when none
 	server   *fasthttp.Server
 	draining atomic.Bool
 	lnMu     sync.Mutex

@@ -255,6 +255,9 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 // readAndPrepare runs the request path up to the pick on a call: body read, parse, route, rank.
 // Memory the call held for the previous run is given back first, as release would.
 func readAndPrepare(c *call, ctx *fasthttp.RequestCtx) *apiError {
+	// The request's start, as post sets it: the zero time is before any cooldown's end, which would make
+	// every target ineligible and measure the fail-open path instead of the strategy.
+	c.start = time.Now()
 	c.g.bodyMem.Add(-c.held)
 	c.held = 0
 	if e := c.readBody(ctx); e != nil {

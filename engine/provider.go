@@ -54,6 +54,9 @@ type Provider struct {
 	// engineLoad, when set, returns the engine's requests (running + waiting, from its /metrics) that are not
 	// this gateway's own, or 0 when that number is unknown or stale.
 	engineLoad func() int64
+	// peerLoad is the other gateway replicas' in-flight count on the engine (SetPeerLoads, from the
+	// cluster), 0 without one.
+	peerLoad atomic.Int64
 	// engineQueue, when set, returns the engine's running and waiting requests from a fresh scrape.
 	engineQueue func() (running, waiting int64, ok bool)
 	scraper     *telemetry.Scraper
@@ -201,11 +204,13 @@ func (p *Provider) stop() {
 // interval: routers whose load counters lagged sent every request to one worker, smg-project/smg#1714),
 // so a stale scrape never makes a replica look busier than our own traffic made it.
 func (p *Provider) Load() int64 {
-	l := p.inflight.Load()
+	// Other clients: what the scrape saw, or the peer replicas' own count when that is larger (the scrape
+	// counts the peers' requests too, but lags them by up to its interval).
+	other := p.peerLoad.Load()
 	if p.engineLoad != nil {
-		l += p.engineLoad()
+		other = max(other, p.engineLoad())
 	}
-	return l
+	return p.inflight.Load() + other
 }
 
 // Inflight returns the gateway's own in-flight count for the provider.

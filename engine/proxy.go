@@ -120,6 +120,9 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 		// answer comes back, so the requests of a burst see where the first ones went.
 		c.route.recorder.Routed(&c.pick, ti)
 		c.recorded = true
+		if p := &c.pick; p.cpsDone && len(p.cps) > 0 {
+			p.peers.Routed(c.route.Targets[ti].peerID, p.cps)
+		}
 	}
 	_ = conn.nc.SetReadDeadline(c.sent.Add(p.up.headersWait))
 	resp := &conn.resp

@@ -66,6 +66,29 @@ func BenchmarkRoutingPath(b *testing.B) {
 	}
 }
 
+// BenchmarkRoutingPathPeers is cache_aware's routing path with and without the peers' evidence (the
+// checkpoints of the key and one lookup per target).
+func BenchmarkRoutingPathPeers(b *testing.B) {
+	for _, peers := range []bool{false, true} {
+		b.Run(map[bool]string{false: "none", true: "peers"}[peers], func(b *testing.B) {
+			g, ctx := benchCall(b, "cache_aware")
+			if peers {
+				g.SetPeers(heldPeers(3))
+			}
+			c := g.acquireCall(g.acquireSnapshot())
+			b.ReportAllocs()
+			b.SetBytes(int64(len(chat20)))
+			for b.Loop() {
+				c.route = nil
+				if e := readAndPrepare(c, ctx); e != nil {
+					b.Fatal(e.message)
+				}
+			}
+			Sink.Add(int64(c.order[0]))
+		})
+	}
+}
+
 // chatTurns returns a chat body of n messages: a system prompt, then user and assistant turns of ~370 bytes
 // with array content.
 func chatTurns(n int) string {

@@ -60,8 +60,8 @@ func TestResponsesAndMessagesPrefixHit(t *testing.T) {
 	f := func(path string, turn func(n int) string) {
 		t.Helper()
 		home, d := routed(t, gw, path, turn(1))
-		if d != "least_warmed" {
-			t.Fatalf("%s turn 1: decision %s, want least_warmed (a cold fleet)", path, d)
+		if d != "home" {
+			t.Fatalf("%s turn 1: decision %s, want home (a cold fleet)", path, d)
 		}
 		for n := 2; n <= 4; n++ {
 			if target, d := routed(t, gw, path, turn(n)); target != home || d != "prefix_hit" {
@@ -175,16 +175,16 @@ func TestCacheIdentityAffinity(t *testing.T) {
 			t.Fatalf("%s: decision %s, want %s", extra, d, want)
 		}
 	}
-	f(`"cache_salt":"tenant-a",`, "least_warmed")
+	f(`"cache_salt":"tenant-a",`, "home")
 	f(`"cache_salt":"tenant-a",`, "prefix_hit")
-	f(`"cache_salt":"tenant-b",`, "least_warmed")
+	f(`"cache_salt":"tenant-b",`, "home")
 	f(`"cache_salt":"tenant-b",`, "prefix_hit")
-	f(``, "least_warmed")
+	f(``, "home")
 	f(`"cache_salt":null,`, "prefix_hit")
-	f(`"user":"alice",`, "least_warmed")
+	f(`"user":"alice",`, "home")
 	f(`"user":"alice",`, "prefix_hit")
-	f(`"user":"bob",`, "least_warmed")
-	f(`"cache_salt":"tenant-a","user":"alice",`, "least_warmed")
+	f(`"user":"bob",`, "home")
+	f(`"cache_salt":"tenant-a","user":"alice",`, "home")
 	f(`"user":"alice","cache_salt":"tenant-a",`, "prefix_hit")
 }
 
@@ -213,7 +213,7 @@ func TestLoRATargetsDoNotShareAffinity(t *testing.T) {
 	gw := startGateway(t, b.String())
 	chat := func(model string) string { return chatBody(model, "SELECT the same prompt "+longSystem, false) }
 	lora, d := routed(t, gw, "/v1/chat/completions", chat("sql"))
-	if d != "least_warmed" {
+	if d != "home" {
 		t.Fatalf("first adapter request: %s", d)
 	}
 	if target, d := routed(t, gw, "/v1/chat/completions", chat("sql")); target != lora || d != "prefix_hit" {

@@ -66,6 +66,9 @@ type Target struct {
 	Weight    float64
 	m         *telemetry.TargetMetrics
 	gap       *ewma
+	// peerID names the engine in the evidence shared with other replicas (PeerID), and seeds its weight in
+	// the rendezvous hash that gives a conversation no target holds its home (homeOf).
+	peerID uint64
 }
 
 // Load is the target's provider load.
@@ -261,6 +264,7 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 				Provider:  p,
 				Model:     tc.Model,
 				modelJSON: appendJSONString(nil, tc.Model),
+				peerID:    PeerID(p.Name, tc.Model),
 				Weight:    *tc.Weight,
 				m:         ts.target,
 				gap:       ts.gap,

@@ -18,7 +18,7 @@ func TestState(t *testing.T) {
 		t.Fatalf("state %+v", st)
 	}
 	r := st.Routes[0]
-	if r.Strategy != "cache_aware" || r.Decisions["least_warmed"]+r.Decisions["no_match"] != 1 {
+	if r.Strategy != "cache_aware" || r.Decisions["home"] != 1 {
 		t.Fatalf("route state %+v", r)
 	}
 	a, b := r.Targets[0], r.Targets[1]

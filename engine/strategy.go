@@ -70,6 +70,12 @@ type Pick struct {
 	Matches []int32
 	MatchOf int
 
+	// peers is the evidence other replicas share (nil: none); cps are the key's checkpoints in it, computed
+	// on first use (peerMatch) into scratch owned by the request.
+	peers   Peers
+	cps     []uint64
+	cpsDone bool
+
 	// Scratch for precise_cache_aware's index lookup, owned by the request.
 	kvScratch *kvindex.Scratch
 	kvOut     []int
@@ -107,13 +113,14 @@ const (
 	ReasonCacheAvail  // lmcache: chosen by LMCache occupancy
 	ReasonFallback    // no target was eligible: fail open to the least-bad one
 	ReasonRetry       // a retry went to the next candidate
+	ReasonHome        // cache strategies: nothing held the prefix; the conversation's rendezvous home
 	numReasons
 )
 
 var reasonNames = [numReasons]string{
 	"round_robin", "random", "weighted", "least_load", "power_of_two", "prefix_hit", "no_match", "overloaded",
 	"least_warmed", "session", "hash", "score", "no_token_ids", "bad_token_ids", "untrusted", "cache_available",
-	"fallback", "retry",
+	"fallback", "retry", "home",
 }
 
 func (r Reason) String() string {
@@ -167,7 +174,7 @@ var strategies = map[string]strategySpec{
 	"least_load":   {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return leastLoad{}, nil }},
 	"power_of_two": {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return powerOfTwo{}, nil }},
 	"cache_aware": {
-		params:    []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window"},
+		params:    []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window", "home"},
 		usesTries: true,
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
 			s := newCacheAware(r, p, env)
@@ -186,7 +193,7 @@ var strategies = map[string]strategySpec{
 		},
 	},
 	"precise_cache_aware": {
-		params:        []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window"},
+		params:        []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window", "home"},
 		needsKVEvents: true,
 		usesTries:     true,
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {

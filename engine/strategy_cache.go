@@ -73,12 +73,18 @@ type trieHolder interface {
 type cacheAware struct {
 	threshold float64
 	tries     []*trie.Trie // one per target, same index as Route.Targets
+	// home sends a request nothing clears the threshold for to its conversation's rendezvous home (homeOf)
+	// when that target is not overloaded, rather than to the least-loaded one; route parameter "home".
+	home bool
 }
 
 func newCacheAware(r *Route, p RouteParams, env *buildEnv) *cacheAware {
-	s := &cacheAware{threshold: defaultThreshold}
+	s := &cacheAware{threshold: defaultThreshold, home: true}
 	if p.Threshold != nil {
 		s.threshold = *p.Threshold
+	}
+	if p.Home != nil {
+		s.home = *p.Home
 	}
 	s.tries = newTries(r, p, env)
 	return s
@@ -93,7 +99,14 @@ func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
 	minLoad := int64(-1)
 	for k, i := range p.Eligible {
 		if n > 0 {
+			// The peers' evidence is a second score: what another replica sent to the target counts as
+			// held there, as far as its checkpoints reach.
 			mbuf[k] = matchFresh(s.tries[i], targets[i].Provider, p.Key)
+			if p.peers != nil {
+				// Measured in checkpoints both: a replica's own trie must not outbid the peers' evidence
+				// by the bytes a checkpoint cannot see, or each replica keeps the copy it made itself.
+				mbuf[k] = max(peerFloor(mbuf[k]), min(p.peerMatch(targets[i]), n))
+			}
 		}
 		lbuf[k] = targets[i].Load()
 		bestLen = max(bestLen, mbuf[k])
@@ -139,6 +152,13 @@ func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
 			return 1, Decision{Reason: ReasonPrefixHit, Score: float64(bestM) / float64(n)}
 		}
 		reason = ReasonOverloaded
+	} else if s.home {
+		// Nothing holds the prefix: the conversation's home, which every replica computes alike, so
+		// replicas that never talk still place a new conversation on one engine. The overload rule holds.
+		if k, ok := homeOf(p); ok && !overloaded(lbuf[k], minLoad) {
+			out[0] = p.Eligible[k]
+			return 1, Decision{Reason: ReasonHome, Score: score}
+		}
 	}
 	out[0], reason = s.leastLoaded(p, mbuf[:len(p.Eligible)], lbuf[:len(p.Eligible)], minLoad, reason)
 	return 1, Decision{Reason: reason, Score: score}

@@ -28,9 +28,10 @@ func rank(r *Route, p *Pick) (int, Decision) {
 	return out[0], d
 }
 
-// TestCacheAwareRules pins the seed page's rule on the strategy itself.
+// TestCacheAwareRules pins the seed page's rule on the strategy itself (home = false: the seed's rule for a
+// request nothing clears the threshold for; TestCacheAwareHome pins the home).
 func TestCacheAwareRules(t *testing.T) {
-	r, s := cacheRoute(t, 3, "")
+	r, s := cacheRoute(t, 3, "home = false")
 	var buf [maxTargets]int
 	var p Pick
 	allEligible(r, &p, buf[:])
@@ -107,9 +108,10 @@ func TestCacheAwareIneligibleNotCompared(t *testing.T) {
 	}
 }
 
-// TestCacheAwareTiesSpread: equal best matches and equal loads do not always go to the same target.
+// TestCacheAwareTiesSpread: equal best matches and equal loads do not always go to the same target (a
+// cold key too, without the home that would send it to one target on purpose).
 func TestCacheAwareTiesSpread(t *testing.T) {
-	r, s := cacheRoute(t, 4, "")
+	r, s := cacheRoute(t, 4, "home = false")
 	for _, tr := range s.tries {
 		tr.Insert([]byte("shared system prompt"))
 	}
@@ -143,6 +145,215 @@ func TestCacheAwareParams(t *testing.T) {
 	f("threshold = 1.5", "routes[0].params.threshold: must be between 0 and 1")
 	f("max_trie_nodes = 0", "routes[0].params.max_trie_nodes: must be >= 16")
 	f("epsilon = 0.2", `strategy "cache_aware" does not use "epsilon"`)
+	f("home = 1", "home")
+}
+
+// TestCacheAwareHome: a request nothing holds goes to its conversation's rendezvous home - the same target
+// for every turn and on every replica, whatever the target order - unless the home is overloaded; new
+// conversations spread evenly; a target leaving moves only the conversations it was home to.
+func TestCacheAwareHome(t *testing.T) {
+	r, s := cacheRoute(t, 4, "")
+	var buf [maxTargets]int
+	var p Pick
+	allEligible(r, &p, buf[:])
+	homes := map[string]int{}
+	counts := make([]int, 4)
+	for c := 0; c < 4000; c++ {
+		p.Key = []byte(fmt.Sprintf("system: you help.\x00user: question %d\x00", c))
+		p.Opening = len(p.Key)
+		got, d := rank(r, &p)
+		if d.Reason != ReasonHome {
+			t.Fatalf("conversation %d: %s, want home", c, d.Reason)
+		}
+		// A later turn (the opening is the same) goes home too while nothing holds it.
+		p.Key = append(p.Key, "assistant: answer\x00user: more\x00"...)
+		if again, d := rank(r, &p); again != got || d.Reason != ReasonHome {
+			t.Fatalf("conversation %d: turn 2 to %d (%s), turn 1 to %d", c, again, d.Reason, got)
+		}
+		homes[string(p.Key[:p.Opening])] = got
+		counts[got]++
+	}
+	for i, n := range counts {
+		if n < 800 || n > 1200 {
+			t.Fatalf("target %d is home to %d of 4000 conversations, want about 1000 (%v)", i, n, counts)
+		}
+	}
+	// Another replica, its targets listed in another order, agrees on every home.
+	w := []float64{1, 1, 1, 1}
+	r2 := testRoute(t, "cache_aware", w, "")
+	rev := make([]*Target, len(r2.Targets))
+	for i, tg := range r2.Targets {
+		rev[len(rev)-1-i] = tg
+	}
+	r2.Targets = rev
+	var p2 Pick
+	var buf2 [maxTargets]int
+	allEligible(r2, &p2, buf2[:])
+	// Target 2 ineligible on this one: only the conversations whose home it was move.
+	p2.Eligible, p2.EligibleMask = []int{0, 2, 3}, 0b1101 // rev[1] is p2
+	moved := 0
+	for opening, home := range homes {
+		p2.Key, p2.Opening = []byte(opening), len(opening)
+		got, _ := rank(r2, &p2)
+		name := r2.Targets[got].Provider.Name
+		if want := r.Targets[home].Provider.Name; name != want {
+			if want != "p2" {
+				t.Fatalf("home of %q: %s on the other replica, %s here", opening, name, want)
+			}
+			moved++
+		}
+	}
+	if moved != counts[2] {
+		t.Fatalf("%d conversations moved, want the %d whose home left", moved, counts[2])
+	}
+
+	// The overload rule holds: an overloaded home gives way to the least-loaded target.
+	p.Key = []byte("system: you help.\x00user: question 0\x00")
+	p.Opening = len(p.Key)
+	home := homes[string(p.Key)]
+	r.Targets[home].Provider.inflight.Store(9)
+	got, d := rank(r, &p)
+	if got == home || d.Reason != ReasonLeastWarmed && d.Reason != ReasonNoMatch {
+		t.Fatalf("overloaded home %d: got %d (%s)", home, got, d.Reason)
+	}
+	r.Targets[home].Provider.inflight.Store(2) // 2 > 0+2 is false: not overloaded
+	if got, d := rank(r, &p); got != home || d.Reason != ReasonHome {
+		t.Fatalf("home %d with load 2: got %d (%s)", home, got, d.Reason)
+	}
+	r.Targets[home].Provider.inflight.Store(0)
+
+	// A session key names the conversation before the opening does.
+	p.SessionID = []byte("session-7")
+	first, _ := rank(r, &p)
+	for c := 0; c < 50; c++ {
+		p.Key = []byte(fmt.Sprintf("other opening %d", c))
+		p.Opening = len(p.Key)
+		if got, _ := rank(r, &p); got != first {
+			t.Fatalf("session key: %d then %d", first, got)
+		}
+	}
+	p.SessionID = nil
+
+	// A held prefix still wins over the home: the learned tries are the first evidence.
+	p.Key = []byte("system: you help.\x00user: question 1\x00")
+	p.Opening = len(p.Key)
+	other := (homes[string(p.Key)] + 1) % 4
+	s.tries[other].Insert(p.Key)
+	if got, d := rank(r, &p); got != other || d.Reason != ReasonPrefixHit {
+		t.Fatalf("held prefix: got %d (%s), want %d prefix_hit", got, d.Reason, other)
+	}
+}
+
+// heldPeers is a Peers that holds the first k checkpoints of every key on every engine.
+type heldPeers int
+
+func (k heldPeers) Held(uint64, []uint64) int { return int(k) }
+func (heldPeers) Routed(uint64, []uint64)     {}
+
+// fakePeers is a Peers whose evidence is a map of engine -> checkpoints held.
+type fakePeers struct {
+	mu     sync.Mutex
+	held   map[uint64]map[uint64]bool
+	routed []uint64
+}
+
+func (f *fakePeers) Held(engine uint64, cps []uint64) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := 0
+	for k < len(cps) && f.held[engine][cps[k]] {
+		k++
+	}
+	return k
+}
+
+func (f *fakePeers) Routed(engine uint64, cps []uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held == nil {
+		f.held = map[uint64]map[uint64]bool{}
+	}
+	if f.held[engine] == nil {
+		f.held[engine] = map[uint64]bool{}
+	}
+	for _, c := range cps {
+		f.held[engine][c] = true
+	}
+	f.routed = append(f.routed, engine)
+}
+
+// TestCacheAwarePeerEvidence: what another replica sent to a target scores like the local trie, as far as
+// its checkpoints reach; without peers nothing changes.
+func TestCacheAwarePeerEvidence(t *testing.T) {
+	r, _ := cacheRoute(t, 4, "")
+	var buf [maxTargets]int
+	var cps [maxPeerCheckpoints]uint64
+	peers := &fakePeers{}
+	p := Pick{peers: peers, cps: cps[:0]}
+	allEligible(r, &p, buf[:])
+	system := strings.Repeat("a long shared system prompt. ", 100) // 2900 bytes
+	p.Key = []byte(system + "question one")
+	p.Opening = len(p.Key)
+	home, _ := homeOf(&p)
+	held := (home + 2) % 4
+	// The other replica sent turn 1 to held: its checkpoints (every 256 bytes) are evidence for held.
+	peers.Routed(r.Targets[held].peerID, peerCheckpoints(nil, p.Key))
+	p.Key = []byte(system + "question one" + " answer and a follow-up question")
+	got, d := rank(r, &p)
+	if got != held || d.Reason != ReasonPrefixHit {
+		t.Fatalf("got %d (%s), want %d prefix_hit", got, d.Reason, held)
+	}
+	// Checkpoints end every 256 bytes: the score is what they cover.
+	if want := float64(2816) / float64(len(p.Key)); d.Score < want-1e-9 || d.Score > want+1e-9 {
+		t.Fatalf("score %v, want %v", d.Score, want)
+	}
+	// A prompt shorter than the first checkpoint has no evidence.
+	p.Key, p.cpsDone = []byte("short"), false
+	if _, d := rank(r, &p); d.Reason == ReasonPrefixHit {
+		t.Fatalf("short prompt: %s", d.Reason)
+	}
+	// Without peers the same request is not a hit.
+	p.peers, p.cpsDone = nil, false
+	p.Key = []byte(system + "question one" + " answer and a follow-up question")
+	if _, d := rank(r, &p); d.Reason == ReasonPrefixHit {
+		t.Fatalf("no peers: %s", d.Reason)
+	}
+}
+
+// TestPeerCheckpoints: the chain names prefixes - equal first bytes, equal checkpoints; one byte changed,
+// every checkpoint from its block on differs - at the documented offsets.
+func TestPeerCheckpoints(t *testing.T) {
+	key := make([]byte, 200<<10)
+	for i := range key {
+		key[i] = byte(i * 7)
+	}
+	a := peerCheckpoints(nil, key)
+	if len(a) != maxPeerCheckpoints {
+		t.Fatalf("%d checkpoints for 200 KiB, want %d", len(a), maxPeerCheckpoints)
+	}
+	if n := len(peerCheckpoints(nil, key[:255])); n != 0 {
+		t.Fatalf("255 bytes: %d checkpoints", n)
+	}
+	if n := len(peerCheckpoints(nil, key[:8<<10])); n != 32 {
+		t.Fatalf("8 KiB: %d checkpoints, want 32", n)
+	}
+	if n := len(peerCheckpoints(nil, key[:64<<10])); n != 32+56 {
+		t.Fatalf("64 KiB: %d checkpoints, want 88", n)
+	}
+	key2 := append([]byte(nil), key...)
+	key2[5000] ^= 1 // in the 20th block (4864..5120)
+	b := peerCheckpoints(nil, key2)
+	for k := range a {
+		if same := a[k] == b[k]; same != (k < 19) {
+			t.Fatalf("checkpoint %d (ends at %d): equal %v", k, peerCheckpointEnds[k], same)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		var cps [maxPeerCheckpoints]uint64
+		_ = peerCheckpoints(cps[:0], key)
+	}); n != 0 {
+		t.Fatalf("%v allocs", n)
+	}
 }
 
 // simFleet starts n simulated engines and returns their URLs.

@@ -75,7 +75,12 @@ func newConsistentHash(r *Route, p RouteParams) *consistentHash {
 }
 
 // key returns the ring key of the request, false when it has nothing to hash.
-func (s *consistentHash) key(p *Pick) (uint64, bool) {
+func (s *consistentHash) key(p *Pick) (uint64, bool) { return conversationKey(p, s.keyBytes) }
+
+// conversationKey hashes what names the request's conversation: its session key when it has one, else its
+// opening (the prompt key up to the end of its first user message), at most keyBytes of it; false when the
+// request has neither.
+func conversationKey(p *Pick, keyBytes int) (uint64, bool) {
 	if len(p.SessionID) > 0 {
 		return xxhash.Sum64(p.SessionID), true
 	}
@@ -83,10 +88,37 @@ func (s *consistentHash) key(p *Pick) (uint64, bool) {
 	if p.Opening > 0 && p.Opening < len(k) {
 		k = k[:p.Opening]
 	}
-	if len(k) > s.keyBytes {
-		k = k[:s.keyBytes]
+	if len(k) > keyBytes {
+		k = k[:keyBytes]
 	}
 	return xxhash.Sum64(k), len(k) > 0
+}
+
+// homeOf returns the position in p.Eligible of the conversation's home: the eligible target with the
+// highest rendezvous weight mix(key, peerID) (highest random weight hashing, Thaler and Ravishankar 1998).
+// Every replica with the same targets computes the same home, and losing or adding a target moves only the
+// conversations whose home it was or becomes. False when the request names no conversation.
+func homeOf(p *Pick) (int, bool) {
+	h, ok := conversationKey(p, defaultKeyBytes)
+	if !ok || len(p.Eligible) == 0 {
+		return 0, false
+	}
+	best, bestW := 0, uint64(0)
+	for k, i := range p.Eligible {
+		if w := mix64(h ^ p.Route.Targets[i].peerID); k == 0 || w > bestW {
+			best, bestW = k, w
+		}
+	}
+	return best, true
+}
+
+// mix64 is SplitMix64's finalizer: every input bit flips about half the output bits.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 func (s *consistentHash) Rank(p *Pick, out []int) (int, Decision) {

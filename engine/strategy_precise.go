@@ -22,15 +22,19 @@ type preciseCacheAware struct {
 	ids       []int             // route target -> kv id
 	streams   []*kvindex.Stream // route target -> its stream
 	tries     []*trie.Trie      // route target -> its approximate index
+	home      bool              // route parameter "home", as cache_aware's
 }
 
 func newPrecise(r *Route, p RouteParams, env *buildEnv) (*preciseCacheAware, error) {
 	if env.kv == nil {
 		return nil, fmt.Errorf("BUG: no KV event state for route %q", r.Model)
 	}
-	s := &preciseCacheAware{threshold: defaultThreshold, ix: env.kv.ix}
+	s := &preciseCacheAware{threshold: defaultThreshold, ix: env.kv.ix, home: true}
 	if p.Threshold != nil {
 		s.threshold = *p.Threshold
+	}
+	if p.Home != nil {
+		s.home = *p.Home
 	}
 	for _, t := range r.Targets {
 		src := env.kvSources[t.Provider.Name]
@@ -108,6 +112,14 @@ func (s *preciseCacheAware) Rank(p *Pick, out []int) (int, Decision) {
 				return 1, Decision{Reason: ReasonPrefixHit, Score: bestScore}
 			}
 			reason = ReasonOverloaded
+		}
+		if exact && reason == ReasonNoMatch && s.home {
+			// Nothing resident anywhere: the conversation's home, as cache_aware sends it, so replicas
+			// that share every engine's events also agree on where a new conversation starts.
+			if k, ok := homeOf(p); ok && !overloaded(lbuf[k], minLoad) {
+				out[0] = p.Eligible[k]
+				return 1, Decision{Reason: ReasonHome, Score: bestScore}
+			}
 		}
 		if exact || reason == ReasonOverloaded {
 			out[0], _ = leastLoaded(p)

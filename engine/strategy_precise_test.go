@@ -140,7 +140,7 @@ func TestPrecisePinsWhereBlocksAre(t *testing.T) {
 	msgs := longConversation("a")
 	ids := tokenize(t, engines[0], msgs)
 	first, decision := preciseTurn(t, gw, msgs, ids)
-	if decision != "no_match" && decision != "untrusted" { // untrusted: no batch heard yet from any engine
+	if decision != "home" && decision != "untrusted" { // untrusted: no batch heard yet from any engine
 		t.Fatalf("cold request decided %s", decision)
 	}
 	waitStored(t, gw, first, 1)
@@ -151,7 +151,7 @@ func TestPrecisePinsWhereBlocksAre(t *testing.T) {
 	}
 	// A different conversation is not pinned to the first one's engine by accident.
 	other := longConversation("b")
-	if _, d := preciseTurn(t, gw, other, tokenize(t, engines[0], other)); d != "no_match" {
+	if _, d := preciseTurn(t, gw, other, tokenize(t, engines[0], other)); d != "home" {
 		t.Fatalf("unrelated prompt decided %s", d)
 	}
 	// Ids missing or malformed: the approximate trie still knows where the prompt went; for a prompt it
@@ -198,7 +198,7 @@ func TestPreciseEviction(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the evicted prompt to stop pinning", func() bool {
 		_, d := preciseTurn(t, gw, msgs, ids)
-		return d == "no_match"
+		return d == "home"
 	})
 }
 

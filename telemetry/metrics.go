@@ -558,3 +558,13 @@ const (
 	LMCachePolls        = mLMCachePolls
 	Admission           = mAdmission
 )
+
+// Gateway replicas sharing routing evidence and in-flight counts over NATS (package cluster). Messages and
+// the slow_consumer drops count NATS messages; queue_full counts requests whose evidence was not queued.
+const (
+	ClusterConnected       = "rolter_cluster_connected"        // gauge 0/1
+	ClusterPeers           = "rolter_cluster_peers"            // gauge: peer replicas heard from recently
+	ClusterMessages        = "rolter_cluster_messages_total"   // {kind,direction} evidence | load, sent | received
+	ClusterDropped         = "rolter_cluster_dropped_total"    // {reason} queue_full | malformed | publish_failed | slow_consumer
+	ClusterEvidenceEntries = "rolter_cluster_evidence_entries" // gauge: occupied slots of the peers' evidence table
+)

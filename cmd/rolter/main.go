@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rolter-ai/rolter/cluster"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/loadtest"
 )
@@ -142,6 +143,16 @@ func serve(args []string, stderr io.Writer) int {
 	if err != nil {
 		log.Error("cannot start the gateway", "err", err)
 		return 1
+	}
+	if cfg.Cluster.NATSURL != "" {
+		// [cluster] is read at start: a reload does not change the NATS connection or its settings.
+		cl, err := cluster.Start(cfg.Cluster, cfg.Egress, g, log)
+		if err != nil {
+			log.Error("cannot start the cluster", "err", err)
+			_ = g.Shutdown(context.Background())
+			return 1
+		}
+		defer cl.Close()
 	}
 	reload := func() { _ = g.ReloadFile(*path) } // logs what it refused
 	if cp != nil {
