@@ -35,8 +35,8 @@ import (
 // (route parameter home = false: each replica on the evidence of its own requests alone, as before the
 // features), and "cache_aware+cluster" adds the evidence and in-flight counts the replicas share over NATS
 // ([cluster], a nats-server started for the cell). Plain "cache_aware" is the default parameters: the home,
-// no NATS.
-var ScaleoutStrategies = []string{"round_robin", "consistent_hash", "cache_aware-local", "cache_aware", "cache_aware+cluster", "pipeline", "precise_cache_aware"}
+// no NATS. "pipeline+cluster" is pipeline scoring the shared evidence too.
+var ScaleoutStrategies = []string{"round_robin", "consistent_hash", "cache_aware-local", "cache_aware", "cache_aware+cluster", "pipeline", "pipeline+cluster", "precise_cache_aware"}
 
 // ScaleoutGoalStrategy is the variant the scale-out goals are judged on: cache_aware with every
 // many-gateway feature on.

@@ -68,7 +68,7 @@ func (rep *ScaleoutReport) Markdown() string {
 	b.WriteString("  `home = false`: each replica routes on the evidence of the requests it sees itself, nothing else), `cache_aware`\n")
 	b.WriteString("  (the defaults: a prompt no target holds goes to its conversation's rendezvous home, the same on every replica),\n")
 	b.WriteString("  `cache_aware+cluster` (the defaults plus `[cluster]`: the replicas share routing evidence and in-flight counts\n")
-	b.WriteString("  through a nats-server started for the cell, default settings).\n")
+	b.WriteString("  through a nats-server started for the cell, default settings); `pipeline+cluster` is pipeline with the same.\n")
 	b.WriteString("- Balancer: HAProxy in `mode tcp`, `balance roundrobin` over the gateways: one decision per TCP connection, as a\n")
 	b.WriteString("  Kubernetes Service balances. Connections per gateway come from HAProxy's stats socket (`stot`), requests per\n")
 	b.WriteString("  gateway from each gateway's own `/metrics` (`rolter_requests_total`).\n")

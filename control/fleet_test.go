@@ -318,7 +318,9 @@ func TestFleetRefusedChange(t *testing.T) {
 	want(t, g1.su("POST", base+"/providers", provider("p", g1.A.URL)), 201, "")
 	want(t, g1.su("POST", base+"/routes", route("m", "p")), 201, "")
 	g2.waitServes("m", key, 200, a+"/p", time.Now(), converge)
-	before := g2.stateOf().StoreGeneration
+	// Serving the route comes before g2 records the generation it applied: wait until both gateways report
+	// the store's generation, or "before" could be the one g2 was leaving.
+	before := g1.waitReplicas(converge, g1.replica, g2.replica).StoreGeneration
 
 	want(t, g1.su("POST", base+"/routes", route("clash", "p")), 201, "")
 	answered := time.Now()

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/rolter-ai/rolter/trie"
 )
 
 // Peers is the routing evidence other gateway replicas share with this one (the cluster package carries it
@@ -129,6 +131,17 @@ func peerFloor(m int) int {
 		return m &^ (8<<10 - 1)
 	}
 	return 128 << 10
+}
+
+// match is target t's match of p's key in key bytes: its trie's (tr), and with peers the larger of that and
+// the peers' evidence, both in checkpoint resolution - a replica's own trie must not outbid the peers'
+// evidence by the bytes a checkpoint cannot see, or each replica keeps the copy it made itself.
+func (p *Pick) match(tr *trie.Trie, t *Target) int {
+	m := matchFresh(tr, t.Provider, p.Key)
+	if p.peers != nil {
+		m = max(peerFloor(m), min(p.peerMatch(t), len(p.Key)))
+	}
+	return m
 }
 
 // peerMatch is how many leading key bytes the peers' evidence for target t covers (0 with no peers or no

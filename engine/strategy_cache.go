@@ -101,12 +101,7 @@ func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
 		if n > 0 {
 			// The peers' evidence is a second score: what another replica sent to the target counts as
 			// held there, as far as its checkpoints reach.
-			mbuf[k] = matchFresh(s.tries[i], targets[i].Provider, p.Key)
-			if p.peers != nil {
-				// Measured in checkpoints both: a replica's own trie must not outbid the peers' evidence
-				// by the bytes a checkpoint cannot see, or each replica keeps the copy it made itself.
-				mbuf[k] = max(peerFloor(mbuf[k]), min(p.peerMatch(targets[i]), n))
-			}
+			mbuf[k] = p.match(s.tries[i], targets[i])
 		}
 		lbuf[k] = targets[i].Load()
 		bestLen = max(bestLen, mbuf[k])

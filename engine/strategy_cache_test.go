@@ -312,6 +312,13 @@ func TestCacheAwarePeerEvidence(t *testing.T) {
 	if _, d := rank(r, &p); d.Reason == ReasonPrefixHit {
 		t.Fatalf("short prompt: %s", d.Reason)
 	}
+	// pipeline scores the peers' evidence too: held wins at equal loads.
+	rp := testRoute(t, "pipeline", []float64{1, 1, 1, 1}, "")
+	pp := Pick{peers: peers, cps: cps[:0], Key: []byte(system + "question one" + " answer and a follow-up question")}
+	allEligible(rp, &pp, buf[:])
+	if got, d := rank(rp, &pp); got != held || d.Reason != ReasonScore || d.Score < 0.5 {
+		t.Fatalf("pipeline: got %d (%s %.2f), want %d", got, d.Reason, d.Score, held)
+	}
 	// Without peers the same request is not a hit.
 	p.peers, p.cpsDone = nil, false
 	p.Key = []byte(system + "question one" + " answer and a follow-up question")

@@ -25,7 +25,8 @@ const (
 //
 // Every term is in 0..1. The load term is relative - twice the load of the least-loaded target scores about
 // half - so it means the same at 2 and at 200 requests in flight; load includes the engine's scraped queue
-// when [metrics_scrape] is on. The cache term is cache_aware's trie fraction.
+// when [metrics_scrape] is on. The cache term is cache_aware's match fraction (the trie's, and the peers'
+// evidence with [cluster]).
 //
 // A request with x-session-id goes to the target its session was last bound to while that binding is
 // younger than session_ttl_secs (idle time) and the target is eligible; otherwise it is scored and re-bound.
@@ -97,7 +98,7 @@ func (s *pipeline) Rank(p *Pick, out []int) (int, Decision) {
 	for k, i := range p.Eligible {
 		match := 0.0
 		if n > 0 && s.cacheF != 0 {
-			m := matchFresh(s.tries[i], targets[i].Provider, p.Key)
+			m := p.match(s.tries[i], targets[i])
 			match = float64(m) / float64(n)
 			if p.Matches != nil {
 				p.Matches[i], p.MatchOf = int32(m), n
