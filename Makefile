@@ -12,7 +12,7 @@ export ROLTER_REQUIRE_POSTGRES := 1
 export ROLTER_REQUIRE_HAPROXY := 1
 export ROLTER_REQUIRE_NATS := 1
 
-.PHONY: all deps build run test test-unit test-race test-nocgo bench bench-routing bench-overhead bench-scaleout fuzz-short lint fmt vet clean
+.PHONY: all deps build run test test-unit test-race test-nocgo bench bench-routing bench-overhead bench-scaleout fuzz-short lint fmt vet clean bench-pressure
 
 all: build
 
@@ -89,6 +89,11 @@ bench-overhead:
 
 # Scale-out: 1, 2 and 4 `rolter serve` processes behind HAProxy in TCP mode on one simulated fleet
 # (bench/results/scaleout.md, ~10 min).
+# Routing under KV pressure: every strategy on 4 simulated engines whose KV holds 25/50/100% of each
+# workload's working set (bench/results/pressure.md, ~8 min).
+bench-pressure:
+	$(GO) run ./bench/cmd/pressure -out bench/results
+
 bench-scaleout:
 	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then \
 		echo "bench-scaleout: installing haproxy with apt"; \

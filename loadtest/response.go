@@ -38,11 +38,18 @@ type Routing struct {
 	Target string
 	// Decision is x-rolter-decision, or "".
 	Decision string
+	// PrefixMatch is x-rolter-prefix-match (the winning prefix-match fraction a cache strategy
+	// decided on), or -1 when absent or not a number.
+	PrefixMatch float64
 }
 
 // ParseRouting reads the routing headers of a response.
 func ParseRouting(h http.Header) Routing {
-	return Routing{Target: h.Get(TargetHeader), Decision: h.Get(DecisionHeader)}
+	r := Routing{Target: h.Get(TargetHeader), Decision: h.Get(DecisionHeader), PrefixMatch: -1}
+	if v, err := strconv.ParseFloat(h.Get(PrefixMatchHeader), 64); err == nil {
+		r.PrefixMatch = v
+	}
+	return r
 }
 
 var errNoDone = errors.New("stream ended without data: [DONE]")

@@ -91,7 +91,8 @@ type Sample struct {
 	Error        string  `json:"error,omitempty"`
 	Target       string  `json:"target,omitempty"`
 	Decision     string  `json:"decision,omitempty"`
-	StartMs      float64 `json:"start_ms"` // since the run's first request
+	PrefixMatch  float64 `json:"prefix_match"` // the gateway's x-rolter-prefix-match, -1 when absent
+	StartMs      float64 `json:"start_ms"`     // since the run's first request
 	TTFTMs       float64 `json:"ttft_ms"`
 	LatencyMs    float64 `json:"latency_ms"`
 	PromptTokens int     `json:"prompt_tokens"`
@@ -437,7 +438,7 @@ func (r *run) measure(ctx context.Context, res *vegeta.Result, tm *Timing) Sampl
 	smp.TTFTMs = ms(tm.TTFB())
 	smp.LatencyMs = ms(smp.end.Sub(smp.start))
 	rt := ParseRouting(res.Headers)
-	smp.Target, smp.Decision = rt.Target, rt.Decision
+	smp.Target, smp.Decision, smp.PrefixMatch = rt.Target, rt.Decision, rt.PrefixMatch
 	var reply Reply
 	var err error
 	switch {

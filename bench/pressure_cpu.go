@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// cpuMeter measures the CPU other processes used while a cell ran: on a shared machine a cell's latencies
+// say little when other work took the CPUs. Linux only (/proc); elsewhere it reports -1.
+type cpuMeter struct {
+	start      time.Time
+	busy, self float64 // seconds of CPU: the whole machine's non-idle time, and this process's
+	ok         bool
+}
+
+// clockTicks is USER_HZ, the unit of /proc/stat and /proc/self/stat (100 on every Linux architecture
+// Go supports).
+const clockTicks = 100
+
+func startCPUMeter() cpuMeter {
+	busy, ok1 := machineBusy()
+	self, ok2 := selfCPU()
+	return cpuMeter{start: time.Now(), busy: busy, self: self, ok: ok1 && ok2}
+}
+
+// others returns the mean number of CPUs other processes (and the hypervisor's steal) kept busy since
+// start, or -1 when unknown.
+func (m cpuMeter) others() float64 {
+	busy, ok1 := machineBusy()
+	self, ok2 := selfCPU()
+	elapsed := time.Since(m.start).Seconds()
+	if !m.ok || !ok1 || !ok2 || elapsed <= 0 {
+		return -1
+	}
+	return max(0, (busy-m.busy)-(self-m.self)) / elapsed
+}
+
+// machineBusy returns the machine's non-idle CPU seconds from /proc/stat: user, nice, system, irq,
+// softirq and steal (guest time is inside user).
+func machineBusy() (float64, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, false
+	}
+	total := 0.0
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			return 0, false
+		}
+		total += v
+	}
+	return total / clockTicks, true
+}
+
+// selfCPU returns this process's user + system CPU seconds from /proc/self/stat.
+func selfCPU() (float64, bool) {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name (field 2) may hold spaces; the fields after it start past its ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 { // f[0] is field 3 (state); utime and stime are fields 14 and 15
+		return 0, false
+	}
+	u, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return (u + st) / clockTicks, true
+}
