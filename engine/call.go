@@ -89,6 +89,7 @@ type call struct {
 	// for the engine's own account of it (usage.go).
 	matches [maxTargets]int32
 	cps     [maxPeerCheckpoints]uint64
+	peerM   [maxTargets]int32
 	usage   usageScan
 	// shadow is the request's slot with the route's shadow strategies (shadow.go), nil when it has none.
 	shadow *shadowSlot
@@ -310,9 +311,9 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	p.kvOut = c.kvOut[:]
 	p.tmp = c.tmp[:0]
 	p.Matches = c.matches[:len(r.Targets)]
-	p.peers, p.cps, p.cpsDone = nil, nil, false
+	p.peers, p.cps, p.cpsDone, p.peerM = nil, nil, false, nil
 	if b := c.g.peers.Load(); b != nil {
-		p.peers, p.cps = b.p, c.cps[:0]
+		p.peers, p.cps, p.peerM = b.p, c.cps[:0], c.peerM[:len(r.Targets)]
 	}
 	if h := ctx.Request.Header.Peek("X-Rolter-Vllm-Token-Ids"); len(h) > 0 {
 		var ok bool

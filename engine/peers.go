@@ -133,30 +133,55 @@ func peerFloor(m int) int {
 	return 128 << 10
 }
 
-// match is target t's match of p's key in key bytes: its trie's (tr), and with peers the larger of that and
-// the peers' evidence, both in checkpoint resolution - a replica's own trie must not outbid the peers'
-// evidence by the bytes a checkpoint cannot see, or each replica keeps the copy it made itself.
-func (p *Pick) match(tr *trie.Trie, t *Target) int {
-	m := matchFresh(tr, t.Provider, p.Key)
-	if p.peers != nil {
-		m = max(peerFloor(m), min(p.peerMatch(t), len(p.Key)))
+// peerRound maps a match in key bytes to the middle of its checkpoint segment (between the checkpoint end at
+// or below it and the next one), at most n, the key's length: a match the peers' evidence can show and a
+// local match in the same segment compare equal, and neither is biased against the threshold by more than
+// half a segment. A match shorter than the first checkpoint is kept as it is.
+func peerRound(m, n int) int {
+	e := peerFloor(m)
+	if e < 256 {
+		return m
 	}
-	return m
+	seg := 256
+	switch {
+	case e >= 64<<10:
+		seg = 8 << 10
+	case e >= 8<<10:
+		seg = 1 << 10
+	}
+	return min(e+seg/2, n)
 }
 
-// peerMatch is how many leading key bytes the peers' evidence for target t covers (0 with no peers or no
-// evidence), computing p's checkpoints on first use.
-func (p *Pick) peerMatch(t *Target) int {
+// match is target t's match of p's key in key bytes, as the cache strategies score it: its trie's (tr),
+// and with peers the larger of that and the peers' evidence. When the peers reported any eligible target,
+// both are compared in checkpoint resolution (peerRound): a replica's own trie must not outbid another
+// replica's copy by the bytes a checkpoint cannot see, or each replica keeps the copy it made itself. With
+// no peer evidence for the request the trie's match is exact, as without peers.
+func (p *Pick) match(tr *trie.Trie, t *Target) int {
+	m := matchFresh(tr, t.Provider, p.Key)
 	if p.peers == nil || len(p.Key) < int(peerCheckpointEnds[0]) {
-		return 0
+		return m
 	}
 	if !p.cpsDone {
-		p.cps = peerCheckpoints(p.cps[:0], p.Key)
-		p.cpsDone = true
+		p.peerEvidence()
 	}
-	k := p.peers.Held(t.peerID, p.cps)
-	if k <= 0 {
-		return 0
+	if !p.peerAny {
+		return m
 	}
-	return int(peerCheckpointEnds[min(k, len(p.cps))-1])
+	return peerRound(max(m, int(p.peerM[t.Index])), len(p.Key))
+}
+
+// peerEvidence computes p's checkpoints and, for every eligible target, how many leading key bytes the
+// peers' evidence covers (p.peerM), and whether any does.
+func (p *Pick) peerEvidence() {
+	p.cps = peerCheckpoints(p.cps[:0], p.Key)
+	p.cpsDone, p.peerAny = true, false
+	for _, i := range p.Eligible {
+		m := 0
+		if k := p.peers.Held(p.Route.Targets[i].peerID, p.cps); k > 0 {
+			m = int(peerCheckpointEnds[min(k, len(p.cps))-1])
+		}
+		p.peerM[i] = int32(m)
+		p.peerAny = p.peerAny || m > 0
+	}
 }

@@ -75,6 +75,10 @@ type Pick struct {
 	peers   Peers
 	cps     []uint64
 	cpsDone bool
+	// peerM[i] is how many leading key bytes the peers' evidence covers on target i (eligible ones, once
+	// cpsDone); peerAny says whether any is above 0.
+	peerM   []int32
+	peerAny bool
 
 	// Scratch for precise_cache_aware's index lookup, owned by the request.
 	kvScratch *kvindex.Scratch
