@@ -244,7 +244,6 @@ func TestCacheAwareHome(t *testing.T) {
 	}
 }
 
-
 // simFleet starts n simulated engines and returns their URLs.
 func simFleet(t *testing.T, n int, tweak func(*sim.Config)) ([]*sim.Engine, []string) {
 	t.Helper()
