@@ -18,7 +18,7 @@ import (
 // rendering and reloading.
 func TestPressureQuick(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs 54 small fleets")
+		t.Skip("runs 72 small fleets")
 	}
 	rep, err := RunPressure(context.Background(), PressureOptions{Quick: true})
 	if err != nil {

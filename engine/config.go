@@ -256,6 +256,14 @@ type RouteParams struct {
 	// Home (cache_aware, precise_cache_aware): a request whose prefix no target holds goes to its conversation's rendezvous
 	// home when that target is not overloaded (true), or to the least-loaded target (false).
 	Home *bool `toml:"home" json:"home,omitempty"`
+	// OverloadMargin and OverloadFactor (cache_aware): a target is overloaded when its load exceeds the
+	// least-loaded eligible target's by more than the margin (2) and is more than factor (1.5) times it.
+	OverloadMargin *float64 `toml:"overload_margin" json:"overload_margin,omitempty"`
+	OverloadFactor *float64 `toml:"overload_factor" json:"overload_factor,omitempty"`
+	// HotWindow (pipeline): how many recent requests the hot-prefix share is counted over; a prefix
+	// matched by more than one engine's share of them has its cache term divided by the engines its
+	// share fills. 0 turns it off.
+	HotWindow *int `toml:"hot_window" json:"hot_window,omitempty"`
 }
 
 // ScrapeConfig is [metrics_scrape]: engine queue depth from each provider's /metrics.
@@ -1037,6 +1045,15 @@ func (v *validator) params(key, strategy string, spec strategySpec, p *RoutePara
 		v.addf(key+".stale_window", "must be >= 1, got %d", *p.StaleWindow)
 	}
 	check("home", p.Home != nil)
+	if check("overload_margin", p.OverloadMargin != nil) && !(*p.OverloadMargin >= 0 && *p.OverloadMargin <= 1e6) {
+		v.addf(key+".overload_margin", "must be between 0 and 1000000, got %v", *p.OverloadMargin)
+	}
+	if check("hot_window", p.HotWindow != nil) && (*p.HotWindow < 0 || *p.HotWindow > 4096) {
+		v.addf(key+".hot_window", "must be between 0 (off) and 4096, got %d", *p.HotWindow)
+	}
+	if check("overload_factor", p.OverloadFactor != nil) && !(*p.OverloadFactor >= 1 && *p.OverloadFactor <= 1000) {
+		v.addf(key+".overload_factor", "must be between 1 and 1000, got %v", *p.OverloadFactor)
+	}
 	if check("max_sessions", p.MaxSessions != nil) && *p.MaxSessions < 1 {
 		v.addf(key+".max_sessions", "must be >= 1, got %d", *p.MaxSessions)
 	}

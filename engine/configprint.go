@@ -49,6 +49,12 @@ func (cfg *Config) Effective() *Config {
 				p.StaleWindow = orDefault(p.StaleWindow, defaultStaleWindow)
 			case "home":
 				p.Home = orDefault(p.Home, true)
+			case "overload_margin":
+				p.OverloadMargin = orDefault(p.OverloadMargin, float64(defaultOverloadMargin))
+			case "hot_window":
+				p.HotWindow = orDefault(p.HotWindow, defaultHotWindow)
+			case "overload_factor":
+				p.OverloadFactor = orDefault(p.OverloadFactor, defaultOverloadFactor)
 			default:
 				panic(fmt.Sprintf("BUG: no default for parameter %q", name))
 			}

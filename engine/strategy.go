@@ -178,7 +178,8 @@ var strategies = map[string]strategySpec{
 	"least_load":   {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return leastLoad{}, nil }},
 	"power_of_two": {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return powerOfTwo{}, nil }},
 	"cache_aware": {
-		params:    []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window", "home"},
+		params: []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window", "home",
+			"overload_margin", "overload_factor"},
 		usesTries: true,
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
 			s := newCacheAware(r, p, env)
@@ -187,7 +188,8 @@ var strategies = map[string]strategySpec{
 		},
 	},
 	"pipeline": {
-		params:    []string{"weight_factor", "load_factor", "cache_factor", "max_trie_nodes", "max_trie_bytes", "session_ttl_secs", "max_sessions", "stale_gap", "stale_window"},
+		params: []string{"weight_factor", "load_factor", "cache_factor", "max_trie_nodes", "max_trie_bytes", "session_ttl_secs",
+			"max_sessions", "stale_gap", "stale_window", "hot_window"},
 		usesTries: true,
 		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
 			s := newPipeline(r, p, env)

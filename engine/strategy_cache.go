@@ -11,6 +11,10 @@ import (
 const (
 	defaultThreshold    = 0.5
 	defaultMaxTrieNodes = trie.DefaultMaxNodes
+	// defaultOverloadMargin and defaultOverloadFactor are the seed page's overload rule: more than 2
+	// requests beyond the least-loaded eligible target and more than 1.5 times its load.
+	defaultOverloadMargin = 2
+	defaultOverloadFactor = 1.5
 	// defaultMaxTrieBytes bounds each target's trie in stored prompt bytes as well as nodes, so memory has a
 	// ceiling in bytes per target whatever the prompt sizes (docs/architecture.md, "Memory bounds").
 	// A gateway's routes get smaller ceilings from trieShare; these apply where no config sized them.
@@ -76,15 +80,23 @@ type cacheAware struct {
 	// home sends a request nothing clears the threshold for to its conversation's rendezvous home (homeOf)
 	// when that target is not overloaded, rather than to the least-loaded one; route parameter "home".
 	home bool
+	// margin and factor are the overload rule's; route parameters "overload_margin", "overload_factor".
+	margin, factor float64
 }
 
 func newCacheAware(r *Route, p RouteParams, env *buildEnv) *cacheAware {
-	s := &cacheAware{threshold: defaultThreshold, home: true}
+	s := &cacheAware{threshold: defaultThreshold, home: true, margin: defaultOverloadMargin, factor: defaultOverloadFactor}
 	if p.Threshold != nil {
 		s.threshold = *p.Threshold
 	}
 	if p.Home != nil {
 		s.home = *p.Home
+	}
+	if p.OverloadMargin != nil {
+		s.margin = *p.OverloadMargin
+	}
+	if p.OverloadFactor != nil {
+		s.factor = *p.OverloadFactor
 	}
 	s.tries = newTries(r, p, env)
 	return s
@@ -129,7 +141,7 @@ func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
 		best, bestM, bestLoad, ties := -1, 0, int64(0), uint64(0)
 		for k, i := range p.Eligible {
 			m, l := mbuf[k], lbuf[k]
-			if m == 0 || float64(m)/float64(n) < s.threshold || overloaded(l, minLoad) {
+			if m == 0 || float64(m)/float64(n) < s.threshold || s.overloaded(l, minLoad) {
 				continue
 			}
 			switch {
@@ -150,7 +162,7 @@ func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
 	} else if s.home {
 		// Nothing holds the prefix: the conversation's home, which every replica computes alike, so
 		// replicas that never talk still place a new conversation on one engine. The overload rule holds.
-		if k, ok := homeOf(p); ok && !overloaded(lbuf[k], minLoad) {
+		if k, ok := homeOf(p); ok && !s.overloaded(lbuf[k], minLoad) {
 			out[0] = p.Eligible[k]
 			return 1, Decision{Reason: ReasonHome, Score: score}
 		}
@@ -162,7 +174,12 @@ func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
 // overloaded is the seed page's rule: more than 2 requests beyond the least-loaded eligible target and more
 // than 1.5 times its load.
 func overloaded(load, minLoad int64) bool {
-	return load > minLoad+2 && float64(load) > 1.5*float64(minLoad)
+	return load > minLoad+defaultOverloadMargin && float64(load) > defaultOverloadFactor*float64(minLoad)
+}
+
+// overloaded is the overload rule with the route's margin and factor.
+func (s *cacheAware) overloaded(load, minLoad int64) bool {
+	return float64(load) > float64(minLoad)+s.margin && float64(load) > s.factor*float64(minLoad)
 }
 
 // leastLoaded returns the eligible target with the smallest load - among several, the one with the longest

@@ -146,6 +146,31 @@ func TestCacheAwareParams(t *testing.T) {
 	f("max_trie_nodes = 0", "routes[0].params.max_trie_nodes: must be >= 16")
 	f("epsilon = 0.2", `strategy "cache_aware" does not use "epsilon"`)
 	f("home = 1", "home")
+	f("overload_factor = 0.5", "routes[0].params.overload_factor: must be between 1 and 1000")
+	f("overload_margin = -1", "routes[0].params.overload_margin: must be between 0 and 1000000")
+}
+
+// TestCacheAwareOverloadParams: overload_margin and overload_factor replace the seed rule's 2 and 1.5.
+func TestCacheAwareOverloadParams(t *testing.T) {
+	r, s := cacheRoute(t, 3, "home = false\noverload_margin = 4\noverload_factor = 2")
+	var buf [maxTargets]int
+	var p Pick
+	allEligible(r, &p, buf[:])
+	s.tries[1].Insert([]byte("0123456789"))
+	p.Key = []byte("0123456789")
+	f := func(l0, l1, l2 int64, wantTarget int, wantReason Reason) {
+		t.Helper()
+		r.Targets[0].Provider.inflight.Store(l0)
+		r.Targets[1].Provider.inflight.Store(l1)
+		r.Targets[2].Provider.inflight.Store(l2)
+		if got, d := rank(r, &p); got != wantTarget || d.Reason != wantReason {
+			t.Fatalf("loads %d/%d/%d: got %d %s, want %d %s", l0, l1, l2, got, d.Reason, wantTarget, wantReason)
+		}
+	}
+	f(0, 4, 9, 1, ReasonPrefixHit)    // 4 > 0+4 is false (the seed rule: overloaded)
+	f(0, 5, 9, 0, ReasonOverloaded)   // 5 > 4 and 5 > 0
+	f(10, 20, 10, 1, ReasonPrefixHit) // 20 > 14 but 20 > 2x10 is false
+	f(10, 21, 12, 0, ReasonOverloaded)
 }
 
 // TestCacheAwareHome: a request nothing holds goes to its conversation's rendezvous home - the same target

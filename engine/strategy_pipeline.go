@@ -3,19 +3,53 @@ package engine
 import (
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/rolter-ai/rolter/trie"
 )
 
-// Default pipeline factors, chosen with the routing benchmark (README "Routing quality", pipeline sweep):
-// load_factor must exceed cache_factor, or a replica holding a hot prefix can never lose it to an idle one
-// and the rest of the fleet sits idle (hot-prefix, multi-turn); 2.5 : 2 kept every engine busy (max/min share
-// <= 1.17 on all three workloads) at 0.96 of the oracle hit rate on shared-prefix.
+// Default pipeline factors, chosen with the routing benchmark (README "Routing quality", pipeline sweep) and
+// the KV-pressure report (bench/results/pressure.md, issue 18): load_factor must exceed cache_factor, or a
+// replica holding a hot prefix can never lose it to an idle one and the rest of the fleet sits idle
+// (hot-prefix, multi-turn). At 2.5 : 2 a holder lost a prefix as soon as its load passed ~4.6x the idlest
+// target's, and under KV pressure every such spill left a second copy that evicted others (shared-prefix at
+// 50%: 0.89 of the placement reference, groups on 1.5 engines); 2.2 : 2 holds the prefix to ~9x (0.97,
+// 1.1 engines; multi-turn 0.94 -> 0.96), and hot_window spreads the one prefix that really needs more
+// than one engine (hot-prefix burst: busiest/idlest 4.1 without it, 1.1 with it).
 const (
 	defaultWeightFactor = 1.0
-	defaultLoadFactor   = 2.5
+	defaultLoadFactor   = 2.2
 	defaultCacheFactor  = 2.0
+	defaultHotWindow    = 128
 )
+
+// hotPrefixes is a ring of the last requests' matched prefixes, each named by the hash of the request's
+// longest match rounded down to the peers' checkpoint resolution (peerFloor), so every request of a shared
+// system prompt names it alike while each conversation's history names only its own. Safe for concurrent
+// use; lock-free and allocation-free. Concurrent writers may overwrite each other's slot: the share is an
+// estimate.
+type hotPrefixes struct {
+	next  atomic.Uint64
+	slots []atomic.Uint64
+}
+
+func newHotPrefixes(window int) *hotPrefixes {
+	return &hotPrefixes{slots: make([]atomic.Uint64, window)}
+}
+
+// record adds h to the ring and returns the share of the window's slots that held h before.
+func (r *hotPrefixes) record(h uint64) float64 {
+	n := 0
+	for i := range r.slots {
+		if r.slots[i].Load() == h {
+			n++
+		}
+	}
+	r.slots[(r.next.Add(1)-1)%uint64(len(r.slots))].Store(h)
+	return float64(n) / float64(len(r.slots))
+}
 
 // pipeline is the seed page's three-stage strategy: filter (only eligible targets reach Rank) -> score ->
 // argmax with a random tie-break. score(t) = weight_factor x weight(t)/max weight
@@ -26,16 +60,19 @@ const (
 // Every term is in 0..1. The load term is relative - twice the load of the least-loaded target scores about
 // half - so it means the same at 2 and at 200 requests in flight; load includes the engine's scraped queue
 // when [metrics_scrape] is on. The cache term is cache_aware's match fraction (the trie's, and the peers'
-// evidence with [cluster]).
+// evidence with [cluster]). A hot prefix - matched by a share h of the last hot_window requests with
+// h x eligible targets = r > 1 - has its cache_factor divided by r, the engines its traffic fills.
 //
 // A request with x-session-id goes to the target its session was last bound to while that binding is
 // younger than session_ttl_secs (idle time) and the target is eligible; otherwise it is scored and re-bound.
 type pipeline struct {
 	weightF, loadF, cacheF float64
-	weights                []float64 // weight(t)
-	tries                  []*trie.Trie
-	sessions               *sessions
-	log                    *slog.Logger
+	// hot counts the recent requests' matched prefixes (route parameter "hot_window"; nil: off).
+	hot      *hotPrefixes
+	weights  []float64 // weight(t)
+	tries    []*trie.Trie
+	sessions *sessions
+	log      *slog.Logger
 }
 
 func newPipeline(r *Route, p RouteParams, env *buildEnv) *pipeline {
@@ -51,6 +88,13 @@ func newPipeline(r *Route, p RouteParams, env *buildEnv) *pipeline {
 	}
 	if p.CacheFactor != nil {
 		s.cacheF = *p.CacheFactor
+	}
+	hotWindow := defaultHotWindow
+	if p.HotWindow != nil {
+		hotWindow = *p.HotWindow
+	}
+	if hotWindow > 0 {
+		s.hot = newHotPrefixes(hotWindow)
 	}
 	for _, t := range r.Targets {
 		s.weights = append(s.weights, t.Weight)
@@ -93,20 +137,36 @@ func (s *pipeline) Rank(p *Pick, out []int) (int, Decision) {
 		}
 	}
 	n := len(p.Key)
+	var mbuf [maxTargets]int
+	bestM := 0
+	if n > 0 && s.cacheF != 0 {
+		for k, i := range p.Eligible {
+			mbuf[k] = p.match(s.tries[i], targets[i])
+			bestM = max(bestM, mbuf[k])
+			if p.Matches != nil {
+				p.Matches[i], p.MatchOf = int32(mbuf[k]), n
+			}
+		}
+	}
+	// A hot prefix - one that more than one engine's share of the recent requests matched - is worth less
+	// per holder: its cache term is divided by the engines its traffic fills, so load spreads it over that
+	// many engines instead of queueing on the first holder (issue 18, hot-prefix burst).
+	cacheF := s.cacheF
+	if s.hot != nil && bestM > 0 {
+		if r := s.hot.record(xxhash.Sum64(p.Key[:peerFloor(bestM)])) * float64(len(p.Eligible)); r > 1 {
+			cacheF /= r
+		}
+	}
 	best, bestScore, bestMatch := -1, 0.0, 0.0
 	ties := uint64(0)
 	for k, i := range p.Eligible {
 		match := 0.0
-		if n > 0 && s.cacheF != 0 {
-			m := p.match(s.tries[i], targets[i])
-			match = float64(m) / float64(n)
-			if p.Matches != nil {
-				p.Matches[i], p.MatchOf = int32(m), n
-			}
+		if n > 0 {
+			match = float64(mbuf[k]) / float64(n)
 		}
 		score := s.weightF*s.weights[i]/maxW +
 			s.loadF*(minEff+1)/(effBuf[k]+1) +
-			s.cacheF*match
+			cacheF*match
 		switch {
 		case best < 0 || score > bestScore:
 			best, bestScore, bestMatch, ties = i, score, match, 1

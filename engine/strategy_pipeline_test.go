@@ -64,6 +64,72 @@ func TestPipelineArgmaxAndTies(t *testing.T) {
 	}
 }
 
+// TestPipelineHotPrefix: with hot_window, a prefix that 85% of the requests share spreads over every
+// target (its cache term is divided by the engines its share fills) while a prefix of a few percent of the
+// traffic keeps one holder; without it, the hot prefix stays on the holders it first reached.
+func TestPipelineHotPrefix(t *testing.T) {
+	f := func(params string, wantHotOn, wantColdOn int) {
+		t.Helper()
+		r := testRoute(t, "pipeline", []float64{1, 1, 1, 1}, params)
+		var buf [maxTargets]int
+		var p Pick
+		allEligible(r, &p, buf[:])
+		rnd := rand.New(rand.NewPCG(1, 2))
+		hot, cold := make([]int, 4), make([]int, 4)
+		var out [maxTargets]int
+		var inflight []int
+		for i := 0; i < 20000; i++ {
+			kind := 0 // 0 hot, 1 the cold group, 2 a unique prompt
+			switch x := rnd.IntN(100); {
+			case x < 85:
+				p.Key = []byte(fmt.Sprintf("%s question %d", strings.Repeat("hot system prompt ", 20), i))
+			case x < 88:
+				kind = 1
+				p.Key = []byte(fmt.Sprintf("%s question %d", strings.Repeat("a quiet system prompt ", 20), i))
+			default:
+				kind = 2
+				p.Key = []byte(fmt.Sprintf("unique %d %s", i, strings.Repeat("x", 300)))
+			}
+			r.Strategy.Rank(&p, out[:])
+			target := out[0]
+			r.Strategy.(Recorder).Routed(&p, target)
+			if i >= 2000 {
+				switch kind {
+				case 0:
+					hot[target]++
+				case 1:
+					cold[target]++
+				}
+			}
+			r.Targets[target].Provider.inflight.Add(1)
+			inflight = append(inflight, target)
+			if len(inflight) >= 24 {
+				j := rnd.IntN(len(inflight))
+				r.Targets[inflight[j]].Provider.inflight.Add(-1)
+				inflight[j] = inflight[len(inflight)-1]
+				inflight = inflight[:len(inflight)-1]
+			}
+		}
+		on := func(c []int) int {
+			n, sum := 0, 0
+			for _, v := range c {
+				sum += v
+			}
+			for _, v := range c {
+				if v*10 >= sum { // at least 10% of the prefix's requests
+					n++
+				}
+			}
+			return n
+		}
+		if on(hot) != wantHotOn || on(cold) != wantColdOn {
+			t.Fatalf("%q: hot prefix on %d targets %v, want %d; quiet prefix on %d %v, want %d", params, on(hot), hot, wantHotOn, on(cold), cold, wantColdOn)
+		}
+	}
+	f("load_factor = 2.2\nhot_window = 128", 4, 1)
+	f("load_factor = 2.2\nhot_window = 0", 3, 1)
+}
+
 // TestPipelineWeightBias: weight = 2 measurably biases traffic toward its target under concurrent load.
 func TestPipelineWeightBias(t *testing.T) {
 	r := testRoute(t, "pipeline", []float64{2, 1}, "")

@@ -1,6 +1,6 @@
 // Command pressure writes the KV-pressure routing report (issue 18; the method is in the report's
-// "Setup"): every strategy on shared-prefix, multi-turn and hot-prefix-burst workloads over 4 simulated
-// engines whose KV caches hold 25%, 50% and 100% of each workload's working set.
+// "Setup"): every strategy on shared-prefix (and its s=1.1 variant), multi-turn and hot-prefix-burst
+// workloads over 4 simulated engines whose KV caches hold 25%, 50% and 100% of each workload's working set.
 //
 //	go run ./bench/cmd/pressure -out bench/results
 package main
@@ -39,7 +39,7 @@ func run() int {
 	flag.DurationVar(&o.DecodePerToken, "decode-per-token", 0, "engine time per output token (default 1ms; quick 100µs)")
 	flag.Uint64Var(&o.Seed, "seed", 1, "workload seed, shared by every cell")
 	flag.Float64Var(&o.Epsilon, "epsilon", 0.25, "the placement reference's load cap: at most ceil((1+epsilon) × mean) requests per engine")
-	flag.StringVar(&o.Recommended, "recommended", "cache_aware", "the strategy the goals judge")
+	flag.StringVar(&o.Recommended, "recommended", bench.PressureRecommended, "the strategy the goals judge")
 	flag.DurationVar(&o.RunTimeout, "run-timeout", 2*time.Minute, "bound on one cell's load")
 	flag.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "bound on the whole report (what was measured is written)")
 	render := flag.String("render", "", "render the Markdown again from this pressure.json instead of running")
