@@ -168,6 +168,12 @@ func Start(cfg engine.ClusterConfig, egressCfg egress.Config, g Gateway, log *sl
 	c.log = log.With("component", "cluster", "replica", c.name)
 
 	dialer := natsDialer{d: &egress.Dialer{Policy: policy}, timeout: dialTimeout}
+	if cg, ok := g.(interface {
+		ClusterDialer(*egress.Policy) *egress.Dialer
+	}); ok {
+		// A real gateway's dialer also counts what it refuses (rolter_egress_refused_total{use="cluster"}).
+		dialer.d = cg.ClusterDialer(policy)
+	}
 	c.nc, err = nats.Connect(cfg.NATSURL,
 		nats.Name(c.name),
 		nats.NoEcho(),

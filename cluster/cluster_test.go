@@ -617,6 +617,23 @@ func TestEgressPolicy(t *testing.T) {
 	if n := strings.Count(logs.String(), "cannot reach NATS"); n != 1 {
 		t.Fatalf("the failure to connect logged %d times; want once:\n%s", n, logs.String())
 	}
+
+	// With a real gateway the refusals are also counted in its /metrics, as its own connections' are.
+	gw := startGateway(t, config(t, ns.URL(), "round_robin", "", upstreams(t, 1), nil))
+	c2, err := cluster.Start(gw.cfg.Cluster, egress.Config{BlockLoopback: true}, gw.g, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	waitFor(t, `rolter_egress_refused_total{use="cluster"} in the gateway's /metrics`, func() bool {
+		resp, err := http.Get(gw.url + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), `rolter_egress_refused_total{use="cluster"} `)
+	})
 }
 
 // lockedBuffer is a bytes.Buffer for a logger written from several goroutines.

@@ -501,7 +501,7 @@ func (g *Global) ClientRejected(reason int) { g.clientRejected.Inc(reason) }
 func (g *Global) AcceptError() { g.acceptErrors.Inc() }
 
 // EgressUses are the connections the egress policy checks, the use label of rolter_egress_refused_total.
-var EgressUses = []string{"proxy", "health", "scrape", "lmcache", "kv_events", "tracing"}
+var EgressUses = []string{"proxy", "health", "scrape", "lmcache", "kv_events", "tracing", "cluster"}
 
 // EgressRefused counts a connection the egress policy refused, by index into EgressUses.
 func (g *Global) EgressRefused(use int) { g.egressRefused.Inc(use) }
