@@ -502,7 +502,9 @@ func (g *Gateway) egressDialers(p *egress.Policy) (d [numUses]*egress.Dialer) {
 
 // ClusterDialer returns a dialer of policy p for the cluster's NATS connections: what it refuses is counted
 // as rolter_egress_refused_total{use="cluster"} and logged, like the gateway's own connections.
-func (g *Gateway) ClusterDialer(p *egress.Policy) *egress.Dialer { return g.egressDialer(p, useCluster) }
+func (g *Gateway) ClusterDialer(p *egress.Policy) *egress.Dialer {
+	return g.egressDialer(p, useCluster)
+}
 
 // egressDialer returns a dialer of the policy for one use.
 func (g *Gateway) egressDialer(p *egress.Policy, use int) *egress.Dialer {
