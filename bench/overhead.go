@@ -77,11 +77,7 @@ func (o *OverheadOptions) normalize() error {
 		o.Log = io.Discard
 	}
 	if o.HAProxy == "" {
-		if p, err := exec.LookPath("haproxy"); err == nil {
-			o.HAProxy = p
-		} else if _, err := os.Stat("/usr/sbin/haproxy"); err == nil {
-			o.HAProxy = "/usr/sbin/haproxy"
-		}
+		o.HAProxy = lookSbin("haproxy")
 	}
 	var errs []error
 	if o.Rolter == "" {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"slices"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -99,10 +100,7 @@ const peerSeed = 0x726f6c7465722d31 // "rolter-1"
 // than the first checkpoint has none. Allocation-free for cps with capacity maxPeerCheckpoints.
 func peerCheckpoints(cps []uint64, key []byte) []uint64 {
 	var d xxhash.Digest
-	d.Reset()
-	var seed [8]byte
-	binary.LittleEndian.PutUint64(seed[:], peerSeed)
-	_, _ = d.Write(seed[:])
+	startCheckpoints(&d)
 	start := 0
 	for _, end := range peerCheckpointEnds {
 		if int(end) > len(key) {
@@ -113,6 +111,14 @@ func peerCheckpoints(cps []uint64, key []byte) []uint64 {
 		start = int(end)
 	}
 	return cps
+}
+
+// startCheckpoints resets d to where every checkpoint hash starts: the seed.
+func startCheckpoints(d *xxhash.Digest) {
+	d.Reset()
+	var seed [8]byte
+	binary.LittleEndian.PutUint64(seed[:], peerSeed)
+	_, _ = d.Write(seed[:])
 }
 
 // peerFloor rounds a match in key bytes down to the checkpoint end at or below it, the resolution of the
@@ -150,6 +156,22 @@ func peerRound(m, n int) int {
 		seg = 1 << 10
 	}
 	return min(e+seg/2, n)
+}
+
+// prefixName names p's first m key bytes: the hash of its checkpoint there when m is a checkpoint end, taken
+// from p's checkpoints when the peers' evidence already computed them, so the key is not hashed twice;
+// else an xxhash of those bytes.
+func (p *Pick) prefixName(m int) uint64 {
+	if k, ok := slices.BinarySearch(peerCheckpointEnds[:], int32(m)); ok {
+		if p.cpsDone && k < len(p.cps) {
+			return p.cps[k]
+		}
+		var d xxhash.Digest
+		startCheckpoints(&d)
+		_, _ = d.Write(p.Key[:m])
+		return d.Sum64()
+	}
+	return xxhash.Sum64(p.Key[:m])
 }
 
 // match is target t's match of p's key in key bytes, as the cache strategies score it: its trie's (tr),

@@ -24,6 +24,23 @@ func TestPeerFloor(t *testing.T) {
 	}
 }
 
+// TestPrefixName: a prefix ending at a checkpoint is named by its checkpoint, whether the request computed
+// its checkpoints or not; other lengths by their own hash.
+func TestPrefixName(t *testing.T) {
+	key := []byte(strings.Repeat("0123456789abcdef", 1024)) // 16 KiB
+	cps := peerCheckpoints(nil, key)
+	cold := Pick{Key: key}
+	warm := Pick{Key: key, cps: cps, cpsDone: true}
+	for k, end := range peerCheckpointEnds[:len(cps)] {
+		if a, b := cold.prefixName(int(end)), warm.prefixName(int(end)); a != cps[k] || b != cps[k] {
+			t.Fatalf("checkpoint %d (%d bytes): %x and %x, want %x", k, end, a, b, cps[k])
+		}
+	}
+	if cold.prefixName(100) == cold.prefixName(101) || cold.prefixName(100) != warm.prefixName(100) {
+		t.Fatal("prefixes off the checkpoints")
+	}
+}
+
 // TestPeerRound: a match maps to the middle of its checkpoint segment, at most the key's length; matches in
 // one segment map alike.
 func TestPeerRound(t *testing.T) {

@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/rolter-ai/rolter/trie"
 )
 
@@ -153,7 +151,7 @@ func (s *pipeline) Rank(p *Pick, out []int) (int, Decision) {
 	// many engines instead of queueing on the first holder (issue 18, hot-prefix burst).
 	cacheF := s.cacheF
 	if s.hot != nil && bestM > 0 {
-		if r := s.hot.record(xxhash.Sum64(p.Key[:peerFloor(bestM)])) * float64(len(p.Eligible)); r > 1 {
+		if r := s.hot.record(p.prefixName(peerFloor(bestM))) * float64(len(p.Eligible)); r > 1 {
 			cacheF /= r
 		}
 	}
