@@ -3,6 +3,7 @@
 package engine
 
 import (
+	"net"
 	"strings"
 	"testing"
 
@@ -203,6 +204,60 @@ func TestAllocsWholeRequest(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(2000, do); a > 1 {
 		t.Fatalf("%v allocs per whole proxied request, want at most 1 (fasthttp's body drain)", a)
+	}
+}
+
+// TestAllocsWholeRequestTCP is TestAllocsWholeRequest over loopback sockets, where the gateway peeks at
+// every pooled upstream connection before reusing it (uconn.quiet): the in-memory listeners have no socket
+// to peek at.
+func TestAllocsWholeRequestTCP(t *testing.T) {
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upSrv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(benchReply)
+	}}
+	go upSrv.Serve(upLn) //nolint:errcheck
+	t.Cleanup(func() { _ = upSrv.Shutdown() })
+	cfg, err := ParseConfig([]byte(gatewayConfig("least_load", "", "http://"+upLn.Addr().String())), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(cfg, Options{Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(gwLn) //nolint:errcheck
+	t.Cleanup(func() { _ = g.Shutdown(contextDone()) })
+	hc := &fasthttp.HostClient{Addr: gwLn.Addr().String()}
+
+	body := []byte(chatBody("m", strings.Repeat("hello ", 100), false))
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod("POST")
+	req.SetRequestURI("http://gateway/v1/chat/completions")
+	req.Header.SetContentType("application/json")
+	req.SetBody(body)
+	do := func() {
+		if err := hc.Do(req, resp); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode() != 200 || len(resp.Body()) != len(benchReply) {
+			t.Fatalf("status %d body %q", resp.StatusCode(), resp.Body())
+		}
+	}
+	for i := 0; i < 100; i++ {
+		do()
+	}
+	if a := testing.AllocsPerRun(2000, do); a > 1 {
+		t.Fatalf("%v allocs per whole proxied request over TCP, want at most 1 (fasthttp's body drain)", a)
 	}
 }
 

@@ -398,8 +398,9 @@ const (
 // clientConn is an admitted client connection. It takes one unit of the socket budget, gives it back on the
 // first Close, and tells the connLimiter when a request begins.
 type clientConn struct {
-	net.Conn          // as accepted: a *tls.Conn on a TLS listener
-	raw      net.Conn // the socket: Conn, or the one under TLS
+	net.Conn                 // as accepted: a *tls.Conn on a TLS listener
+	raw      net.Conn        // the socket: Conn, or the one under TLS
+	rc       syscall.RawConn // raw's, made once (the client watch asks for it on every request); nil if none
 	l        *connLimiter
 	ip       netip.Addr // counted against max_conns_per_ip; zero when not
 
@@ -418,6 +419,9 @@ func newClientConn(nc net.Conn, l *connLimiter, ip netip.Addr, now time.Time) *c
 	c := &clientConn{Conn: nc, raw: nc, l: l, ip: ip, since: now}
 	if tc, ok := nc.(*tls.Conn); ok {
 		c.raw = tc.NetConn()
+	}
+	if sc, ok := c.raw.(syscall.Conn); ok {
+		c.rc, _ = sc.SyscallConn()
 	}
 	return c
 }
@@ -497,11 +501,10 @@ var errNotSocket = errors.New("the connection is not a socket")
 // SyscallConn returns the socket's raw connection (under TLS too), so that the client watch can peek at it
 // (rawConn in watch.go).
 func (c *clientConn) SyscallConn() (syscall.RawConn, error) {
-	sc, ok := c.raw.(syscall.Conn)
-	if !ok {
+	if c.rc == nil {
 		return nil, errNotSocket
 	}
-	return sc.SyscallConn()
+	return c.rc, nil
 }
 
 // pending reports whether bytes wait unread in the socket: a request on its way to the reader.

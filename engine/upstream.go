@@ -163,6 +163,7 @@ func (u *upstream) dialConn() (*uconn, error) {
 		nc = tc
 	}
 	c := &uconn{up: u, nc: nc, rc: rawConn(nc)}
+	c.peek = c.peekFD
 	c.br = bufio.NewReaderSize(readerFunc{c}, 16<<10)
 	c.bw = bufio.NewWriterSize(nc, 16<<10)
 	return c, nil
@@ -229,7 +230,11 @@ type uconn struct {
 	// gap, when > 0, pushes the read deadline to now+gap after every read that returned bytes: the idle
 	// timeout between chunks of a response body. While 0 (waiting for headers) the deadline set before
 	// sending the request stays absolute.
-	gap       time.Duration
+	gap time.Duration
+	// peek is peekFD as a func value, made once per connection so that quiet allocates nothing; peekQuiet
+	// is its result.
+	peek      func(fd uintptr) bool
+	peekQuiet bool
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
@@ -263,14 +268,16 @@ func (c *uconn) quiet() bool {
 	if c.rc == nil {
 		return true
 	}
-	quiet := false
-	err := c.rc.Read(func(fd uintptr) bool {
-		var b [1]byte
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		quiet = err == syscall.EAGAIN
-		return true
-	})
-	return err == nil && quiet
+	c.peekQuiet = false
+	err := c.rc.Read(c.peek)
+	return err == nil && c.peekQuiet
+}
+
+func (c *uconn) peekFD(fd uintptr) bool {
+	var b [1]byte
+	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	c.peekQuiet = err == syscall.EAGAIN
+	return true
 }
 
 // startBody switches the connection from the headers deadline to the idle gap between body reads.
