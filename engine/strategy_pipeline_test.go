@@ -64,6 +64,43 @@ func TestPipelineArgmaxAndTies(t *testing.T) {
 	}
 }
 
+// TestPipelineSharedPrefixNotCounted: the cache term counts only what a target holds beyond the prefix every
+// eligible target holds (issue 18, multi-turn). A conversation whose first half is an agent prompt on every
+// engine stays on the engine holding its history at a load imbalance that moved it when the shared half
+// counted (score 2.2/3 + 2 x 0.95 < 2.2 + 2 x 0.5), and still leaves it when the imbalance grows (the
+// load term can always win: load_factor > cache_factor); a prompt every target holds whole is decided by
+// load alone.
+func TestPipelineSharedPrefixNotCounted(t *testing.T) {
+	agent := strings.Repeat("agent prompt ", 40)   // 520 bytes on every target
+	history := strings.Repeat("conversation ", 40) // 520 bytes on target 0 only
+	key := []byte(agent + history + "next question")
+	f := func(loads []int64, want []float64) {
+		t.Helper()
+		// Off: ranking one prompt 3000 times would make it hot (TestPipelineHotPrefix).
+		r := testRoute(t, "pipeline", []float64{1, 1, 1, 1}, "hot_window = 0")
+		var buf [maxTargets]int
+		var p Pick
+		allEligible(r, &p, buf[:])
+		p.Key = key
+		s := r.Strategy.(*pipeline)
+		s.tries[0].Insert([]byte(agent + history))
+		for i := 1; i < 4; i++ {
+			s.tries[i].Insert([]byte(fmt.Sprintf("%sanother conversation %d", agent, i)))
+		}
+		for i, l := range loads {
+			r.Targets[i].Provider.inflight.Store(l)
+		}
+		assertShares(t, share(r, &p, 3000), want, 0.04)
+	}
+	f([]int64{2, 0, 0, 0}, []float64{1, 0, 0, 0})
+	f([]int64{5, 1, 1, 1}, []float64{1, 0, 0, 0})
+	f([]int64{12, 0, 0, 0}, []float64{0, 1. / 3, 1. / 3, 1. / 3})
+	// Every target holds the whole prompt: no cache preference, the least loaded wins, ties at random.
+	key = []byte(agent)
+	f([]int64{0, 0, 0, 0}, []float64{.25, .25, .25, .25})
+	f([]int64{1, 1, 0, 1}, []float64{0, 0, 1, 0})
+}
+
 // TestPipelineHotPrefix: with hot_window, a prefix that 85% of the requests share spreads over every
 // target (its cache term is divided by the engines its share fills) while a prefix of a few percent of the
 // traffic keeps one holder; without it, the hot prefix stays on the holders it first reached.

@@ -1,6 +1,7 @@
 // Command pressure writes the KV-pressure routing report (issue 18; the method is in the report's
-// "Setup"): every strategy on shared-prefix (and its s=1.1 variant), multi-turn and hot-prefix-burst
-// workloads over 4 simulated engines whose KV caches hold 25%, 50% and 100% of each workload's working set.
+// "Setup"): every strategy on shared-prefix (and its s=1.1 variant), multi-turn (and its short-message
+// variant) and hot-prefix-burst workloads over 4 simulated engines whose KV caches hold 25%, 50% and 100% of
+// each workload's working set.
 //
 //	go run ./bench/cmd/pressure -out bench/results
 package main
