@@ -144,6 +144,52 @@ func TestProxySSEUnbuffered(t *testing.T) {
 	}
 }
 
+// TestProxySSEHeadersBeforePrefill: when the upstream sends its headers and then prefills before the first
+// event, the client gets the status and headers at once, not with the first token: a long prefill must not
+// look like a dead gateway. (When the first event comes with the headers, both leave in one write.)
+func TestProxySSEHeadersBeforePrefill(t *testing.T) {
+	release := make(chan struct{})
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+			return
+		}
+		fmt.Fprint(w, "data: {\"n\":1}\n\ndata: [DONE]\n\n")
+	})
+	gw := startGateway(t, gatewayConfig("round_robin", "", up.URL))
+	req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(chatBody("m", "hi", true)))
+	got := make(chan *http.Response, 1)
+	go func() {
+		resp, err := testClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- resp
+	}()
+	var resp *http.Response
+	select {
+	case resp = <-got:
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("the headers waited for the first event")
+	}
+	if resp == nil {
+		return
+	}
+	defer resp.Body.Close()
+	close(release)
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+		t.Fatalf("status %d body %q", resp.StatusCode, body)
+	}
+}
+
 // TestClientDisconnectMidStream: the upstream sees its connection closed within 1 s of the client leaving.
 func TestClientDisconnectMidStream(t *testing.T) {
 	up := newFakeUpstream(t, sseEvents(1000, 20*time.Millisecond))

@@ -235,8 +235,9 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 		c.streamHTTP10(ctx)
 		return outStreaming, attemptResult{}
 	}
-	if c.sse {
+	if c.sse && conn.br.Buffered() == 0 {
 		// Send status and headers before the first token: a long prefill must not look like a dead gateway.
+		// When the first event came with the upstream's headers, they leave together in one write instead.
 		ctx.Response.ImmediateHeaderFlush = true
 	}
 	ctx.Response.SetBodyStream(c, size)

@@ -1,6 +1,7 @@
 // Command overhead writes the gateway overhead report (bench/README.md): a zero-delay upstream
-// reached directly, through `rolter serve` and through HAProxy, in interleaved rounds, plus the
-// gateways' RSS around a sustained run.
+// reached directly, through `rolter serve` and through HAProxy, in two cases - a round_robin route with a
+// small body (and paced streams), and a cache_aware route over 4 targets with 8 KiB prompts unique per
+// request - in interleaved rounds, plus the gateways' RSS around a sustained run in each case.
 //
 //	go build -o bin/rolter ./cmd/rolter && go build -o bin/fakeupstream ./bench/cmd/fakeupstream
 //	go run ./bench/cmd/overhead -rolter bin/rolter -upstream bin/fakeupstream -out bench/results
@@ -25,13 +26,16 @@ func main() {
 	flag.StringVar(&o.Rolter, "rolter", "bin/rolter", "the rolter binary")
 	flag.StringVar(&o.Upstream, "upstream", "bin/fakeupstream", "the fake upstream binary (go build ./bench/cmd/fakeupstream)")
 	flag.StringVar(&o.HAProxy, "haproxy", "", "the haproxy binary (default: PATH, then /usr/sbin/haproxy)")
-	flag.StringVar(&o.Strategy, "strategy", "round_robin", "strategy of Rolter's route")
+	flag.StringVar(&o.Strategy, "strategy", "round_robin", "strategy of Rolter's route in the small-body case")
+	flag.IntVar(&o.CacheTargets, "cache-targets", 4, "targets of the cache_aware case's route (HAProxy: servers)")
+	flag.IntVar(&o.PromptBytes, "prompt-bytes", 8192, "user message size of the cache_aware case, unique per request")
+	flag.DurationVar(&o.FillTimeout, "fill-timeout", 30*time.Second, "cache_aware warm-up: at most this long until Rolter's tries evict")
 	flag.IntVar(&o.Rounds, "rounds", 5, "interleaved rounds")
-	flag.IntVar(&o.LatencyRequests, "latency-requests", 2000, "requests per path and round at concurrency 1")
+	flag.IntVar(&o.LatencyRequests, "latency-requests", 2000, "requests per path, case and round at concurrency 1")
 	flag.IntVar(&o.ThroughputConcurrency, "concurrency", 64, "closed-loop concurrency of the throughput and sustained runs")
-	flag.DurationVar(&o.ThroughputDuration, "throughput-duration", 3*time.Second, "throughput run per path and round")
-	flag.IntVar(&o.Streams, "streams", 3, "paced streams per path and round")
-	flag.DurationVar(&o.SustainDuration, "sustain", 20*time.Second, "sustained run per gateway for the RSS samples")
+	flag.DurationVar(&o.ThroughputDuration, "throughput-duration", 3*time.Second, "throughput run per path, case and round")
+	flag.IntVar(&o.Streams, "streams", 3, "paced streams per path and round (small-body case)")
+	flag.DurationVar(&o.SustainDuration, "sustain", 20*time.Second, "sustained run per gateway and case for the RSS samples")
 	flag.Parse()
 	o.Log = os.Stderr
 
