@@ -79,8 +79,9 @@ func TestUp(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.Contains(string(b), "chat.completion") {
 			t.Fatalf("status %d: %s", resp.StatusCode, b)
 		}
-		if i == 1 && resp.Header.Get("X-Rolter-Decision") != "prefix_hit" {
-			t.Fatalf("second identical request decided %s", resp.Header.Get("X-Rolter-Decision"))
+		// up runs pipeline: the second identical request is scored onto the engine holding the whole prompt.
+		if i == 1 && (resp.Header.Get("X-Rolter-Decision") != "score" || resp.Header.Get("X-Rolter-Prefix-Match") != "1.0000") {
+			t.Fatalf("second identical request decided %s with prefix match %s", resp.Header.Get("X-Rolter-Decision"), resp.Header.Get("X-Rolter-Prefix-Match"))
 		}
 	}
 	syscall.Kill(os.Getpid(), syscall.SIGINT)
