@@ -57,6 +57,7 @@ func BenchmarkProxyRequest(b *testing.B) {
 	})
 	body := []byte(chatBody("m", strings.Repeat("hello ", 100), false))
 	b.ReportAllocs()
+	cpu := cpuNow()
 	b.RunParallel(func(pb *testing.PB) {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		req.Header.SetMethod("POST")
@@ -72,6 +73,7 @@ func BenchmarkProxyRequest(b *testing.B) {
 			}
 		}
 	})
+	reportCPU(b, cpu)
 }
 
 // BenchmarkProxyRequestObserved is BenchmarkProxyRequest with the access log and tracing off, then on: a
@@ -133,6 +135,7 @@ func BenchmarkProxyStream(b *testing.B) {
 	})
 	body := []byte(chatBody("m", strings.Repeat("hello ", 100), true))
 	b.ReportAllocs()
+	cpu := cpuNow()
 	b.RunParallel(func(pb *testing.PB) {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		req.Header.SetMethod("POST")
@@ -148,4 +151,5 @@ func BenchmarkProxyStream(b *testing.B) {
 			}
 		}
 	})
+	reportCPU(b, cpu)
 }

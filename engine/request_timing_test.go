@@ -6,13 +6,33 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
 // Sink keeps benchmark results alive.
 var Sink atomic.Int64
+
+// cpuNow returns the CPU time (user and system) the process has used so far.
+func cpuNow() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process's CPU time per op since start (a cpuNow reading) as cpu-ns/op. With
+// RunParallel on a shared machine, ns/op (wall time) also rises when other processes take the cores; the CPU
+// time per op rises only when each op costs more (a cache line bouncing between cores, a contended lock), so
+// it is the figure to compare across -cpu (bench/results/scaling.md). It counts the whole process: GC and
+// the gateway's background goroutines too.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuNow()-start)/float64(b.N), "cpu-ns/op")
+}
 
 // chat20 is a chat body of 20 messages (system prompt, 19 turns, ~8 KiB).
 var chat20 = chatTurns(20)
@@ -69,6 +89,74 @@ func loopRoutingPath(b *testing.B, g *Gateway, ctx *fasthttp.RequestCtx) {
 		}
 	}
 	Sink.Add(int64(c.order[0]))
+}
+
+// BenchmarkRoutingPathParallel is BenchmarkRoutingPath from every core at once, each goroutine with its own
+// call and request context, to show how the routing path scales with -cpu (issue 19: no cache line written
+// per request by all cores unless measured to be harmless). The "+routed" cases add the strategy's record of
+// the pick (the trie insert under the target's lock; pipeline's hot_window ring), as attempt does at send
+// time; "+call" adds the call's life around it (the snapshot's user count, the gateway's in-flight count and
+// body memory, the call pool), as post and release do. Results: bench/results/scaling.md.
+func BenchmarkRoutingPathParallel(b *testing.B) {
+	for _, tc := range []struct {
+		strategy     string
+		routed, call bool
+	}{
+		{strategy: "round_robin"},
+		{strategy: "least_load"},
+		{strategy: "weighted"},
+		{strategy: "cache_aware"},
+		{strategy: "pipeline"},
+		{strategy: "cache_aware", routed: true},
+		{strategy: "pipeline", routed: true},
+		{strategy: "round_robin", call: true},
+	} {
+		name := tc.strategy
+		if tc.routed {
+			name += "+routed"
+		}
+		if tc.call {
+			name += "+call"
+		}
+		b.Run(name, func(b *testing.B) {
+			g, _ := benchCall(b, tc.strategy)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(chat20)))
+			cpu := cpuNow()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := &fasthttp.RequestCtx{}
+				ctx.Request.Header.SetMethod("POST")
+				ctx.Request.Header.SetContentType("application/json")
+				ctx.Request.SetRequestURI("/v1/chat/completions")
+				ctx.Request.SetBodyString(chat20)
+				var c *call
+				if !tc.call {
+					c = g.acquireCall(g.acquireSnapshot())
+				}
+				sum := 0
+				for pb.Next() {
+					if tc.call {
+						snap := g.acquireSnapshot()
+						g.inflight.Add(1)
+						c = g.acquireCall(snap)
+					}
+					c.route = nil
+					if e := readAndPrepare(c, ctx); e != nil {
+						b.Fatal(e.message)
+					}
+					if tc.routed {
+						c.route.recorder.Routed(&c.pick, c.order[0])
+					}
+					sum += c.order[0]
+					if tc.call {
+						c.release()
+					}
+				}
+				Sink.Add(int64(sum))
+			})
+			reportCPU(b, cpu)
+		})
+	}
 }
 
 // BenchmarkRoutingPathPeers is cache_aware's routing path with and without the peers' evidence (the

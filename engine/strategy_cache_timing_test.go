@@ -82,6 +82,7 @@ func BenchmarkCacheAwarePickParallel(b *testing.B) {
 		}
 	}()
 	b.ReportAllocs()
+	cpu := cpuNow()
 	b.RunParallel(func(pb *testing.PB) {
 		var buf, out [maxTargets]int
 		var p Pick
@@ -93,6 +94,7 @@ func BenchmarkCacheAwarePickParallel(b *testing.B) {
 		Sink.Add(int64(out[0]))
 	})
 	close(stop)
+	reportCPU(b, cpu) // includes the inserting goroutine's
 	b.ReportMetric(float64(inserts.Load())/b.Elapsed().Seconds(), "inserts/s")
 }
 

@@ -119,6 +119,40 @@ func BenchmarkInsertTurn(b *testing.B) {
 	}
 }
 
+// BenchmarkInsertUnique8KiB inserts 8 KiB prompts that differ from their 20th byte on, into a trie capped
+// by edge bytes and full, so that each Insert also evicts the oldest prompt: the gateway's cache_aware path
+// under prompts that never repeat (the overhead report's cache case).
+func BenchmarkInsertUnique8KiB(b *testing.B) {
+	c := newCorpus(5)
+	const size, pool = 8 << 10, 1024
+	texts := make([][]byte, pool)
+	for i := range texts {
+		texts[i] = c.text("user", size)[:size]
+	}
+	tr := NewLimited(0, 4096*size)
+	key := make([]byte, size)
+	insert := func(i int) {
+		copy(key, texts[i%pool])
+		key[8], key[9], key[10], key[11] = byte(i), byte(i>>8), byte(i>>16), byte(i>>24)
+		tr.Insert(key)
+	}
+	for i := range 8192 {
+		insert(i)
+	}
+	b.ReportAllocs()
+	b.SetBytes(size)
+	b.ResetTimer()
+	i := 8192
+	for b.Loop() {
+		insert(i)
+		i++
+	}
+	b.StopTimer()
+	if st := tr.Stats(); st.Evictions == 0 {
+		b.Fatalf("no evictions: %+v", st)
+	}
+}
+
 // BenchmarkInsertPresent re-inserts a stored 8 KiB prompt (only its recency changes).
 func BenchmarkInsertPresent(b *testing.B) {
 	c := newCorpus(4)
