@@ -33,8 +33,12 @@ const (
 // use; lock-free and allocation-free. Concurrent writers may overwrite each other's slot: the share is an
 // estimate.
 type hotPrefixes struct {
-	next  atomic.Uint64
 	slots []atomic.Uint64
+	// next is written by every pick: on a cache line of its own, apart from the slots' header every pick
+	// reads.
+	_    [64]byte
+	next atomic.Uint64
+	_    [56]byte
 }
 
 func newHotPrefixes(window int) *hotPrefixes {
