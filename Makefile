@@ -77,7 +77,7 @@ bench:
 bench-routing:
 	$(GO) run ./bench/cmd/routing -out bench/results
 
-# Gateway overhead against direct and HAProxy (bench/results/overhead.md, ~2.5 min).
+# Gateway overhead against direct and HAProxy, small-body and cache_aware 8 KiB cases (bench/results/overhead.md, ~4.5 min).
 bench-overhead:
 	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then \
 		echo "bench-overhead: installing haproxy with apt"; \
