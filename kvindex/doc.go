@@ -23,16 +23,22 @@
 // such block goes).
 //
 // Residency. One table for all targets maps own key -> bitmask (bit t = target t holds the block on the
-// GPU): a sharded open-addressing table of 16-byte slots whose readers take no locks and never see a torn
-// entry (see residency in table.go), so Match does one probe per block for up to 64 targets and stops at
-// the first block no remaining target holds. Each target keeps its blocks in a 24-byte record slab linked
-// in LRU order (capped at max_blocks; evicting clears the target's bit) and a 4-byte-slot table from engine
-// hash to record.
+// GPU): a sharded open-addressing table of 8-byte words in 16-byte cells, one word for a key one target
+// holds (key and target), a cell for a key several hold (key and mask), whose readers take no locks and
+// never see a torn entry (see residency in table.go), so Match does one probe per block for up to 64
+// targets and stops at the first block no remaining target holds. Each target keeps its blocks in a slab of
+// 16-byte records (engine hash, own key) in store order, which is LRU order (capped at max_blocks; evicting
+// clears the target's bit; a block stored again or removed leaves a dead record, compacted away once dead
+// records outnumber a quarter of the live ones), and a 4-byte-slot table from engine hash to record.
 //
-// Memory, measured by BenchmarkIndexMemory (16 targets x 60k blocks, all structures included): 31.6 bytes
-// per (block, target) entry when targets share their blocks (a common prefix: the shared table's 24 bytes
-// per key are split between them), 55.4 bytes when every target holds distinct blocks. The shared table
-// alone costs 24 bytes per key against 48.5 for xsync.MapOf[uint64, uint64] (BenchmarkResidencyMemory).
+// Memory, measured by BenchmarkIndexMemory (16 targets x 30k, 45k, 60k and 90k blocks, all structures
+// included; the tables grow in steps): 30.6 to 31.3 bytes per (block, target) entry when every target holds
+// distinct blocks (at 60k: 16.1 for records, 4.5 for the engine-hash table, 10.6 for the shared table),
+// 21.7 to 22.9 when targets share their blocks (a common prefix: the shared table's key is split between
+// them), 35.9 to 36.9 after as many random removals and stores as blocks (dead records, tombstones). Issue
+// 19 cut them from 52.8 to 56.6, 30.9 to 31.9 and 58.4 to 61.1 (LRU links, 16-byte slots for every key,
+// lower loads); TestIndexMemory fails above 36 and 27 for the first two. The shared table alone costs 10 bytes per key one target
+// holds against 48.5 for xsync.MapOf[uint64, uint64] (BenchmarkResidencyMemory).
 //
 // # Wire formats accepted
 //

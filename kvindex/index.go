@@ -75,9 +75,6 @@ func (ix *Index) Target(t int, maxBlocks int) *TargetIndex {
 		t:         t,
 		bit:       1 << uint(t),
 		maxBlocks: maxBlocks,
-		head:      nilIdx,
-		tail:      nilIdx,
-		free:      nilIdx,
 	}
 	ix.targets[t] = ti
 	ix.registered.Or(ti.bit)
@@ -203,15 +200,13 @@ type targetCounters struct {
 	nonGPU, rekeys, clears                     atomic.Uint64
 }
 
-const nilIdx = math.MaxUint32
-
-// recChunk is the number of records per slab chunk (24 KiB).
+// recChunk is the number of records per slab chunk (16 KiB).
 const recChunk = 1024
 
-// rec is one resident block of a target: 24 bytes in a slab, linked in LRU order by slab index.
+// rec is one resident block of a target: 16 bytes in a slab kept in store order, which is LRU order (see
+// TargetIndex.chunks). own == 0 marks a dead record (own keys are never 0, see keyHasher.next).
 type rec struct {
-	eng, own   uint64
-	prev, next uint32
+	eng, own uint64
 }
 
 // TargetIndex is the writer side of one target: it implements Handler and applies events to the shared
@@ -228,12 +223,16 @@ type TargetIndex struct {
 	kh        keyHasher
 
 	// chunks is the record slab in fixed chunks: no append slack and no copying as a target grows
-	// (BenchmarkIndexMemory), at the price of one more load per access.
-	chunks     [][]rec
-	nrecs      uint32 // records ever allocated (slab length)
-	free       uint32 // free list through rec.next
-	head, tail uint32 // most and least recently stored
-	n          int
+	// (BenchmarkIndexMemory), at the price of one more load per access. Records [lo, hi) are in store
+	// order, the least recent at lo: storing a block appends it (a block stored again moves by leaving a
+	// dead record behind), removing one marks it dead, so no record needs LRU links (24 -> 16 bytes, issue
+	// 19). Chunks before lo's are released; dead records are compacted away once they outnumber a quarter
+	// of the live ones (see reserve).
+	chunks [][]rec
+	spare  [][]rec // released chunks kept for the next ones needed (see keepSpare)
+	lo, hi uint32
+	dead   int // dead records in [lo, hi)
+	n      int
 
 	// eng is an open-addressing table (linear probing, tombstones) of tagged slab indexes, keyed by the
 	// engine hash in the slab: 4 bytes per slot instead of a map entry.
@@ -425,17 +424,18 @@ func (ti *TargetIndex) takeMissed() bool {
 }
 
 func (ti *TargetIndex) reset(synced bool) {
-	for idx := ti.head; idx != nilIdx; idx = ti.rec(idx).next {
-		ti.ix.res.clear(ti.rec(idx).own, ti.bit)
+	for idx := ti.lo; idx < ti.hi; idx++ {
+		if own := ti.rec(idx).own; own != 0 {
+			ti.ix.res.clear(own, ti.bit)
+		}
 	}
-	ti.chunks = nil
-	ti.nrecs = 0
+	ti.chunks, ti.spare = nil, nil
+	ti.lo, ti.hi, ti.dead = 0, 0, 0
 	ti.eng = nil
 	ti.engTombs = 0
 	ti.dups = nil
 	ti.dropped = nil
 	ti.droppedN = 0
-	ti.head, ti.tail, ti.free = nilIdx, nilIdx, nilIdx
 	ti.n = 0
 	ti.synced = synced
 	ti.missed = false
@@ -446,25 +446,31 @@ func (ti *TargetIndex) reset(synced bool) {
 
 func (ti *TargetIndex) publishSize() {
 	ti.blocks.Store(int64(ti.n))
-	ti.bytes.Store(int64(len(ti.chunks)*recChunk*24 + cap(ti.eng)*4 + cap(ti.dropped)*8 + len(ti.dups)*24))
+	chunks := len(ti.chunks) - int(ti.lo/recChunk) + len(ti.spare) // the ones before lo's are released
+	ti.bytes.Store(int64(chunks*recChunk*16 + cap(ti.eng)*4 + cap(ti.dropped)*8 + len(ti.dups)*24))
 }
 
 // insert records that engine block eng with own key own is resident, as the most recent block.
 func (ti *TargetIndex) insert(eng, own uint64) {
-	if idx, ok := ti.lookup(eng); ok {
-		if ti.rec(idx).own == own {
-			ti.unlink(idx)
-			ti.pushFront(idx)
+	ti.reserve()
+	if slot, idx, ok := ti.engFind(eng); ok {
+		if r := ti.rec(idx); r.own == own {
+			// Stored again: it becomes the most recent record.
+			if idx != ti.hi-1 {
+				r.own = 0
+				ti.dead++
+				ti.eng[slot] = ti.eng[slot]&^engIdxMask | (ti.push(eng, own) + 1)
+				if idx == ti.lo {
+					ti.trim()
+				}
+			}
 			return
 		}
 		// The engine reused a hash for other tokens (a restart we did not see, or a collision).
 		ti.c.rekeys.Add(1)
 		ti.remove(idx)
 	}
-	idx := ti.alloc()
-	*ti.rec(idx) = rec{eng: eng, own: own}
-	ti.engInsert(idx)
-	ti.pushFront(idx)
+	ti.engInsert(ti.push(eng, own))
 	ti.n++
 	if old := ti.ix.res.set(own, ti.bit); old&ti.bit != 0 {
 		if ti.dups == nil {
@@ -473,7 +479,7 @@ func (ti *TargetIndex) insert(eng, own uint64) {
 		ti.dups[own]++
 	}
 	if ti.n > ti.maxBlocks {
-		lru := ti.tail
+		lru := ti.lo // live: trim keeps it so
 		ti.drop(ti.rec(lru).eng)
 		ti.remove(lru)
 		ti.c.evictions.Add(1)
@@ -484,11 +490,13 @@ func (ti *TargetIndex) insert(eng, own uint64) {
 func (ti *TargetIndex) remove(idx uint32) {
 	r := ti.rec(idx)
 	ti.engDelete(r.eng)
-	ti.unlink(idx)
 	own := r.own
-	r.next = ti.free
-	ti.free = idx
+	r.own = 0
+	ti.dead++
 	ti.n--
+	if idx == ti.lo {
+		ti.trim()
+	}
 	if c := ti.dups[own]; c > 0 {
 		if c == 1 {
 			delete(ti.dups, own)
@@ -500,48 +508,153 @@ func (ti *TargetIndex) remove(idx uint32) {
 	ti.ix.res.clear(own, ti.bit)
 }
 
-func (ti *TargetIndex) alloc() uint32 {
-	if idx := ti.free; idx != nilIdx {
-		ti.free = ti.rec(idx).next
-		return idx
-	}
-	idx := ti.nrecs
+// push appends a record as the most recent and returns its index. The caller made room (reserve).
+func (ti *TargetIndex) push(eng, own uint64) uint32 {
+	idx := ti.hi
 	if idx%recChunk == 0 {
-		ti.chunks = append(ti.chunks, make([]rec, recChunk))
+		var c []rec
+		if n := len(ti.spare); n > 0 {
+			c, ti.spare[n-1] = ti.spare[n-1], nil
+			ti.spare = ti.spare[:n-1]
+		} else {
+			c = make([]rec, recChunk)
+		}
+		ti.chunks = append(ti.chunks, c)
 	}
-	ti.nrecs++
+	ti.hi++
+	*ti.rec(idx) = rec{eng: eng, own: own}
 	return idx
+}
+
+// trim moves lo past dead records, releasing the chunks it leaves, so that lo is live or equals hi.
+func (ti *TargetIndex) trim() {
+	for ti.lo < ti.hi && ti.rec(ti.lo).own == 0 {
+		ti.lo++
+		ti.dead--
+		if ti.lo%recChunk == 0 {
+			c := &ti.chunks[ti.lo/recChunk-1]
+			ti.release(*c)
+			*c = nil
+		}
+	}
+}
+
+// reserve makes room for one push. It compacts the slab when dead records outnumber a quarter of the live
+// ones (plus a chunk), renumbers the records from 0 when their indexes ran out, and drops released chunks
+// from the front of the slab once they are half of it.
+func (ti *TargetIndex) reserve() {
+	switch {
+	case ti.hi == maxRecords:
+		ti.renumber()
+	case ti.dead > ti.n/4+recChunk:
+		ti.compact()
+	case ti.lo/recChunk > 0 && ti.lo >= ti.hi/2:
+		// Nothing moves: indexes shift by whole chunks.
+		first := ti.lo / recChunk
+		shift := first * recChunk
+		n := copy(ti.chunks, ti.chunks[first:])
+		clear(ti.chunks[n:])
+		ti.chunks = ti.chunks[:n]
+		ti.lo -= shift
+		ti.hi -= shift
+		for i, v := range ti.eng {
+			if v != 0 && v != engTomb {
+				ti.eng[i] = v - shift
+			}
+		}
+	}
+}
+
+// compact drops the dead records, keeping the order of the others: it moves the live records after the
+// first dead one down, or those before the last dead one up, whichever are fewer (an engine that keeps its
+// oldest blocks, a system prompt's, leaves its holes right after them), and points their engine-hash slots
+// to their new places. There is a dead record (ti.dead > 0).
+func (ti *TargetIndex) compact() {
+	first, last := ti.lo, ti.hi-1
+	for ti.rec(first).own != 0 {
+		first++
+	}
+	for ti.rec(last).own != 0 {
+		last--
+	}
+	if ti.hi-first <= last+1-ti.lo {
+		to := first
+		for idx := first; idx < ti.hi; idx++ {
+			if ti.rec(idx).own != 0 {
+				ti.move(idx, to)
+				to++
+			}
+		}
+		ti.hi = to
+		keep := (to + recChunk - 1) / recChunk
+		for i := keep; i < uint32(len(ti.chunks)); i++ {
+			ti.release(ti.chunks[i])
+			ti.chunks[i] = nil
+		}
+		ti.chunks = ti.chunks[:keep]
+	} else {
+		to := last
+		for idx := last; idx > ti.lo; idx-- {
+			if ti.rec(idx).own != 0 {
+				ti.move(idx, to)
+				to--
+			}
+		}
+		ti.move(ti.lo, to) // live: trim keeps it so
+		for i := ti.lo / recChunk; i < to/recChunk; i++ {
+			ti.release(ti.chunks[i])
+			ti.chunks[i] = nil
+		}
+		ti.lo = to
+	}
+	ti.dead = 0
+}
+
+// move moves live record from to index to, a dead record's place, and points its engine-hash slot there.
+func (ti *TargetIndex) move(from, to uint32) {
+	if from == to {
+		return
+	}
+	r := ti.rec(from)
+	slot, _, _ := ti.engFind(r.eng)
+	*ti.rec(to) = *r
+	ti.eng[slot] = ti.eng[slot]&^engIdxMask | (to + 1)
+}
+
+// renumber moves the live records, in order, to the front of the slab (index 0 on), and rebuilds the
+// engine-hash table: when the record indexes ran out (maxRecords pushes since the last renumbering).
+func (ti *TargetIndex) renumber() {
+	first := ti.lo / recChunk
+	to := first * recChunk
+	for idx := ti.lo; idx < ti.hi; idx++ {
+		if r := *ti.rec(idx); r.own != 0 {
+			*ti.rec(to) = r
+			to++
+		}
+	}
+	n := to - first*recChunk
+	keep := (n + recChunk - 1) / recChunk
+	for _, c := range ti.chunks[first+keep:] {
+		ti.release(c)
+	}
+	ti.chunks = append(ti.chunks[:0], ti.chunks[first:first+keep]...)
+	clear(ti.chunks[keep:cap(ti.chunks)])
+	ti.lo, ti.hi, ti.dead = 0, n, 0
+	ti.engRebuild(engSlots(ti.n + 1))
+}
+
+// release keeps chunk c for reuse while the spare chunks hold fewer records than the dead records
+// compact lets accumulate (a quarter of the live ones and a chunk): under churn the slab then cycles
+// through the same chunks instead of allocating, at no more memory than it reaches between compactions.
+func (ti *TargetIndex) release(c []rec) {
+	if len(ti.spare)*recChunk < ti.n/4+2*recChunk {
+		ti.spare = append(ti.spare, c)
+	}
 }
 
 // rec returns record idx of the slab.
 func (ti *TargetIndex) rec(idx uint32) *rec {
 	return &ti.chunks[idx/recChunk][idx%recChunk]
-}
-
-func (ti *TargetIndex) pushFront(idx uint32) {
-	r := ti.rec(idx)
-	r.prev = nilIdx
-	r.next = ti.head
-	if ti.head != nilIdx {
-		ti.rec(ti.head).prev = idx
-	} else {
-		ti.tail = idx
-	}
-	ti.head = idx
-}
-
-func (ti *TargetIndex) unlink(idx uint32) {
-	r := ti.rec(idx)
-	if r.prev != nilIdx {
-		ti.rec(r.prev).next = r.next
-	} else {
-		ti.head = r.next
-	}
-	if r.next != nilIdx {
-		ti.rec(r.next).prev = r.prev
-	} else {
-		ti.tail = r.prev
-	}
 }
 
 // drop remembers that the index itself forgot engine block eng.
@@ -633,9 +746,12 @@ func (ti *TargetIndex) lookup(eng uint64) (uint32, bool) {
 
 // engInsert adds slab index idx (whose engine hash is not in the table) to the table.
 func (ti *TargetIndex) engInsert(idx uint32) {
-	// Grow (or purge tombstones) at 85% of slots used, back to 60% live: 4-byte slots keep this cheap.
-	if 20*(ti.n+ti.engTombs+1) > 17*len(ti.eng) {
-		ti.engRebuild(max(16, (ti.n+1)*5/3+1))
+	// Grow (or purge tombstones) at 90% of slots used, back to 80% live: tags keep long probes cheap.
+	// 85%/60% took 5.6 bytes per entry at 60k blocks, this 4.5 (issue 19, BenchmarkIndexMemory;
+	// BenchmarkIngest for the more frequent rebuilds).
+	if 10*(ti.n+ti.engTombs+1) > 9*len(ti.eng) {
+		ti.engRebuild(engSlots(ti.n + 1)) // idx included: it is in the slab
+		return
 	}
 	ti.engPut(idx)
 }
@@ -662,13 +778,23 @@ func (ti *TargetIndex) engPut(idx uint32) {
 	}
 }
 
+// engSlots returns the table size for n live records: 80% load.
+func engSlots(n int) int {
+	return max(16, n*5/4+1)
+}
+
+// engRebuild makes the table n slots (or keeps it when it has n to 2n: no allocation when tombstones or
+// a compaction make it rebuild at its size) and fills it from the live records, reading the slab in order.
 func (ti *TargetIndex) engRebuild(n int) {
-	old := ti.eng
-	ti.eng = make([]uint32, n)
+	if n <= len(ti.eng) && len(ti.eng) <= 2*n {
+		clear(ti.eng)
+	} else {
+		ti.eng = makeFull[uint32](n)
+	}
 	ti.engTombs = 0
-	for _, v := range old {
-		if v != 0 && v != engTomb {
-			ti.engPut(v&engIdxMask - 1)
+	for idx := ti.lo; idx < ti.hi; idx++ {
+		if ti.rec(idx).own != 0 {
+			ti.engPut(idx)
 		}
 	}
 }

@@ -467,3 +467,145 @@ func TestIndexModel(t *testing.T) {
 		}
 	}
 }
+
+// checkSlab checks the invariants of ti's record slab (see TargetIndex.chunks) and engine-hash table.
+func checkSlab(t *testing.T, ti *TargetIndex) {
+	t.Helper()
+	if want := int((ti.hi + recChunk - 1) / recChunk); len(ti.chunks) != want {
+		t.Fatalf("%d chunks for %d records; want %d", len(ti.chunks), ti.hi, want)
+	}
+	for i, c := range ti.chunks {
+		if released := i < int(ti.lo/recChunk); released != (c == nil) {
+			t.Fatalf("chunk %d (lo %d): released %v, nil %v", i, ti.lo, released, c == nil)
+		}
+	}
+	if ti.lo > ti.hi || ti.lo < ti.hi && ti.rec(ti.lo).own == 0 {
+		t.Fatalf("lo %d (hi %d) is not live", ti.lo, ti.hi)
+	}
+	live := 0
+	for idx := ti.lo; idx < ti.hi; idx++ {
+		r := ti.rec(idx)
+		if r.own == 0 {
+			continue
+		}
+		live++
+		if got, ok := ti.lookup(r.eng); !ok || got != idx {
+			t.Fatalf("engine hash %x of record %d: lookup %d, %v", r.eng, idx, got, ok)
+		}
+	}
+	slots := 0
+	for _, v := range ti.eng {
+		if v != 0 && v != engTomb {
+			slots++
+		}
+	}
+	if live != ti.n || slots != ti.n || ti.dead != int(ti.hi-ti.lo)-ti.n {
+		t.Fatalf("%d live records, %d table entries, %d dead in [%d, %d); n %d", live, slots, ti.dead, ti.lo, ti.hi, ti.n)
+	}
+}
+
+// TestIndexSlab stores, stores again, re-keys and removes single blocks at random on one capped target, for
+// long enough that the slab releases chunks, renumbers and compacts many times, and compares the records,
+// their LRU order and the shared table with a model after every step.
+func TestIndexSlab(t *testing.T) {
+	const maxBlocks = 3000
+	ix := NewIndex(1)
+	ti := ix.Target(0, maxBlocks)
+	rng := rand.New(rand.NewPCG(17, 19))
+	tokens := func(id uint32) []uint32 { return []uint32{id, id} }
+	own := func(id uint32) uint64 { return BlockKeys(nil, tokens(id), 2)[0] }
+	var lru []uint64             // engine hashes, least recent first
+	block := map[uint64]uint32{} // engine hash -> token id
+	forget := func(eng uint64) {
+		i := slices.Index(lru, eng)
+		lru = slices.Delete(lru, i, i+1)
+		delete(block, eng)
+	}
+	store := func(eng uint64, id uint32) {
+		ti.BlockStored(storedEv([]uint64{eng}, 0, tokens(id), 2))
+		if _, ok := block[eng]; ok {
+			forget(eng)
+		}
+		lru = append(lru, eng)
+		block[eng] = id
+		if len(lru) > maxBlocks {
+			forget(lru[0])
+		}
+	}
+	nextEng, nextID := uint64(1), uint32(1)
+	compactions := 0
+	for step := 0; step < 60000; step++ {
+		if ti.dead > ti.n/4+recChunk {
+			compactions++ // at the next store
+		}
+		// Phases: grow with few removals; churn with many; the engine evicting its oldest blocks (the slab's
+		// front is released and the records renumbered without compaction); the engine removing recent
+		// blocks (compaction moves the few records after them down, where the others move the records
+		// before them up).
+		phase := step / 5000 % 4
+		stored := true
+		switch op := rng.IntN(10); {
+		case phase == 2 && op < 5 && len(lru) > 0:
+			ti.BlockRemoved(removedEv(lru[0]))
+			forget(lru[0])
+			stored = false
+		case phase == 3 && op < 5 && len(lru) > 0:
+			eng := lru[len(lru)-1-rng.IntN((len(lru)+9)/10)]
+			ti.BlockRemoved(removedEv(eng))
+			forget(eng)
+			stored = false
+		case op < 4 || len(lru) == 0 || phase == 2:
+			store(nextEng, nextID)
+			nextEng++
+			nextID++
+		case op < 6:
+			eng := lru[rng.IntN(len(lru))]
+			store(eng, block[eng]) // stored again: most recent
+		case op < 7:
+			store(lru[rng.IntN(len(lru))], nextID) // the engine reused a hash
+			nextID++
+		case phase == 1 || op < 8:
+			eng := lru[rng.IntN(len(lru))]
+			ti.BlockRemoved(removedEv(eng))
+			forget(eng)
+			stored = false
+		default:
+			stored = false
+		}
+		if ti.Blocks() != len(lru) {
+			t.Fatalf("step %d: %d blocks; model %d", step, ti.Blocks(), len(lru))
+		}
+		// A store compacts first when dead records outnumber a quarter of the live ones and a chunk; then it
+		// leaves at most 2 more (re-keyed or stored again, and evicted) and one live record less.
+		if span := int(ti.hi - ti.lo); stored && span > ti.n+(ti.n+1)/4+recChunk+3 {
+			t.Fatalf("step %d: %d records for %d live ones", step, span, ti.n)
+		}
+		if step%1000 != 999 {
+			continue
+		}
+		if step%3000 == 999 {
+			ti.renumber() // what a push does when record indexes run out (maxRecords)
+		}
+		checkSlab(t, ti)
+		i := 0
+		for idx := ti.lo; idx < ti.hi; idx++ {
+			if r := ti.rec(idx); r.own != 0 {
+				if r.eng != lru[i] || r.own != own(block[lru[i]]) {
+					t.Fatalf("step %d: record %d is %x/%x; model %x/%x", step, idx, r.eng, r.own, lru[i], own(block[lru[i]]))
+				}
+				i++
+			}
+		}
+		for _, eng := range lru {
+			if ix.res.get(own(block[eng])) != 1 {
+				t.Fatalf("step %d: block %x is not in the shared table", step, eng)
+			}
+		}
+		if keys, _ := ix.Stats(); keys != len(lru) {
+			t.Fatalf("step %d: %d keys in the shared table; model %d", step, keys, len(lru))
+		}
+	}
+	if nextEng < 10*recChunk || compactions < 5 {
+		t.Fatalf("the test did not exercise the slab: %d blocks stored, %d compactions", nextEng, compactions)
+	}
+}

@@ -1,7 +1,11 @@
 package kvindex
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -178,52 +182,126 @@ func heapInUse() uint64 {
 	return ms.HeapAlloc
 }
 
-// BenchmarkIndexMemory measures heap bytes per (block, target) entry, everything included (shared table,
-// slabs, engine-hash tables), for 16 targets of 60k blocks each: "distinct" gives every target its own
-// blocks (worst case: nothing shared), "shared" gives all targets the same blocks (a common prefix).
-func BenchmarkIndexMemory(b *testing.B) {
-	const (
-		targets   = 16
-		perTarget = 60_000
-	)
-	for _, shared := range []bool{false, true} {
-		name := "distinct"
-		if shared {
-			name = "shared"
-		}
-		b.Run(name, func(b *testing.B) {
-			var perEntry float64
-			for i := 0; i < b.N; i++ {
-				before := heapInUse()
-				ix := NewIndex(targets)
-				for t := 0; t < targets; t++ {
-					ti := ix.Target(t, 0)
-					base := uint32(t * perTarget * 16)
-					if shared {
-						base = 0
-					}
-					tokens := make([]uint32, 16)
-					var parent uint64
-					for k := 0; k < perTarget; k++ {
-						for j := range tokens {
-							tokens[j] = base + uint32(k*16+j)
-						}
-						// Chains of 32 blocks, like prompts.
-						if k%32 == 0 {
-							parent = 0
-						}
-						h := uint64(t)<<32 | uint64(k+1)
-						ti.BlockStored(storedEv([]uint64{h}, parent, tokens, 16))
-						parent = h
-					}
-				}
-				after := heapInUse()
-				perEntry = float64(after-before) / float64(targets*perTarget)
-				runtime.KeepAlive(ix)
+// fillIndex returns an index of targets targets holding perTarget blocks of 16 tokens each (fillBlock), stored
+// one event per block in chains of 32 blocks, like prompts.
+func fillIndex(targets, perTarget int, shared bool) *Index {
+	ix := NewIndex(targets)
+	tokens := make([]uint32, 16)
+	for t := 0; t < targets; t++ {
+		ti := ix.Target(t, 0)
+		var parent uint64
+		for k := 0; k < perTarget; k++ {
+			fillBlock(tokens, t, k, perTarget, shared)
+			if k%32 == 0 {
+				parent = 0
 			}
-			b.ReportMetric(perEntry, "bytes/entry")
-		})
+			h := uint64(t)<<32 | uint64(k+1)
+			ti.BlockStored(storedEv([]uint64{h}, parent, tokens, 16))
+			parent = h
+		}
 	}
+	return ix
+}
+
+// fillBlock writes the tokens of block k of target t of fillIndex to dst: the same blocks for every target
+// when shared (a common prefix), else blocks of the target's own (nothing shared).
+func fillBlock(dst []uint32, t, k, perTarget int, shared bool) {
+	base := uint32(t * perTarget * 16)
+	if shared {
+		base = 0
+	}
+	for j := range dst {
+		dst[j] = base + uint32(k*16+j)
+	}
+}
+
+// indexBytesPerEntry returns the heap bytes of fillIndex(targets, perTarget, shared) per (block, target)
+// entry, everything included (shared table, slabs, engine-hash tables).
+func indexBytesPerEntry(targets, perTarget int, shared bool) float64 {
+	before := heapInUse()
+	ix := fillIndex(targets, perTarget, shared)
+	after := heapInUse()
+	runtime.KeepAlive(ix)
+	return (float64(after) - float64(before)) / float64(targets*perTarget)
+}
+
+// churnIndex replaces, in each target of an index from fillIndex(_, perTarget, false), perTarget random
+// resident blocks by new ones (a BlockRemoved, then a BlockStored starting a chain): the slab's dead
+// records and spare chunks, the tables' tombstones and keys without holder, at their steady state.
+func churnIndex(ix *Index, perTarget int) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	tokens := make([]uint32, 16)
+	resident := make([]uint64, perTarget)
+	for t := 0; t < ix.MaxTargets(); t++ {
+		ti := ix.Target(t, 0)
+		for k := range resident {
+			resident[k] = uint64(t)<<32 | uint64(k+1)
+		}
+		for k := perTarget; k < 2*perTarget; k++ {
+			j := rng.IntN(perTarget)
+			ti.BlockRemoved(removedEv(resident[j]))
+			resident[j] = uint64(t)<<32 | uint64(k+1)
+			fillBlock(tokens, t, k, perTarget, false)
+			tokens[0] |= 1 << 31 // not a block of another target
+			ti.BlockStored(storedEv([]uint64{resident[j]}, 0, tokens, 16))
+		}
+	}
+}
+
+// BenchmarkIndexMemory measures heap bytes per (block, target) entry for 16 targets holding distinct blocks
+// (worst case: nothing shared), the same blocks (a common prefix), or distinct blocks after as many random
+// removals and stores as blocks (churn), at several sizes: tables grow in steps, so one size alone could
+// flatter them.
+func BenchmarkIndexMemory(b *testing.B) {
+	for _, kind := range []string{"distinct", "shared", "churn"} {
+		for _, perTarget := range []int{30_000, 45_000, 60_000, 90_000} {
+			b.Run(fmt.Sprintf("%s/%dk", kind, perTarget/1000), func(b *testing.B) {
+				var perEntry float64
+				for i := 0; i < b.N; i++ {
+					before := heapInUse()
+					ix := fillIndex(16, perTarget, kind == "shared")
+					if kind == "churn" {
+						churnIndex(ix, perTarget)
+					}
+					perEntry = (float64(heapInUse()) - float64(before)) / float64(16*perTarget)
+					runtime.KeepAlive(ix)
+				}
+				b.ReportMetric(perEntry, "bytes/entry")
+			})
+		}
+	}
+}
+
+// BenchmarkMatchLargeIndex looks up prompts in the index of BenchmarkIndexMemory/distinct/60k (a million
+// keys, the tables at their working load and mostly out of cache): each prompt is one of the stored
+// 32-block chains and a block nobody holds, so the walk does 32 hits and one miss.
+func BenchmarkMatchLargeIndex(b *testing.B) {
+	const targets, perTarget = 16, 60_000
+	ix := fillIndex(targets, perTarget, false)
+	rng := rand.New(rand.NewPCG(1, 2))
+	prompts := make([][]uint32, 4096)
+	for i := range prompts {
+		t, chain := rng.IntN(targets), rng.IntN(perTarget/32)
+		p := make([]uint32, 33*16)
+		for k := 0; k < 32; k++ {
+			fillBlock(p[k*16:(k+1)*16], t, chain*32+k, perTarget, false)
+		}
+		for j := 32 * 16; j < len(p); j++ {
+			p[j] = math.MaxUint32
+		}
+		prompts[i] = p
+	}
+	var s Scratch
+	out := make([]int, targets)
+	if ix.Match(prompts[0], &s, out); slices.Max(out) != 32 {
+		b.Fatalf("unexpected match %v", out)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		benchSink.Add(int64(ix.Match(prompts[i%len(prompts)], &s, out)))
+	}
+	b.ReportMetric(float64(b.N)*33/b.Elapsed().Seconds(), "blocks/s")
 }
 
 // BenchmarkResidencyMemory compares the shared table with xsync.MapOf[uint64, uint64] (what a generic

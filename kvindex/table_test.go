@@ -8,7 +8,8 @@ import (
 )
 
 // TestResidencyModel checks set/clear/get against a map over enough keys that shards rebuild, both to grow
-// and to drop zombies.
+// and to drop zombies, with keys going from one holder to several and back (bits 7 and 63 included: they
+// live elsewhere than the others in a word, see residency).
 func TestResidencyModel(t *testing.T) {
 	var r residency
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -17,9 +18,12 @@ func TestResidencyModel(t *testing.T) {
 	for i := range keys {
 		keys[i] = rng.Uint64() | 1
 	}
+	// Keys equal in their low 56 bits (the key word) but in different shards must stay apart.
+	keys[1] = keys[0] ^ 1<<60
+	holders := []int{0, 1, 6, 7, 8, 62, 63}
 	for step := 0; step < 200000; step++ {
 		k := keys[rng.IntN(len(keys))]
-		bit := uint64(1) << uint(rng.IntN(4))
+		bit := uint64(1) << uint(holders[rng.IntN(len(holders))])
 		if rng.IntN(2) == 0 {
 			if old := r.set(k, bit); old != model[k] {
 				t.Fatalf("step %d: set returned %b; model %b", step, old, model[k])
@@ -47,7 +51,9 @@ func TestResidencyModel(t *testing.T) {
 }
 
 // TestResidencyConcurrent reads keys that stay set while writers churn other keys of the same shards
-// (forcing rebuilds): a reader must never miss a stable key. Run with -race as well.
+// (forcing rebuilds) and add and remove holders of the stable keys themselves (turning them, and the keys
+// that share their cells, from one holder to several: a key moves when its cell's other word becomes a
+// mask): a reader must never miss a stable key's bit. Run with -race as well.
 func TestResidencyConcurrent(t *testing.T) {
 	var r residency
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -69,10 +75,14 @@ func TestResidencyConcurrent(t *testing.T) {
 			}
 			for i := 0; i < 60000; i++ {
 				k := churn[rng.IntN(len(churn))]
+				if i%5 == 4 {
+					k = stable[rng.IntN(len(stable))]
+				}
+				bit := uint64(2) << (i / 2 % 3 * 3) // 1<<1, 1<<4, 1<<7
 				if i%2 == 0 {
-					r.set(k, 2)
+					r.set(k, bit)
 				} else {
-					r.clear(k, 2)
+					r.clear(k, bit)
 				}
 			}
 			stop.Store(true)
