@@ -1036,48 +1036,14 @@ func (r *overheadRun) throughput(ctx context.Context, u unit, conc int, d time.D
 
 // interruptCPU returns the machine's irq + softirq CPU seconds from /proc/stat: loopback TCP is
 // handled there, for the report's processes, without being charged to them.
-func interruptCPU() (float64, bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, false
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0, false
-	}
-	irq, err1 := strconv.ParseFloat(f[6], 64)
-	soft, err2 := strconv.ParseFloat(f[7], 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return (irq + soft) / clockTicks, true
-}
+func interruptCPU() (float64, bool) { return statCPU(6, 7) }
 
-// procCPU returns the user + system CPU seconds of process pid from /proc/PID/stat (see selfCPU).
+// procCPU returns the user + system CPU seconds of process pid.
 func procCPU(pid int) (float64, bool) {
 	if pid <= 0 {
 		return 0, false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, false
-	}
-	u, err1 := strconv.ParseFloat(f[11], 64)
-	st, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return (u + st) / clockTicks, true
+	return processCPU("/proc/" + strconv.Itoa(pid) + "/stat")
 }
 
 type streamResult struct {

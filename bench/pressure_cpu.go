@@ -39,7 +39,10 @@ func (m cpuMeter) others() float64 {
 
 // machineBusy returns the machine's non-idle CPU seconds from /proc/stat: user, nice, system, irq,
 // softirq and steal (guest time is inside user).
-func machineBusy() (float64, bool) {
+func machineBusy() (float64, bool) { return statCPU(1, 2, 3, 6, 7, 8) }
+
+// statCPU returns the sum of the given fields of /proc/stat's "cpu" line (1 user ... 8 steal), in seconds.
+func statCPU(fields ...int) (float64, bool) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0, false
@@ -50,7 +53,7 @@ func machineBusy() (float64, bool) {
 		return 0, false
 	}
 	total := 0.0
-	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+	for _, i := range fields {
 		v, err := strconv.ParseFloat(f[i], 64)
 		if err != nil {
 			return 0, false
@@ -60,9 +63,12 @@ func machineBusy() (float64, bool) {
 	return total / clockTicks, true
 }
 
-// selfCPU returns this process's user + system CPU seconds from /proc/self/stat.
-func selfCPU() (float64, bool) {
-	b, err := os.ReadFile("/proc/self/stat")
+// selfCPU returns this process's user + system CPU seconds.
+func selfCPU() (float64, bool) { return processCPU("/proc/self/stat") }
+
+// processCPU returns the user + system CPU seconds of the process whose /proc/PID/stat is path.
+func processCPU(path string) (float64, bool) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}
