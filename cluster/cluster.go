@@ -528,15 +528,17 @@ func (c *Cluster) onEvidence(m *nats.Msg) {
 		return
 	}
 	defer c.recoverMsg(kindEvidence)
-	c.received[kindEvidence].Add(1)
 	if err := c.applyEvidence(m.Data); err != nil {
+		c.received[kindEvidence].Add(1)
 		c.dropped[dropMalformed].Add(1)
 		c.warn("dropped a malformed message", "kind", "evidence", "bytes", len(m.Data), "err", err)
 	}
 }
 
-// applyEvidence inserts every checkpoint of a well-formed evidence message into the table, stamped now; a
-// malformed message inserts nothing. It does not allocate.
+// applyEvidence inserts every checkpoint of a well-formed evidence message from a peer into the table,
+// stamped now, then counts it received: whoever reads the count finds the evidence in the table. A replica's
+// own messages (it hears its subject too) are neither applied nor counted; a malformed message inserts
+// nothing. It does not allocate.
 func (c *Cluster) applyEvidence(msg []byte) error {
 	from, recs, err := parseEvidence(msg)
 	if err != nil {
@@ -550,6 +552,7 @@ func (c *Cluster) applyEvidence(msg []byte) error {
 	for {
 		engine, cps, ok := r.next()
 		if !ok {
+			c.received[kindEvidence].Add(1)
 			return nil
 		}
 		ek := engineKey(engine)
@@ -567,19 +570,20 @@ func (c *Cluster) onLoad(m *nats.Msg) {
 		return
 	}
 	defer c.recoverMsg(kindLoad)
-	c.received[kindLoad].Add(1)
 	lm, err := decodeLoad(m.Data)
 	if err != nil {
+		c.received[kindLoad].Add(1)
 		c.dropped[dropMalformed].Add(1)
 		c.warn("dropped a malformed message", "kind", "load", "bytes", len(m.Data), "err", err)
 		return
 	}
 	if lm.ID == c.name {
-		return
+		return // its own
 	}
 	if c.loads.update(lm, time.Now()) {
 		c.log.Warn("ignoring the in-flight counts of peer replicas beyond the limit", "max_peers", maxPeers)
 	}
+	c.received[kindLoad].Add(1)
 }
 
 // recoverMsg turns a panic while handling a message into a malformed drop: a message must not end the
