@@ -353,8 +353,10 @@ func (st *Stream) set(s TrustState, r TrustReason) {
 // target keeps its state until the next contiguous batch, unless the batch itself held AllBlocksCleared:
 // from that event on the index has seen everything the engine's (empty) cache went through.
 func (st *Stream) accept(seq uint64, payload []byte, trust bool) {
+	applied := st.apply(payload)
+	// Published once the batch is in the index: whoever reads LastSeq finds its blocks.
 	st.setSeq(seq)
-	if !st.apply(payload) {
+	if !applied {
 		st.ti.Clear()
 		st.set(TrustFallback, ReasonMismatch)
 		return
