@@ -111,6 +111,9 @@ type call struct {
 	kvScratch kvindex.Scratch
 	kvOut     [kvindex.MaxTargets]int
 	tmp       [maxTargets]int
+	// routedHook is routed as a func value, made once per pooled call; routedTarget is its argument.
+	routedHook   func()
+	routedTarget int
 }
 
 var callPool sync.Pool
@@ -162,6 +165,7 @@ func (g *Gateway) acquireCall(snap *Snapshot) *call {
 	c, _ := callPool.Get().(*call)
 	if c == nil {
 		c = &call{tail: make([]byte, 0, 32)}
+		c.routedHook = c.routed
 	}
 	c.g = g
 	c.snap = snap

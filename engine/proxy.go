@@ -97,7 +97,14 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 	}
 	for {
 		c.sent = time.Now()
+		// The headers deadline is set before the request is written: writeRequest waits for the answer.
+		_ = conn.nc.SetReadDeadline(c.sent.Add(p.up.headersWait))
+		if c.route.recorder != nil && !c.recorded {
+			c.routedTarget = ti
+			conn.onSent = c.routedHook
+		}
 		err = c.writeRequest(ctx, conn, t)
+		conn.onSent = nil
 		if err == nil {
 			break
 		}
@@ -115,16 +122,6 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 		}
 		c.watch.setVictim(conn)
 	}
-	if c.route.recorder != nil && !c.recorded {
-		// "After forwarding, record the prompt in the winner's trie" (seed page): at send time, not when the
-		// answer comes back, so the requests of a burst see where the first ones went.
-		c.route.recorder.Routed(&c.pick, ti)
-		c.recorded = true
-		if p := &c.pick; p.cpsDone && len(p.cps) > 0 {
-			p.peers.Routed(c.route.Targets[ti].peerID, p.cps)
-		}
-	}
-	_ = conn.nc.SetReadDeadline(c.sent.Add(p.up.headersWait))
 	resp := &conn.resp
 	resp.StreamBody = true
 	err = resp.ReadLimitBody(conn.br, 0)
@@ -421,7 +418,19 @@ func (c *call) clientLeft(ctx *fasthttp.RequestCtx, t *Target) (outcome, attempt
 // statusClientClosed is recorded when the client went away first (nginx and Caddy's convention).
 const statusClientClosed = 499
 
-// writeRequest writes the upstream request: the client's body, with the value of "model" replaced by
+// routed records the prompt as sent to target c.routedTarget. "After forwarding, record the prompt in the
+// winner's trie" (seed page): it runs once the request is written, before the wait for the answer (see
+// uconn.flushAndWait), so the requests of a burst see where the first ones went.
+func (c *call) routed() {
+	ti := c.routedTarget
+	c.route.recorder.Routed(&c.pick, ti)
+	c.recorded = true
+	if p := &c.pick; p.cpsDone && len(p.cps) > 0 {
+		p.peers.Routed(c.route.Targets[ti].peerID, p.cps)
+	}
+}
+
+// writeRequest writes the upstream request and waits until its answer can be read: the client's body, with the value of "model" replaced by
 // t.Model (as a JSON string) unless it already is that, the rest byte for byte. Client headers are passed on
 // except hop-by-hop ones (those named in Connection too) and those the provider sets itself: its configured
 // headers and, when api_key_env is set, Authorization. X-Forwarded-For gets the client's address appended.
@@ -509,7 +518,7 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) er
 	} else {
 		bw.Write(body)
 	}
-	return bw.Flush()
+	return conn.flushAndWait()
 }
 
 // appendClientIP appends the client's IP address (no port) to dst.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -468,5 +469,42 @@ func TestCacheAwareEviction(t *testing.T) {
 	p.Key = []byte(systemPrompt + "\x1euser\x1fa brand new question")
 	if _, d := rank(r, &p); d.Reason != ReasonPrefixHit {
 		t.Fatalf("a new prompt sharing the kept system prompt: %s %.2f", d.Reason, d.Score)
+	}
+}
+
+// TestCacheAwareRecordsAtSend: a prompt is recorded in the winner's trie once it is sent, not once its answer
+// comes back (seed page: "after forwarding, record the prompt"), so a request that shares its prefix and
+// arrives while the first one is still being answered goes to the same target as a prefix hit.
+func TestCacheAwareRecordsAtSend(t *testing.T) {
+	release := make(chan struct{})
+	hold := func(w http.ResponseWriter, r *http.Request) {
+		if b, _ := io.ReadAll(r.Body); strings.Contains(string(b), "first question") {
+			<-release
+		}
+		okJSON(w, r)
+	}
+	ups := []*fakeUpstream{newFakeUpstream(t, hold), newFakeUpstream(t, hold)}
+	defer close(release)
+	gw := startGateway(t, gatewayConfig("cache_aware", "", ups[0].URL, ups[1].URL))
+	prefix := strings.Repeat("A long shared document that both requests open with. ", 40)
+	first := make(chan string, 1)
+	go func() {
+		resp, _ := post(t, gw.URL+"/v1/chat/completions", chatBody("m", prefix+"first question", false))
+		first <- resp.Header.Get("X-Rolter-Target")
+	}()
+	waitFor(t, 10*time.Second, "the first request reaching an upstream", func() bool {
+		return ups[0].requests.Load()+ups[1].requests.Load() == 1
+	})
+	held := "p0"
+	if ups[1].requests.Load() == 1 {
+		held = "p1"
+	}
+	resp, _ := post(t, gw.URL+"/v1/chat/completions", chatBody("m", prefix+"second question", false))
+	if got, d := resp.Header.Get("X-Rolter-Target"), resp.Header.Get("X-Rolter-Decision"); got != held || d != "prefix_hit" {
+		t.Fatalf("while the first request (on %s) waits for its answer, the second went to %s, decision %q; want %s, prefix_hit", held, got, d, held)
+	}
+	release <- struct{}{}
+	if got := <-first; got != held {
+		t.Fatalf("first request answered from %s, want %s", got, held)
 	}
 }

@@ -164,6 +164,7 @@ func (u *upstream) dialConn() (*uconn, error) {
 	}
 	c := &uconn{up: u, nc: nc, rc: rawConn(nc)}
 	c.peek = c.peekFD
+	c.send = c.sendFD
 	c.br = bufio.NewReaderSize(readerFunc{c}, 16<<10)
 	c.bw = bufio.NewWriterSize(nc, 16<<10)
 	return c, nil
@@ -235,6 +236,12 @@ type uconn struct {
 	// is its result.
 	peek      func(fd uintptr) bool
 	peekQuiet bool
+	// send is sendFD as a func value (made once, like peek); sent and sendErr are its state. onSent, when
+	// set, is called once the request is written, before the wait for the answer.
+	send      func(fd uintptr) bool
+	sent      bool
+	sendErr   error
+	onSent    func()
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
@@ -278,6 +285,48 @@ func (c *uconn) peekFD(fd uintptr) bool {
 	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	c.peekQuiet = err == syscall.EAGAIN
 	return true
+}
+
+// flushAndWait writes what bw holds - the request - and then waits until the upstream's answer can be
+// read, the read deadline passes or the connection is closed. It returns only the write's error: a failed
+// wait is left for the read that follows, which fails the same way at once.
+//
+// The wait is armed before the write. A plain read right after the write would find nothing (the upstream
+// has not answered yet) and cost a system call per request just to learn that; Go's poller forgets
+// readiness it announced before a read is armed, so the only race-free order is arm, write, wait - which
+// is what the RawConn's Read gives: it arms, calls sendFD (which writes and asks to wait), parks until the
+// socket is readable and calls sendFD again (which ends it).
+func (c *uconn) flushAndWait() error {
+	if c.rc == nil {
+		err := c.bw.Flush()
+		if err == nil {
+			c.written()
+		}
+		return err
+	}
+	c.sent, c.sendErr = false, nil
+	_ = c.rc.Read(c.send)
+	return c.sendErr
+}
+
+func (c *uconn) sendFD(uintptr) bool {
+	if c.sent {
+		return true
+	}
+	c.sent = true
+	if c.sendErr = c.bw.Flush(); c.sendErr != nil {
+		return true
+	}
+	c.written()
+	return false
+}
+
+// written calls onSent once.
+func (c *uconn) written() {
+	if f := c.onSent; f != nil {
+		c.onSent = nil
+		f()
+	}
 }
 
 // startBody switches the connection from the headers deadline to the idle gap between body reads.
