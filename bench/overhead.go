@@ -1118,6 +1118,12 @@ func (r *overheadRun) stream(ctx context.Context, u unit) (streamResult, error) 
 	if deltas != r.chunks {
 		return res, fmt.Errorf("got %d deltas, want %d", deltas, r.chunks)
 	}
+	// Read on past [DONE] to the end of the body, as the OpenAI SDKs do ("ensure the entire stream is
+	// consumed"), so that the connection goes back to the client's pool: a body closed unread closes its
+	// connection, and every stream would then pay a new connection to the path.
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return res, fmt.Errorf("after [DONE]: %w", err)
+	}
 	return res, nil
 }
 

@@ -77,8 +77,9 @@ func (rep *OverheadReport) Markdown() string {
 	fmt.Fprintf(&b, "- %d interleaved rounds. Each kind of measurement visits every path of every case in turn, the order of the cases and\n", o.Rounds)
 	fmt.Fprintf(&b, "  of the paths rotating per round: %d sequential requests at concurrency 1 (fasthttp client, keep-alive), a %s\n",
 		o.LatencyRequests, o.ThroughputDuration)
-	fmt.Fprintf(&b, "  closed loop at concurrency %d, and %d paced streams one after another (net/http client). Reported: the median over\n",
+	fmt.Fprintf(&b, "  closed loop at concurrency %d, and %d paced streams one after another (net/http client, keep-alive; each stream is\n",
 		o.ThroughputConcurrency, o.Streams)
+	b.WriteString("  read past `[DONE]` to the end of its body, as the OpenAI SDKs do, so its connection is reused). Reported: the median over\n")
 	b.WriteString("  rounds of the round's value; *added* = path − direct per round, then the median. Stream gaps and per-chunk\n")
 	b.WriteString("  transit (client read time − upstream send stamp) are pooled over all rounds before taking percentiles. The *gap\n")
 	b.WriteString("  change* of a chunk is |transit(i) − transit(i−1)|: how much the path stretched or squeezed that gap, without the\n")
