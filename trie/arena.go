@@ -49,8 +49,7 @@ type byteArena struct {
 
 	ranges  []freeRange
 	spare   []int32
-	byStart map[uint64]int32
-	byEnd   map[uint64]int32
+	holes   holeIndex // ranges by start and by end offset
 	bins    [64]int32
 	binMask uint64
 	free    uint64 // bytes held in holes below top
@@ -60,8 +59,6 @@ func (a *byteArena) init() {
 	a.buf = make([]byte, minArena)
 	a.view.Store(&arenaView{b: a.buf})
 	a.top = 1 // offset 0 means "no child block"
-	a.byStart = make(map[uint64]int32)
-	a.byEnd = make(map[uint64]int32)
 	for i := range a.bins {
 		a.bins[i] = -1
 	}
@@ -95,7 +92,7 @@ func (a *byteArena) allocAt(off, n uint64) bool {
 		a.bump(n)
 		return true
 	}
-	r, ok := a.byStart[off]
+	r, ok := a.holes.get(startKey(off))
 	if !ok || a.ranges[r].n < n {
 		return false
 	}
@@ -105,7 +102,7 @@ func (a *byteArena) allocAt(off, n uint64) bool {
 
 // allocBefore takes [end-n, end) if that space is free and returns end-n.
 func (a *byteArena) allocBefore(end, n uint64) (uint64, bool) {
-	r, ok := a.byEnd[end]
+	r, ok := a.holes.get(endKey(end))
 	if !ok || a.ranges[r].n < n {
 		return 0, false
 	}
@@ -120,12 +117,12 @@ func (a *byteArena) allocBefore(end, n uint64) (uint64, bool) {
 // release returns [off, off+n) to the free space, merging it with its neighbours.
 // The caller guarantees that no reader can reach these bytes any more.
 func (a *byteArena) release(off, n uint64) {
-	if r, ok := a.byEnd[off]; ok {
+	if r, ok := a.holes.get(endKey(off)); ok {
 		off = a.ranges[r].off
 		n += a.ranges[r].n
 		a.removeRange(r)
 	}
-	if r, ok := a.byStart[off+n]; ok {
+	if r, ok := a.holes.get(startKey(off + n)); ok {
 		n += a.ranges[r].n
 		a.removeRange(r)
 	}
@@ -182,8 +179,8 @@ func (a *byteArena) addRange(off, n uint64) {
 	}
 	a.bins[c] = r
 	a.binMask |= 1 << uint(c)
-	a.byStart[off] = r
-	a.byEnd[off+n] = r
+	a.holes.put(startKey(off), r)
+	a.holes.put(endKey(off+n), r)
 	a.free += n
 }
 
@@ -200,14 +197,13 @@ func (a *byteArena) removeRange(r int32) {
 	if h.next >= 0 {
 		a.ranges[h.next].prev = h.prev
 	}
-	delete(a.byStart, h.off)
-	delete(a.byEnd, h.off+h.n)
+	a.holes.del(startKey(h.off))
+	a.holes.del(endKey(h.off + h.n))
 	a.spare = append(a.spare, r)
 	a.free -= h.n
 }
 
 // heapBytes approximates the heap held by the arena and its free-space index.
 func (a *byteArena) heapBytes() uint64 {
-	const mapEntry = 2 * 16 // one entry in each of byStart and byEnd, with slack
-	return uint64(cap(a.buf)) + uint64(cap(a.ranges))*32 + uint64(cap(a.spare))*4 + uint64(len(a.byStart))*mapEntry
+	return uint64(cap(a.buf)) + uint64(cap(a.ranges))*32 + uint64(cap(a.spare))*4 + a.holes.heapBytes()
 }
