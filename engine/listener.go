@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -413,6 +414,16 @@ type clientConn struct {
 	since      time.Time // accepted (fresh) or went idle
 	prev, next *clientConn
 	list       *connList
+
+	// Read-ahead (see Read): ahead holds bytes taken from the socket and not yet read, ahead[aheadOff:aheadN];
+	// it is pooled and held only until they are. readAhead is readAheadFD as a func value (made once, so a
+	// read allocates nothing), aheadErr its error.
+	ahead        *[aheadSize]byte
+	aheadOff     int
+	aheadN       int
+	aheadErr     error
+	readAhead    func(fd uintptr) bool
+	canReadAhead bool // a plain socket: read-ahead is possible
 }
 
 func newClientConn(nc net.Conn, l *connLimiter, ip netip.Addr, now time.Time) *clientConn {
@@ -423,8 +434,17 @@ func newClientConn(nc net.Conn, l *connLimiter, ip netip.Addr, now time.Time) *c
 	if sc, ok := c.raw.(syscall.Conn); ok {
 		c.rc, _ = sc.SyscallConn()
 	}
+	if c.rc != nil && c.raw == nc {
+		c.readAhead = c.readAheadFD
+		c.canReadAhead = true
+	}
 	return c
 }
+
+// aheadSize is the read-ahead buffer: a request's headers and a typical body in one read.
+const aheadSize = 16 << 10
+
+var aheadPool = sync.Pool{New: func() any { return new([aheadSize]byte) }}
 
 // netConn is c as handed to fasthttp.
 func (c *clientConn) netConn() net.Conn {
@@ -436,14 +456,89 @@ func (c *clientConn) netConn() net.Conn {
 
 // Read marks the connection active when a request's first bytes arrive. If the listener reclaimed it in
 // between, the bytes are dropped and the connection reads as closed, as if the close had come first.
+//
+// Between requests fasthttp (with ReduceMemoryUsage, so that idle connections hold no buffer) waits for the
+// next request by reading one byte, then reads the rest into a buffer it takes only then: two reads of a
+// request that is usually whole in the socket. A small read on a plain socket therefore reads ahead: into
+// a pooled buffer, taken only for the system call, so an idle connection still holds none; the bytes past
+// what was asked for are handed out by the reads that follow, which then make no system call.
 func (c *clientConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
+	if c.ahead != nil {
+		return c.readBuffered(b), nil
+	}
+	var n int
+	var err error
+	if c.canReadAhead && len(b) < 512 && len(b) > 0 {
+		n, err = c.readAheadInto(b)
+	} else {
+		n, err = c.Conn.Read(b)
+	}
 	if n > 0 {
 		if s := c.state.Load(); s != connActive && s != connHijacked && !c.activate() {
+			c.dropAhead()
 			return 0, net.ErrClosed
 		}
 	}
 	return n, err
+}
+
+// readAheadInto reads what the socket holds (waiting for it if nothing does) into a pooled buffer and
+// copies the start into b.
+func (c *clientConn) readAheadInto(b []byte) (int, error) {
+	c.aheadErr = nil
+	if err := c.rc.Read(c.readAhead); err != nil {
+		// Deadline, close: the plain read reports it as it always has.
+		return c.Conn.Read(b)
+	}
+	if c.aheadErr != nil {
+		if c.aheadErr == io.EOF {
+			return 0, io.EOF
+		}
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", c.aheadErr)}
+	}
+	return c.readBuffered(b), nil
+}
+
+// readAheadFD is the RawConn callback of readAheadInto: one non-blocking read, the buffer taken only
+// while bytes come.
+func (c *clientConn) readAheadFD(fd uintptr) bool {
+	buf := aheadPool.Get().(*[aheadSize]byte)
+	for {
+		n, err := syscall.Read(int(fd), buf[:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			aheadPool.Put(buf)
+			return false // wait until readable, then call again
+		case err != nil:
+			c.aheadErr = err
+		case n == 0:
+			c.aheadErr = io.EOF
+		default:
+			c.ahead, c.aheadOff, c.aheadN = buf, 0, n
+			return true
+		}
+		aheadPool.Put(buf)
+		return true
+	}
+}
+
+// readBuffered hands out read-ahead bytes, and returns the buffer to the pool once they are all read.
+func (c *clientConn) readBuffered(b []byte) int {
+	n := copy(b, c.ahead[c.aheadOff:c.aheadN])
+	c.aheadOff += n
+	if c.aheadOff == c.aheadN {
+		c.dropAhead()
+	}
+	return n
+}
+
+func (c *clientConn) dropAhead() {
+	if c.ahead != nil {
+		aheadPool.Put(c.ahead)
+		c.ahead = nil
+	}
 }
 
 // activate marks c active. It reports false if c was reclaimed (or closed) first.

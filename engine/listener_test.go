@@ -1076,3 +1076,50 @@ func TestListenerIdleFlood(t *testing.T) {
 	}
 	c.stop(t, 15*time.Second)
 }
+
+// TestClientConnReadAhead: fasthttp's one-byte wait for the next request takes the whole request out of the
+// socket (one system call, not two); the next read gets the rest from the buffer without touching the
+// socket; the pooled buffer goes back once drained; deadlines and the peer's close read as before.
+func TestClientConnReadAhead(t *testing.T) {
+	_, ln, accepted := testLimiter(t, 10, 0, time.Hour)
+	a := dial(t, ln.Addr().String())
+	s := next(t, accepted, "a")
+	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n" + strings.Repeat("b", 2000)
+	if _, err := a.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the request in the socket", s.pending)
+	var one [1]byte
+	if n, err := s.Read(one[:]); n != 1 || err != nil || one[0] != 'P' {
+		t.Fatalf("one-byte read: %d %q %v", n, one[:n], err)
+	}
+	if s.pending() {
+		t.Fatalf("the one-byte read left the request in the socket: no read-ahead")
+	}
+	if s.ahead == nil {
+		t.Fatalf("no read-ahead buffer after the one-byte read")
+	}
+	rest := make([]byte, 64<<10)
+	n, err := s.Read(rest)
+	if err != nil || string(rest[:n]) != req[1:] {
+		t.Fatalf("the rest: %d bytes, %v; want %d bytes", n, err, len(req)-1)
+	}
+	if s.ahead != nil {
+		t.Fatalf("the read-ahead buffer was kept after it was drained")
+	}
+
+	_ = s.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := s.Read(one[:]); !isTimeout(err) {
+		t.Fatalf("a read past its deadline: %v, want a timeout", err)
+	}
+	_ = s.SetReadDeadline(time.Time{})
+	a.Close()
+	if n, err := s.Read(one[:]); n != 0 || err != io.EOF {
+		t.Fatalf("after the peer closed: %d %v, want EOF", n, err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
