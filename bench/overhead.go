@@ -1302,7 +1302,8 @@ func summarizeOverhead(c *OverheadCase, paths []string) {
 }
 
 // overheadGoals evaluates the gateway goals of issues 8 and 19: per case, added c=1 latency p50 and c=64
-// throughput against HAProxy's (and the p99 in the small-body case); the stream gap; RSS flat per case.
+// throughput against HAProxy's (and the p99 in the small-body case); in the streaming case, the added time to
+// the first byte against HAProxy's and the stream gap; RSS flat per case.
 func overheadGoals(rep *OverheadReport) []Goal {
 	var goals []Goal
 	for _, c := range rep.Cases {
@@ -1340,6 +1341,13 @@ func overheadGoals(rep *OverheadReport) []Goal {
 		}
 		ratioGoal(fmt.Sprintf("throughput at concurrency %d (Rolter ÷ HAProxy)", rep.Options.ThroughputConcurrency), ">= 0.8x", 0.8,
 			ro.Throughput, hTput, "req/s", false)
+		if c.Streams {
+			var hAddedTTFB float64
+			if hp != nil {
+				hAddedTTFB = hp.AddedTTFB
+			}
+			ratioGoal("added stream time to first byte (Rolter ÷ HAProxy)", "<= 1.2x", 1.2, ro.AddedTTFB, hAddedTTFB, "µs", true)
+		}
 	}
 	for _, c := range rep.Cases {
 		ro, d := c.Summary[PathRolter], c.Summary[PathDirect]
