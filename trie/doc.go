@@ -31,7 +31,9 @@
 // offset. A child block is [count-1][first byte of each child][uint32 index
 // of each child]; a lookup is one IndexByte over at most 256 bytes. Free
 // space is kept as coalesced holes in power-of-two bins (segregated fit) with
-// a bump-allocated tail. When the arena is full it is copied into a slice a
+// a bump-allocated tail; a hole is found by its start or end offset in an
+// open-addressing table that deletes without tombstones (holes.go), which
+// release needs to merge a freed range with its neighbours. When the arena is full it is copied into a slice a
 // quarter bigger and the new slice is published; readers holding the old one
 // keep reading it (it is never written again) until the garbage collector
 // frees it. The arena therefore has one Go pointer, the slab one per page:

@@ -48,7 +48,7 @@ func (h *holeIndex) get(k uint64) (int32, bool) {
 
 // put maps k to r. k must not be held already (holes never share a start or an end).
 func (h *holeIndex) put(k uint64, r int32) {
-	if 2*(h.n+1) > len(h.slots) {
+	if 4*(h.n+1) > 3*len(h.slots) { // load at most 3/4
 		h.grow()
 	}
 	mask := len(h.slots) - 1

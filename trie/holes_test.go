@@ -44,7 +44,7 @@ func TestHoleIndexModel(t *testing.T) {
 					t.Fatalf("step %d: key %d: got %d %v, want %d", step, k, got, ok, r)
 				}
 			}
-			if h.n != len(model) || 2*h.n > len(h.slots) {
+			if h.n != len(model) || 4*h.n > 3*len(h.slots) {
 				t.Fatalf("step %d: %d keys (model %d) in %d slots", step, h.n, len(model), len(h.slots))
 			}
 		}
