@@ -635,3 +635,45 @@ func getMetrics(t *testing.T, gw *testGateway) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// TestProxyEarlyAnswerToLargeBody: an upstream that answers before it has read a large request body (a
+// proxy's 413 after the headers) has its answer arrive while the gateway is still writing the body. The
+// gateway must still see it at once - not wait for a readiness that already passed until the headers
+// timeout and answer 504.
+func TestProxyEarlyAnswerToLargeBody(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for { // headers
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if line == "\r\n" {
+						break
+					}
+				}
+				_, _ = c.Write([]byte("HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"))
+				_, _ = io.Copy(io.Discard, br) // drain the body; keep the connection open
+			}(c)
+		}
+	}()
+	gw := startGateway(t, gatewayConfig("round_robin", "[timeouts]\nheaders_secs = 5\n", "http://"+ln.Addr().String()))
+	body := chatBody("m", strings.Repeat("x", 4<<20), false)
+	start := time.Now()
+	resp, _ := post(t, gw.URL+"/v1/chat/completions", body)
+	if took := time.Since(start); resp.StatusCode != http.StatusRequestEntityTooLarge || took > 4*time.Second {
+		t.Fatalf("status %d after %v, want 413 at once", resp.StatusCode, took)
+	}
+}

@@ -166,7 +166,7 @@ func (u *upstream) dialConn() (*uconn, error) {
 	c.peek = c.peekFD
 	c.send = c.sendFD
 	c.br = bufio.NewReaderSize(readerFunc{c}, 16<<10)
-	c.bw = bufio.NewWriterSize(nc, 16<<10)
+	c.bw = bufio.NewWriterSize(writerFunc{c}, 16<<10)
 	return c, nil
 }
 
@@ -242,11 +242,20 @@ type uconn struct {
 	sent      bool
 	sendErr   error
 	onSent    func()
+	wrote     bool // bw wrote to the socket since the last flushAndWait (a request larger than bw)
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
 
 type readerFunc struct{ c *uconn }
+
+// writerFunc is bw's writer: it notes that bytes went out before flushAndWait armed the read.
+type writerFunc struct{ c *uconn }
+
+func (w writerFunc) Write(p []byte) (int, error) {
+	w.c.wrote = true
+	return w.c.nc.Write(p)
+}
 
 func (r readerFunc) Read(p []byte) (int, error) {
 	c := r.c
@@ -296,16 +305,28 @@ func (c *uconn) peekFD(fd uintptr) bool {
 // readiness it announced before a read is armed, so the only race-free order is arm, write, wait - which
 // is what the RawConn's Read gives: it arms, calls sendFD (which writes and asks to wait), parks until the
 // socket is readable and calls sendFD again (which ends it).
+//
+// A request larger than bw has had bytes written before the read could be armed, and an upstream may answer
+// before it has read the whole body (a proxy's 413): that answer's readiness would be lost and the wait last
+// until the headers deadline. Such a request is flushed plainly and its answer read the usual way.
 func (c *uconn) flushAndWait() error {
-	if c.rc == nil {
+	early := c.wrote
+	c.wrote = false
+	if c.rc == nil || early {
 		err := c.bw.Flush()
+		c.wrote = false
 		if err == nil {
 			c.written()
 		}
 		return err
 	}
 	c.sent, c.sendErr = false, nil
-	_ = c.rc.Read(c.send)
+	err := c.rc.Read(c.send)
+	c.wrote = false
+	if !c.sent {
+		// The read could not be armed (the connection was closed meanwhile): nothing was written.
+		return err
+	}
 	return c.sendErr
 }
 
