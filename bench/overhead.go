@@ -64,7 +64,7 @@ type OverheadOptions struct {
 	// ThroughputConcurrency (64) and ThroughputDuration (3s) per path, case and round, closed loop.
 	ThroughputConcurrency int
 	ThroughputDuration    time.Duration
-	// Streams per path and round on the paced SSE upstream, one at a time, small-body case only (3).
+	// Streams per path and round on the paced SSE upstream, one at a time, small-body case only (5).
 	Streams int
 	// SustainDuration of the RSS run per gateway and case at ThroughputConcurrency (20s).
 	SustainDuration time.Duration
@@ -107,7 +107,7 @@ func (o *OverheadOptions) normalize() error {
 		o.ThroughputDuration = 3 * time.Second
 	}
 	if o.Streams == 0 {
-		o.Streams = 3
+		o.Streams = 5
 	}
 	if o.SustainDuration == 0 {
 		o.SustainDuration = 20 * time.Second

@@ -34,7 +34,7 @@ func main() {
 	flag.IntVar(&o.LatencyRequests, "latency-requests", 2000, "requests per path, case and round at concurrency 1")
 	flag.IntVar(&o.ThroughputConcurrency, "concurrency", 64, "closed-loop concurrency of the throughput and sustained runs")
 	flag.DurationVar(&o.ThroughputDuration, "throughput-duration", 3*time.Second, "throughput run per path, case and round")
-	flag.IntVar(&o.Streams, "streams", 3, "paced streams per path and round (small-body case)")
+	flag.IntVar(&o.Streams, "streams", 5, "paced streams per path and round (small-body case)")
 	flag.DurationVar(&o.SustainDuration, "sustain", 20*time.Second, "sustained run per gateway and case for the RSS samples")
 	flag.Parse()
 	o.Log = os.Stderr
