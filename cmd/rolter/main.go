@@ -134,7 +134,7 @@ func serve(args []string, stderr io.Writer) int {
 		}
 		defer cp.stop()
 	}
-	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	ln, err := engine.Listen(cfg.Server.Listen)
 	if err != nil {
 		log.Error("cannot listen", "addr", cfg.Server.Listen, "err", err)
 		return 1

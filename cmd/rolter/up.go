@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -89,9 +88,9 @@ func up(args []string, stdout, stderr io.Writer) int {
 		sims = append(sims, e)
 	}
 
-	ln, err := net.Listen("tcp", o.listen)
+	ln, err := engine.Listen(o.listen)
 	if err != nil {
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		ln, err = engine.Listen("127.0.0.1:0")
 		if err != nil {
 			fmt.Fprintf(stderr, "rolter up: cannot listen: %s\n", err)
 			return 1

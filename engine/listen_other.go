@@ -1,0 +1,13 @@
+//go:build !linux
+
+package engine
+
+import (
+	"net"
+	"time"
+)
+
+// listenConfig leaves keepalive to Go, which sets it on each accepted connection.
+func listenConfig() net.ListenConfig {
+	return net.ListenConfig{KeepAlive: keepAliveSecs * time.Second}
+}
