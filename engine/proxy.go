@@ -430,10 +430,11 @@ func (c *call) routed() {
 	}
 }
 
-// writeRequest writes the upstream request and waits until its answer can be read: the client's body, with the value of "model" replaced by
-// t.Model (as a JSON string) unless it already is that, the rest byte for byte. Client headers are passed on
-// except hop-by-hop ones (those named in Connection too) and those the provider sets itself: its configured
-// headers and, when api_key_env is set, Authorization. X-Forwarded-For gets the client's address appended.
+// writeRequest writes the upstream request and waits until its answer can be read (uconn.flushAndWait). The
+// body is the client's, with the value of "model" replaced by t.Model (as a JSON string) unless it already
+// is that, the rest byte for byte. Client headers are passed on except hop-by-hop ones (those named in
+// Connection too) and those the provider sets itself: its configured headers and, when api_key_env is set,
+// Authorization. X-Forwarded-For gets the client's address appended.
 func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) error {
 	p := t.Provider
 	_ = conn.nc.SetWriteDeadline(time.Now().Add(p.up.headersWait))

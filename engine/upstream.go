@@ -310,9 +310,7 @@ func (c *uconn) peekFD(fd uintptr) bool {
 // before it has read the whole body (a proxy's 413): that answer's readiness would be lost and the wait last
 // until the headers deadline. Such a request is flushed plainly and its answer read the usual way.
 func (c *uconn) flushAndWait() error {
-	early := c.wrote
-	c.wrote = false
-	if c.rc == nil || early {
+	if c.rc == nil || c.wrote {
 		err := c.bw.Flush()
 		c.wrote = false
 		if err == nil {
