@@ -417,13 +417,12 @@ type clientConn struct {
 
 	// Read-ahead (see Read): ahead holds bytes taken from the socket and not yet read, ahead[aheadOff:aheadN];
 	// it is pooled and held only until they are. readAhead is readAheadFD as a func value (made once, so a
-	// read allocates nothing), aheadErr its error.
-	ahead        *[aheadSize]byte
-	aheadOff     int
-	aheadN       int
-	aheadErr     error
-	readAhead    func(fd uintptr) bool
-	canReadAhead bool // a plain socket: read-ahead is possible
+	// read allocates nothing), nil where read-ahead is not possible (TLS); aheadErr is its error.
+	ahead     *[aheadSize]byte
+	aheadOff  int
+	aheadN    int
+	aheadErr  error
+	readAhead func(fd uintptr) bool
 }
 
 func newClientConn(nc net.Conn, l *connLimiter, ip netip.Addr, now time.Time) *clientConn {
@@ -436,13 +435,16 @@ func newClientConn(nc net.Conn, l *connLimiter, ip netip.Addr, now time.Time) *c
 	}
 	if c.rc != nil && c.raw == nc {
 		c.readAhead = c.readAheadFD
-		c.canReadAhead = true
 	}
 	return c
 }
 
-// aheadSize is the read-ahead buffer: a request's headers and a typical body in one read.
-const aheadSize = 16 << 10
+// aheadSize is the read-ahead buffer: a request's headers and a typical body in one read. Reads shorter than
+// smallRead (fasthttp's one-byte wait for a request) read ahead.
+const (
+	aheadSize = 16 << 10
+	smallRead = 512
+)
 
 var aheadPool = sync.Pool{New: func() any { return new([aheadSize]byte) }}
 
@@ -468,7 +470,7 @@ func (c *clientConn) Read(b []byte) (int, error) {
 	}
 	var n int
 	var err error
-	if c.canReadAhead && len(b) < 512 && len(b) > 0 {
+	if c.readAhead != nil && len(b) > 0 && len(b) < smallRead {
 		n, err = c.readAheadInto(b)
 	} else {
 		n, err = c.Conn.Read(b)
