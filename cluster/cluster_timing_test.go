@@ -3,6 +3,8 @@ package cluster
 import (
 	"sync/atomic"
 	"testing"
+
+	"github.com/rolter-ai/rolter/internal/mix"
 )
 
 // Sink keeps benchmark results alive.
@@ -17,7 +19,7 @@ func BenchmarkHeld(b *testing.B) {
 	c := newTestCluster(cfg)
 	now := c.table.now()
 	for i := 0; i < 1<<20; i++ { // fill it with other evidence first
-		c.table.insert(entryKey(mix64(uint64(i)), engineKey(uint64(i%8))), now)
+		c.table.insert(entryKey(mix.Mix64(uint64(i)), engineKey(uint64(i%8))), now)
 	}
 	const keys = 1024
 	cps := make([][]uint64, keys)

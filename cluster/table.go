@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/rolter-ai/rolter/internal/mix"
 )
 
 // table is the peers' evidence: which checkpoints (engine.Peers) other replicas sent to which engine, and
@@ -74,21 +76,12 @@ func (t *table) bucket(key uint64) []slot {
 	return t.slots[i : i+bucketSlots : i+bucketSlots]
 }
 
-// mix64 is SplitMix64's finalizer: every input bit flips about half the output bits.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
-}
-
 // engineKey is the part of an entry's key that names the engine, computed once per lookup.
-func engineKey(engine uint64) uint64 { return mix64(engine ^ 0x9e3779b97f4a7c15) }
+func engineKey(engine uint64) uint64 { return mix.Mix64(engine ^ 0x9e3779b97f4a7c15) }
 
 // entryKey names checkpoint cp of the engine whose engineKey is ek; never 0.
 func entryKey(cp, ek uint64) uint64 {
-	if k := mix64(cp ^ ek); k != 0 {
+	if k := mix.Mix64(cp ^ ek); k != 0 {
 		return k
 	}
 	return 1

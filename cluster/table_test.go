@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rolter-ai/rolter/internal/mix"
 )
 
 // insertKey publishes cps for engine into t at now, as applyEvidence does.
@@ -19,7 +21,7 @@ func insertKey(t *table, engine uint64, cps []uint64, now uint32) {
 func chain(seed uint64, n int) []uint64 {
 	cps := make([]uint64, n)
 	for i := range cps {
-		cps[i] = mix64(seed*1000003 + uint64(i))
+		cps[i] = mix.Mix64(seed*1000003 + uint64(i))
 	}
 	return cps
 }
@@ -171,7 +173,7 @@ func TestTableBoundedMemory(t *testing.T) {
 	flood := func(from, n int) {
 		now := tab.now()
 		for i := from; i < from+n; i++ {
-			insertKey(tab, uint64(i%8), []uint64{mix64(uint64(i)), mix64(uint64(i) + 1<<40)}, now)
+			insertKey(tab, uint64(i%8), []uint64{mix.Mix64(uint64(i)), mix.Mix64(uint64(i) + 1<<40)}, now)
 		}
 	}
 	flood(0, 1<<14)
@@ -186,7 +188,7 @@ func TestTableBoundedMemory(t *testing.T) {
 	}
 	// The latest evidence is still there.
 	last := 1<<14 + 1<<20 - 1
-	if got := tab.held(uint64(last%8), []uint64{mix64(uint64(last)), mix64(uint64(last) + 1<<40)}); got != 2 {
+	if got := tab.held(uint64(last%8), []uint64{mix.Mix64(uint64(last)), mix.Mix64(uint64(last) + 1<<40)}); got != 2 {
 		t.Fatalf("held of the last key = %d; want 2", got)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"sort"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/rolter-ai/rolter/internal/mix"
 )
 
 const (
@@ -105,20 +107,11 @@ func homeOf(p *Pick) (int, bool) {
 	}
 	best, bestW := 0, uint64(0)
 	for k, i := range p.Eligible {
-		if w := mix64(h ^ p.Route.Targets[i].peerID); k == 0 || w > bestW {
+		if w := mix.Mix64(h ^ p.Route.Targets[i].peerID); k == 0 || w > bestW {
 			best, bestW = k, w
 		}
 	}
 	return best, true
-}
-
-// mix64 is SplitMix64's finalizer: every input bit flips about half the output bits.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
 }
 
 func (s *consistentHash) Rank(p *Pick, out []int) (int, Decision) {

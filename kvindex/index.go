@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+
+	"github.com/rolter-ai/rolter/internal/mix"
 )
 
 // MaxTargets is the largest number of targets one Index can hold: a block's residency is one uint64 mask.
@@ -686,16 +688,6 @@ func (ti *TargetIndex) wasDropped(eng uint64) bool {
 	return false
 }
 
-// mix64 is the splitmix64 finaliser: engine hashes may be small or structured (tests, llm-d FNV keys).
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
-
 // The engine-hash table holds, per slot, 0 (empty), engTomb (deleted) or tag<<24 | (slab index+1), where
 // tag is 8 bits of the engine hash: a probe touches the slab (a likely cache miss) only when the tag
 // matches, and deletion leaves a tombstone instead of shifting the cluster (which would need every later
@@ -718,7 +710,7 @@ func (ti *TargetIndex) engFind(eng uint64) (slot int, idx uint32, ok bool) {
 	if len(tab) == 0 {
 		return 0, 0, false
 	}
-	h := mix64(eng)
+	h := mix.Mix64(eng)
 	hi, _ := bits.Mul64(h, uint64(len(tab)))
 	i := int(hi)
 	tag := engTag(h)
@@ -758,7 +750,7 @@ func (ti *TargetIndex) engInsert(idx uint32) {
 
 func (ti *TargetIndex) engPut(idx uint32) {
 	tab := ti.eng
-	h := mix64(ti.rec(idx).eng)
+	h := mix.Mix64(ti.rec(idx).eng)
 	hi, _ := bits.Mul64(h, uint64(len(tab)))
 	i := int(hi)
 	for {

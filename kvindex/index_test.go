@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/rolter-ai/rolter/internal/mix"
 )
 
 var gpu = []byte("GPU")
@@ -367,7 +369,7 @@ func TestIndexModel(t *testing.T) {
 		models[i] = &model{own: map[uint64]uint64{}, count: map[uint64]int{}}
 		tis[i] = ix.Target(i, caps[i])
 	}
-	engOf := func(tg int, own uint64) uint64 { return mix64(own ^ uint64(tg+1)*0x1234567) }
+	engOf := func(tg int, own uint64) uint64 { return mix.Mix64(own ^ uint64(tg+1)*0x1234567) }
 	forget := func(m *model, eng uint64) {
 		own := m.own[eng]
 		delete(m.own, eng)

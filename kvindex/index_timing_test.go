@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/rolter-ai/rolter/internal/mix"
 )
 
 var benchSink atomic.Int64
@@ -314,7 +316,7 @@ func BenchmarkResidencyMemory(b *testing.B) {
 			before := heapInUse()
 			r := &residency{}
 			for k := uint64(1); k <= keys; k++ {
-				r.set(mix64(k)|1, 1)
+				r.set(mix.Mix64(k)|1, 1)
 			}
 			perKey = float64(heapInUse()-before) / keys
 			runtime.KeepAlive(r)
@@ -327,7 +329,7 @@ func BenchmarkResidencyMemory(b *testing.B) {
 			before := heapInUse()
 			m := xsync.NewMapOf[uint64, uint64]()
 			for k := uint64(1); k <= keys; k++ {
-				m.Store(mix64(k)|1, 1)
+				m.Store(mix.Mix64(k)|1, 1)
 			}
 			perKey = float64(heapInUse()-before) / keys
 			runtime.KeepAlive(m)
