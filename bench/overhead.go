@@ -81,49 +81,40 @@ type OverheadOptions struct {
 	settle        time.Duration
 }
 
+// DefaultOverheadOptions are the report's settings for the fields an OverheadOptions leaves zero, and the
+// command's flag defaults.
+func DefaultOverheadOptions() OverheadOptions {
+	return OverheadOptions{
+		Strategy: "round_robin", CacheTargets: 4, PromptBytes: 8192, FillTimeout: 30 * time.Second,
+		Rounds: 5, LatencyRequests: 2000, ThroughputConcurrency: 64, ThroughputDuration: 3 * time.Second,
+		Streams: 5, SustainDuration: 20 * time.Second,
+	}
+}
+
+// orDefault sets *v to d when *v is the zero value.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
 func (o *OverheadOptions) normalize() error {
-	if o.Strategy == "" {
-		o.Strategy = "round_robin"
-	}
-	if o.CacheTargets == 0 {
-		o.CacheTargets = 4
-	}
-	if o.PromptBytes == 0 {
-		o.PromptBytes = 8192
-	}
-	if o.FillTimeout == 0 {
-		o.FillTimeout = 30 * time.Second
-	}
-	if o.Rounds == 0 {
-		o.Rounds = 5
-	}
-	if o.LatencyRequests == 0 {
-		o.LatencyRequests = 2000
-	}
-	if o.ThroughputConcurrency == 0 {
-		o.ThroughputConcurrency = 64
-	}
-	if o.ThroughputDuration == 0 {
-		o.ThroughputDuration = 3 * time.Second
-	}
-	if o.Streams == 0 {
-		o.Streams = 5
-	}
-	if o.SustainDuration == 0 {
-		o.SustainDuration = 20 * time.Second
-	}
-	if o.streamChunks == 0 {
-		o.streamChunks = streamChunks
-	}
-	if o.streamGap == 0 {
-		o.streamGap = streamGap
-	}
-	if o.settle == 0 {
-		o.settle = 2 * time.Second
-	}
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
+	d := DefaultOverheadOptions()
+	orDefault(&o.Strategy, d.Strategy)
+	orDefault(&o.CacheTargets, d.CacheTargets)
+	orDefault(&o.PromptBytes, d.PromptBytes)
+	orDefault(&o.FillTimeout, d.FillTimeout)
+	orDefault(&o.Rounds, d.Rounds)
+	orDefault(&o.LatencyRequests, d.LatencyRequests)
+	orDefault(&o.ThroughputConcurrency, d.ThroughputConcurrency)
+	orDefault(&o.ThroughputDuration, d.ThroughputDuration)
+	orDefault(&o.Streams, d.Streams)
+	orDefault(&o.SustainDuration, d.SustainDuration)
+	orDefault(&o.streamChunks, streamChunks)
+	orDefault(&o.streamGap, streamGap)
+	orDefault(&o.settle, 2*time.Second)
+	orDefault(&o.Log, io.Discard)
 	if o.HAProxy == "" {
 		o.HAProxy = lookSbin("haproxy")
 	}

@@ -15,27 +15,26 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/rolter-ai/rolter/bench"
 )
 
 func main() {
-	var o bench.OverheadOptions
+	o := bench.DefaultOverheadOptions()
 	out := flag.String("out", "bench/results", "directory for overhead.md and overhead.json")
 	flag.StringVar(&o.Rolter, "rolter", "bin/rolter", "the rolter binary")
 	flag.StringVar(&o.Upstream, "upstream", "bin/fakeupstream", "the fake upstream binary (go build ./bench/cmd/fakeupstream)")
 	flag.StringVar(&o.HAProxy, "haproxy", "", "the haproxy binary (default: PATH, then /usr/sbin/haproxy)")
-	flag.StringVar(&o.Strategy, "strategy", "round_robin", "strategy of Rolter's route in the small-body case")
-	flag.IntVar(&o.CacheTargets, "cache-targets", 4, "targets of the cache_aware case's route (HAProxy: servers)")
-	flag.IntVar(&o.PromptBytes, "prompt-bytes", 8192, "user message size of the cache_aware case, unique per request")
-	flag.DurationVar(&o.FillTimeout, "fill-timeout", 30*time.Second, "cache_aware warm-up: at most this long until Rolter's tries evict")
-	flag.IntVar(&o.Rounds, "rounds", 5, "interleaved rounds")
-	flag.IntVar(&o.LatencyRequests, "latency-requests", 2000, "requests per path, case and round at concurrency 1")
-	flag.IntVar(&o.ThroughputConcurrency, "concurrency", 64, "closed-loop concurrency of the throughput and sustained runs")
-	flag.DurationVar(&o.ThroughputDuration, "throughput-duration", 3*time.Second, "throughput run per path, case and round")
-	flag.IntVar(&o.Streams, "streams", 5, "paced streams per path and round (small-body case)")
-	flag.DurationVar(&o.SustainDuration, "sustain", 20*time.Second, "sustained run per gateway and case for the RSS samples")
+	flag.StringVar(&o.Strategy, "strategy", o.Strategy, "strategy of Rolter's route in the small-body case")
+	flag.IntVar(&o.CacheTargets, "cache-targets", o.CacheTargets, "targets of the cache_aware case's route (HAProxy: servers)")
+	flag.IntVar(&o.PromptBytes, "prompt-bytes", o.PromptBytes, "user message size of the cache_aware case, unique per request")
+	flag.DurationVar(&o.FillTimeout, "fill-timeout", o.FillTimeout, "cache_aware warm-up: at most this long until Rolter's tries evict")
+	flag.IntVar(&o.Rounds, "rounds", o.Rounds, "interleaved rounds")
+	flag.IntVar(&o.LatencyRequests, "latency-requests", o.LatencyRequests, "requests per path, case and round at concurrency 1")
+	flag.IntVar(&o.ThroughputConcurrency, "concurrency", o.ThroughputConcurrency, "closed-loop concurrency of the throughput and sustained runs")
+	flag.DurationVar(&o.ThroughputDuration, "throughput-duration", o.ThroughputDuration, "throughput run per path, case and round")
+	flag.IntVar(&o.Streams, "streams", o.Streams, "paced streams per path and round (small-body case)")
+	flag.DurationVar(&o.SustainDuration, "sustain", o.SustainDuration, "sustained run per gateway and case for the RSS samples")
 	flag.Parse()
 	o.Log = os.Stderr
 
