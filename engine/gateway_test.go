@@ -99,20 +99,26 @@ func TestProxyUpstreamPathWithV1Base(t *testing.T) {
 	}
 }
 
-// TestProxySSEUnbuffered: each event reaches the client before the upstream sends the next one.
-func TestProxySSEUnbuffered(t *testing.T) {
-	release := make(chan struct{})
-	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+// heldSSE is an SSE upstream that sends its headers and head at once, then tail once release is closed (it
+// gives up after 10 s).
+func heldSSE(head, tail string, release <-chan struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprint(w, "data: {\"n\":1}\n\n")
+		fmt.Fprint(w, head)
 		w.(http.Flusher).Flush()
 		select {
 		case <-release:
 		case <-time.After(10 * time.Second):
 			return
 		}
-		fmt.Fprint(w, "data: {\"n\":2}\n\ndata: [DONE]\n\n")
-	})
+		fmt.Fprint(w, tail)
+	}
+}
+
+// TestProxySSEUnbuffered: each event reaches the client before the upstream sends the next one.
+func TestProxySSEUnbuffered(t *testing.T) {
+	release := make(chan struct{})
+	up := newFakeUpstream(t, heldSSE("data: {\"n\":1}\n\n", "data: {\"n\":2}\n\ndata: [DONE]\n\n", release))
 	gw := startGateway(t, gatewayConfig("round_robin", "", up.URL))
 	req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(chatBody("m", "hi", true)))
 	resp, err := testClient.Do(req)
@@ -149,17 +155,7 @@ func TestProxySSEUnbuffered(t *testing.T) {
 // look like a dead gateway. (When the first event comes with the headers, both leave in one write.)
 func TestProxySSEHeadersBeforePrefill(t *testing.T) {
 	release := make(chan struct{})
-	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-time.After(10 * time.Second):
-			return
-		}
-		fmt.Fprint(w, "data: {\"n\":1}\n\ndata: [DONE]\n\n")
-	})
+	up := newFakeUpstream(t, heldSSE("", "data: {\"n\":1}\n\ndata: [DONE]\n\n", release))
 	gw := startGateway(t, gatewayConfig("round_robin", "", up.URL))
 	req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(chatBody("m", "hi", true)))
 	got := make(chan *http.Response, 1)

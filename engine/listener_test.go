@@ -150,8 +150,7 @@ func closedByPeer(c net.Conn, d time.Duration) bool {
 	_ = c.SetReadDeadline(time.Now().Add(d))
 	var b [1]byte
 	_, err := c.Read(b[:])
-	var ne net.Error
-	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	return err != nil && !isTimeout(err)
 }
 
 // serveOne plays fasthttp for one request on the server side c: reads what the client sent, then goes idle.
