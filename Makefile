@@ -12,7 +12,7 @@ export ROLTER_REQUIRE_POSTGRES := 1
 export ROLTER_REQUIRE_HAPROXY := 1
 export ROLTER_REQUIRE_NATS := 1
 
-.PHONY: all deps build run test test-unit test-race test-nocgo bench bench-routing bench-overhead bench-scaleout fuzz-short lint fmt vet clean bench-pressure
+.PHONY: all deps build run test test-unit test-race test-nocgo test-valgrind valgrind bench bench-routing bench-overhead bench-instructions bench-scaleout fuzz-short lint fmt vet clean bench-pressure
 
 all: build
 
@@ -56,8 +56,18 @@ build: deps
 run: build
 	./bin/rolter up
 
-# test is what CI runs (.ci/run): vet, formatting, the race-enabled suite, and the no-cgo build.
-test: deps lint test-race test-nocgo
+# test is what CI runs (.ci/run): vet, formatting, the race-enabled suite, the no-cgo build, and the
+# instruction count's test, which runs the gateway under valgrind and so cannot run under the race detector.
+test: deps lint test-race test-nocgo test-valgrind
+
+test-valgrind: valgrind
+	$(GO) test -count=1 -run '^TestInstructions' ./bench
+
+valgrind:
+	@if ! command -v valgrind >/dev/null 2>&1 || ! command -v cg_diff >/dev/null 2>&1; then \
+		echo "installing valgrind with apt"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq valgrind >/dev/null; \
+	fi
 
 test-unit:
 	$(GO) test -count=1 -timeout 10m $(PKGS)
@@ -86,6 +96,13 @@ bench-overhead:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
 	$(GO) build -o bin/fakeupstream ./bench/cmd/fakeupstream
 	$(GO) run ./bench/cmd/overhead -rolter bin/rolter -upstream bin/fakeupstream -out bench/results
+
+# Instructions per proxied request of `rolter serve` under valgrind (cachegrind), in the overhead report's
+# two cases: the same count for the same binary whatever the machine does (bench/results/instructions.md, ~1 min).
+bench-instructions: valgrind
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
+	$(GO) build -o bin/fakeupstream ./bench/cmd/fakeupstream
+	$(GO) run ./bench/cmd/instructions -rolter bin/rolter -upstream bin/fakeupstream -out bench/results
 
 # Scale-out: 1, 2 and 4 `rolter serve` processes behind HAProxy in TCP mode on one simulated fleet
 # (bench/results/scaleout.md, ~10 min).

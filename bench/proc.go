@@ -37,7 +37,15 @@ const maxProcOutput = 64 << 10
 // startProc starts path with args. When readyPrefix is non-empty it waits (up to timeout) for a
 // stdout line starting with it and returns the rest of that line.
 func startProc(name, path string, args []string, readyPrefix string, timeout time.Duration) (*proc, string, error) {
+	return startProcEnv(name, path, args, nil, readyPrefix, timeout)
+}
+
+// startProcEnv is startProc with env added to this process's environment.
+func startProcEnv(name, path string, args, env []string, readyPrefix string, timeout time.Duration) (*proc, string, error) {
 	p := &proc{name: name, cmd: exec.Command(path, args...), done: make(chan struct{})}
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.SysProcAttr = sysProcAttr()
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -146,6 +154,24 @@ func (p *proc) stop() {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.done
+}
+
+// terminate asks the process to exit (SIGTERM) and waits up to timeout for it; then it kills it and
+// reports that it did not exit.
+func (p *proc) terminate(timeout time.Duration) error {
+	_ = p.stdin.Close()
+	if !p.alive() {
+		return nil
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(timeout):
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	return fmt.Errorf("%s did not exit within %s of SIGTERM: %s", p.name, timeout, p.tail())
 }
 
 // readRSS returns the resident set size of pid in bytes (VmRSS in /proc/PID/status).

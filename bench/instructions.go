@@ -1,0 +1,374 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The instruction count: `rolter serve` runs under valgrind's cachegrind, which counts the instructions the
+// process executes in user space, whatever else the machine does, and the load generator sends it a fixed
+// number of requests over keep-alive connections. Instructions per proxied request are the gateway's own
+// work (its code, fasthttp's, the Go runtime's) without the kernel's and without this machine's noise: runs
+// agree within about 1%, where the overhead report's wall-clock throughput, on a shared 2-core machine,
+// varies by several percent.
+//
+// Instructions are not time: a cache miss or a system call costs more than its instructions. The overhead
+// report measures time; this measures work.
+
+// InstructionOptions configure the instruction count. Zero values take the defaults named.
+type InstructionOptions struct {
+	// Rolter is the gateway binary, Upstream the fake upstream binary (as for the overhead report) and
+	// Valgrind valgrind (default: looked up in PATH).
+	Rolter, Upstream, Valgrind string
+	// Requests counted per case (4000), after Warmup requests (500; the cache_aware case also sends until
+	// its tries evict) at Concurrency keep-alive connections (4).
+	Requests, Warmup, Concurrency int
+	// Top is how many functions the report lists per case, by their own instructions (25).
+	Top int
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+
+	// Test hooks: upstreamAddr is an upstream already listening (Upstream is then not started);
+	// routingMemory the cache_aware gateway's routing_memory_bytes (16 MiB).
+	upstreamAddr  string
+	routingMemory int
+}
+
+// DefaultInstructionOptions are the defaults of the fields an InstructionOptions leaves zero.
+func DefaultInstructionOptions() InstructionOptions {
+	return InstructionOptions{Requests: 4000, Warmup: 500, Concurrency: 4, Top: 25}
+}
+
+func (o *InstructionOptions) normalize() error {
+	d := DefaultInstructionOptions()
+	orDefault(&o.Requests, d.Requests)
+	orDefault(&o.Warmup, d.Warmup)
+	orDefault(&o.Concurrency, d.Concurrency)
+	orDefault(&o.Top, d.Top)
+	orDefault(&o.Log, io.Discard)
+	orDefault(&o.routingMemory, 16<<20)
+	if o.Valgrind == "" {
+		o.Valgrind, _ = exec.LookPath("valgrind")
+	}
+	var errs []error
+	if o.Rolter == "" || (o.Upstream == "" && o.upstreamAddr == "") {
+		errs = append(errs, errors.New("missing the rolter or the fake upstream binary"))
+	}
+	if o.Valgrind == "" {
+		errs = append(errs, errors.New("valgrind not found (make bench-instructions installs it)"))
+	}
+	if o.Requests < o.Concurrency || o.Concurrency < 1 || o.Warmup < 0 {
+		errs = append(errs, fmt.Errorf("requests (%d) must be at least the concurrency (%d), which must be positive", o.Requests, o.Concurrency))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cannot count instructions: %w", err)
+	}
+	return nil
+}
+
+// InstructionReport is the instruction count of each case.
+type InstructionReport struct {
+	Date     string             `json:"date"`
+	Versions map[string]string  `json:"versions"`
+	Cases    []*InstructionCase `json:"cases"`
+	Options  InstructionOptions `json:"-"`
+	Seconds  float64            `json:"seconds"`
+	Machine  Machine            `json:"machine"`
+}
+
+// InstructionCase is one case's count.
+type InstructionCase struct {
+	Name        string  `json:"name"`
+	Description string  `json:"description"`
+	Requests    int     `json:"requests"`
+	Errors      int     `json:"errors"`
+	Total       int64   `json:"instructions"`
+	PerRequest  float64 `json:"instructions_per_request"`
+	// Top are the functions with the most instructions of their own (callees not included).
+	Top []FuncCount `json:"top"`
+}
+
+// FuncCount is one function's own instructions per request and share of the total.
+type FuncCount struct {
+	Func       string  `json:"func"`
+	PerRequest float64 `json:"instructions_per_request"`
+	Share      float64 `json:"share"`
+}
+
+// instructionEnv is the environment of the gateway under valgrind: asynchronous preemption off (its
+// signals only slow valgrind down), and RDTSCP off, which valgrind 3.19 cannot run (the runtime then
+// reads the clock with RDTSC).
+var instructionEnv = []string{"GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off"}
+
+// RunInstructions counts the instructions per request of `rolter serve` in the overhead report's two cases.
+func RunInstructions(ctx context.Context, o InstructionOptions) (*InstructionReport, error) {
+	if err := o.normalize(); err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	rep := &InstructionReport{Date: started.UTC().Format(time.RFC3339), Versions: map[string]string{}, Options: o,
+		Machine: DescribeMachine()}
+	if out, err := exec.Command(o.Rolter, "version").Output(); err == nil {
+		rep.Versions["rolter"] = string(bytes.TrimSpace(out))
+	}
+	if out, err := exec.Command(o.Valgrind, "--version").Output(); err == nil {
+		rep.Versions["valgrind"] = string(bytes.TrimSpace(out))
+	}
+	dir, err := os.MkdirTemp("", "rolter-instructions-")
+	if err != nil {
+		return nil, fmt.Errorf("cannot make a temporary folder: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	upstream := o.upstreamAddr
+	if upstream == "" {
+		up, addr, err := startProc("fake upstream", o.Upstream, []string{"-listen", "127.0.0.1:0"}, "listening http://", 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		defer up.stop()
+		upstream = addr
+	}
+	if _, err := exec.LookPath("cg_diff"); err != nil {
+		return nil, fmt.Errorf("cannot count instructions: cg_diff (from valgrind) not found: %w", err)
+	}
+
+	oo := DefaultOverheadOptions()
+	oo.ThroughputConcurrency = o.Concurrency
+	for _, c := range newCases(&oo) {
+		ic, err := countCase(ctx, &o, c, dir, upstream)
+		if err != nil {
+			return nil, fmt.Errorf("case %s: %w", c.Name, err)
+		}
+		rep.Cases = append(rep.Cases, ic)
+	}
+	rep.Seconds = time.Since(started).Seconds()
+	return rep, nil
+}
+
+// countCase measures one case: two runs of its gateway under cachegrind, the first with the warm-up only,
+// the second with the warm-up and the counted requests; the difference is what the counted requests cost.
+// (Cachegrind charges every instruction to the function it is in. Callgrind, which can zero and dump a
+// running process, follows calls and loses track at goroutine switches: it charged fasthttp's getNextProto
+// with most of a request.)
+func countCase(ctx context.Context, o *InstructionOptions, c *OverheadCase, dir, upstream string) (*InstructionCase, error) {
+	ic := &InstructionCase{Name: c.Name, Requests: o.Requests}
+	ic.Description = fmt.Sprintf("%s over %d target(s), %d-byte bodies", c.Strategy, c.Targets, c.BodyBytes)
+	warmup := o.Warmup
+	routingMemory := 0
+	if c.PromptBytes > 0 {
+		// Tries of 16 MiB in all (4 MiB each over 4 targets: about 500 prompts of 8 KiB), so that the warm-up
+		// fills them and every counted request inserts and evicts, as in the overhead report.
+		routingMemory = o.routingMemory
+		warmup = max(warmup, 8*(routingMemory/max(c.PromptBytes, 1)))
+	}
+	base, errs, err := cachegrindRun(ctx, o, c, dir, upstream, routingMemory, warmup, 0)
+	if err != nil {
+		return nil, err
+	}
+	if errs > 0 {
+		return nil, fmt.Errorf("%d warm-up requests failed", errs)
+	}
+	counted, errs, err := cachegrindRun(ctx, o, c, dir, upstream, routingMemory, warmup, o.Requests)
+	if err != nil {
+		return nil, err
+	}
+	ic.Errors = errs
+	t0, err := cachegrindTotal(base)
+	if err != nil {
+		return nil, err
+	}
+	t1, err := cachegrindTotal(counted)
+	if err != nil {
+		return nil, err
+	}
+	ic.Total = t1 - t0
+	ic.PerRequest = float64(ic.Total) / float64(o.Requests)
+	diff := filepath.Join(dir, "cachegrind-"+c.Name+".diff")
+	out, err := exec.Command("cg_diff", base, counted).Output()
+	if err != nil {
+		return nil, fmt.Errorf("cg_diff: %w", err)
+	}
+	if err := os.WriteFile(diff, out, 0o644); err != nil {
+		return nil, err
+	}
+	annotated, err := exec.Command("cg_annotate", "--auto=no", "--threshold=0.05", diff).Output()
+	if err != nil {
+		return nil, fmt.Errorf("cg_annotate %s: %w", diff, err)
+	}
+	// A binary without symbols (a stripped build, a go test binary) has no function list.
+	ic.Top = topFuncs(annotated, ic.Total, o.Requests, o.Top)
+	return ic, nil
+}
+
+// cachegrindRun runs c's gateway under cachegrind, sends warmup then n requests, stops it and returns its
+// cachegrind file and how many of the requests failed.
+func cachegrindRun(ctx context.Context, o *InstructionOptions, c *OverheadCase, dir, upstream string, routingMemory, warmup, n int) (string, int, error) {
+	port, err := freePort()
+	if err != nil {
+		return "", 0, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cfgPath := filepath.Join(dir, "rolter-"+c.Name+".toml")
+	if err := os.WriteFile(cfgPath, []byte(rolterConfig(c, addr, upstream, routingMemory)), 0o644); err != nil {
+		return "", 0, fmt.Errorf("cannot write %q: %w", cfgPath, err)
+	}
+	out := filepath.Join(dir, fmt.Sprintf("cachegrind-%s-%d.out", c.Name, n))
+	args := []string{"--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=" + out, o.Rolter, "serve", "-config", cfgPath, "-log-level", "warn"}
+	gw, _, err := startProcEnv("rolter under cachegrind ("+c.Name+")", o.Valgrind, args, instructionEnv, "", 0)
+	if err != nil {
+		return "", 0, err
+	}
+	defer gw.stop()
+	if err := waitHTTP(ctx, "http://"+addr+"/healthz", 120*time.Second, gw); err != nil {
+		return "", 0, fmt.Errorf("rolter under cachegrind did not come up: %w", err)
+	}
+	client := &fasthttp.HostClient{Addr: addr, MaxConns: o.Concurrency, ReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second}
+	defer client.CloseIdleConnections()
+	var seq atomic.Uint64 // the same bodies in every run
+	fmt.Fprintf(o.Log, "instructions %s: %d warm-up and %d counted requests\n", c.Name, warmup, n)
+	failed := countedLoop(ctx, client, addr, c, warmup, o.Concurrency, &seq)
+	if failed > 0 {
+		return "", failed, fmt.Errorf("%d of %d warm-up requests failed: %s", failed, warmup, gw.tail())
+	}
+	if c.PromptBytes > 0 {
+		r := &overheadRun{addrs: map[string]string{}}
+		u := unit{c, PathRolter}
+		r.addrs[u.key()] = addr
+		snap, err := r.trieSnapshot(u)
+		if err != nil {
+			return "", 0, err
+		}
+		if snap.Evictions == 0 {
+			return "", 0, fmt.Errorf("the tries did not evict after %d warm-up requests", warmup)
+		}
+	}
+	failed = countedLoop(ctx, client, addr, c, n, o.Concurrency, &seq)
+	client.CloseIdleConnections()
+	// The file is written when the process exits: let it drain and exit rather than kill it.
+	if err := gw.terminate(2 * time.Minute); err != nil {
+		return "", failed, err
+	}
+	if _, err := os.Stat(out); err != nil {
+		return "", failed, fmt.Errorf("cachegrind wrote no file: %w: %s", err, gw.tail())
+	}
+	return out, failed, nil
+}
+
+// countedLoop sends n of c's requests over conc connections and returns how many failed.
+func countedLoop(ctx context.Context, client *fasthttp.HostClient, addr string, c *OverheadCase, n, conc int, seq *atomic.Uint64) int {
+	var left, failed atomic.Int64
+	left.Store(int64(n))
+	var wg sync.WaitGroup
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := newRequest(addr)
+			defer fasthttp.ReleaseRequest(req)
+			resp := fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseResponse(resp)
+			var buf []byte
+			for left.Add(-1) >= 0 && ctx.Err() == nil {
+				buf = c.body(buf[:0], seq.Add(1)-1)
+				req.SetBodyRaw(buf)
+				if err := client.DoTimeout(req, resp, 60*time.Second); err != nil || resp.StatusCode() != fasthttp.StatusOK {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(failed.Load())
+}
+
+// cachegrindTotal reads the instruction total of a cachegrind file (its "summary:" line).
+func cachegrindTotal(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, key := range []string{"summary:", "totals:"} {
+			if rest, ok := strings.CutPrefix(line, key); ok {
+				n, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("%s: bad %s line %q", path, key, line)
+				}
+				return n, nil
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s has no totals line", path)
+}
+
+// annotatedLine is a line of cg_annotate's function list: "1,234 ( 4.36%)  file:function [object]".
+var annotatedLine = regexp.MustCompile(`^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S.*?)(?:\s+\[[^\]]*\])?\s*$`)
+
+// topFuncs returns the n functions with the most instructions from cg_annotate's output, per request. A
+// function whose code comes from several files (inlined callees) is listed once, with its parts summed.
+func topFuncs(annotated []byte, total int64, requests, n int) []FuncCount {
+	sums := map[string]int64{}
+	inList := false
+	for _, line := range strings.Split(string(annotated), "\n") {
+		if strings.Contains(line, "file:function") {
+			inList = true
+			continue
+		}
+		if !inList {
+			continue
+		}
+		if strings.HasPrefix(line, "-----") && len(sums) > 0 {
+			break // the list ends; what may follow is annotated source
+		}
+		m := annotatedLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		ir, err := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64)
+		if err != nil {
+			continue
+		}
+		name := m[2]
+		if i := strings.LastIndex(name, ":"); i >= 0 {
+			name = name[i+1:] // drop the file
+		}
+		if strings.HasPrefix(name, "0x") || name == "???" {
+			continue
+		}
+		sums[name] += ir
+	}
+	out := make([]FuncCount, 0, len(sums))
+	for name, ir := range sums {
+		out = append(out, FuncCount{Func: name, PerRequest: float64(ir) / float64(requests), Share: float64(ir) / float64(max(total, 1))})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].PerRequest != out[j].PerRequest {
+			return out[i].PerRequest > out[j].PerRequest
+		}
+		return out[i].Func < out[j].Func
+	})
+	return out[:min(n, len(out))]
+}
