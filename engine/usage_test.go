@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -227,4 +228,76 @@ func TestDeliveredReuseFraming(t *testing.T) {
 			}
 		})
 	}
+}
+
+// usageReference reads a JSON object body's top-level usage with encoding/json: the counts the scan must
+// find for a body that is one JSON object with one "usage" key in all.
+func usageReference(body []byte) (found, hasCached bool, prompt, cached, completed int64, ok bool) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return false, false, 0, 0, 0, false
+	}
+	raw, present := top["usage"]
+	if !present {
+		return false, false, 0, 0, 0, true
+	}
+	var u map[string]json.RawMessage
+	if json.Unmarshal(raw, &u) != nil || len(raw) > maxUsageBytes {
+		return false, false, 0, 0, 0, true
+	}
+	count := func(m map[string]json.RawMessage, k string) (int64, bool) {
+		var f float64
+		v, has := m[k]
+		if !has || len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) { // null, a string, ...
+			return 0, false
+		}
+		if json.Unmarshal(v, &f) != nil || f < 0 || f != math.Trunc(f) || f > 1<<53 {
+			return 0, false
+		}
+		return int64(f), true
+	}
+	p, has := count(u, "prompt_tokens")
+	if !has {
+		return false, false, 0, 0, 0, true
+	}
+	c, _ := count(u, "completion_tokens")
+	var d map[string]json.RawMessage
+	var k int64
+	hasK := false
+	if json.Unmarshal(u["prompt_tokens_details"], &d) == nil && d != nil {
+		k, hasK = count(d, "cached_tokens")
+	}
+	return true, hasK && k <= p, p, k, c, true
+}
+
+// FuzzUsageScan checks the scan against encoding/json on bodies that are one JSON object, whole and in
+// pieces: what the in-place read and the copying read find must agree with each other and with it.
+func FuzzUsageScan(f *testing.F) {
+	for _, s := range []string{
+		`{"usage":{"prompt_tokens":7,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":3}}}`,
+		`{"choices": [], "usage" : { "prompt_tokens": 33, "prompt_tokens_details": {"cached_tokens": 16} } }`,
+		`{"usage":{"prompt_tokens":5.0,"completion_tokens":1e1,"prompt_tokens_details":null}}`,
+		`{"usage":{"prompt_tokens":-5,"x":[1,{"a":"\"}"}],"prompt_tokens_details":{"cached_tokens":1}}}`,
+		`{"usage":{"prompt_tokens":9007199254740993,"prompt_tokens_details":{"cached_tokens":true}}}`,
+		`{"usage":null,"id":"x"}`,
+	} {
+		f.Add([]byte(s), uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, piece uint8) {
+		if bytes.Count(body, []byte(`"usage"`)) != 1 {
+			return
+		}
+		found, hasCached, prompt, cached, completed, ok := usageReference(body)
+		if !ok {
+			return
+		}
+		for _, n := range []int{0, int(piece%16) + 1} {
+			s := scanAll(string(body), n)
+			if s.found != found || (found && (s.prompt != prompt || s.completed != completed || s.hasCached != hasCached)) ||
+				(hasCached && s.cached != cached) {
+				t.Fatalf("%q in pieces of %d: found %v prompt %d completion %d cached %v %d; encoding/json: %v %d %d %v %d",
+					body, n, s.found, s.prompt, s.completed, s.hasCached, s.cached, found, prompt, completed, hasCached, cached)
+			}
+		}
+	})
 }
