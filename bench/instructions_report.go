@@ -49,7 +49,8 @@ func (rep *InstructionReport) Markdown() string {
 	fmt.Fprintf(&b, "The cases are the overhead report's: the same config, fake upstream and bodies. The warm-up is %d requests;\n", o.Warmup)
 	b.WriteString("the cache_aware case's tries get 16 MiB in all, so that its warm-up (8 times what they hold) fills them and every\n")
 	b.WriteString("counted request inserts and evicts. Valgrind runs the binary with `GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off`\n")
-	b.WriteString("(valgrind 3.19 cannot execute RDTSCP).\n\n")
+	b.WriteString("(valgrind 3.19 cannot execute RDTSCP) and `GOGC=off`, so that a garbage collection falling into one run and\n")
+	b.WriteString("not the other does not move the count; the request path allocates nothing.\n\n")
 	b.WriteString("## Results\n\n")
 	b.WriteString("| case | requests | errors | instructions per request |\n|---|---:|---:|---:|\n")
 	for _, c := range rep.Cases {

@@ -423,6 +423,10 @@ type clientConn struct {
 	aheadN    int
 	aheadErr  error
 	readAhead func(fd uintptr) bool
+
+	// rd and wd arm the socket's deadlines coarsely (coarseDeadline): fasthttp asks for a read deadline
+	// twice per request.
+	rd, wd coarseDeadline
 }
 
 func newClientConn(nc net.Conn, l *connLimiter, ip netip.Addr, now time.Time) *clientConn {
@@ -541,6 +545,20 @@ func (c *clientConn) dropAhead() {
 		aheadPool.Put(c.ahead)
 		c.ahead = nil
 	}
+}
+
+// SetReadDeadline arms the read deadline, up to 1/deadlineSlack of the timeout late (coarseDeadline).
+func (c *clientConn) SetReadDeadline(t time.Time) error { return c.rd.set(t, c.Conn.SetReadDeadline) }
+
+// SetWriteDeadline arms the write deadline, up to 1/deadlineSlack of the timeout late (coarseDeadline).
+func (c *clientConn) SetWriteDeadline(t time.Time) error { return c.wd.set(t, c.Conn.SetWriteDeadline) }
+
+// SetDeadline arms both deadlines exactly.
+func (c *clientConn) SetDeadline(t time.Time) error {
+	err := c.Conn.SetDeadline(t)
+	c.rd.forget(t)
+	c.wd.forget(t)
+	return err
 }
 
 // activate marks c active. It reports false if c was reclaimed (or closed) first.

@@ -238,11 +238,13 @@ type uconn struct {
 	peekQuiet bool
 	// send is sendFD as a func value (made once, like peek); sent and sendErr are its state. onSent, when
 	// set, is called once the request is written, before the wait for the answer.
-	send      func(fd uintptr) bool
-	sent      bool
-	sendErr   error
-	onSent    func()
-	wrote     bool // bw wrote to the socket since the last flushAndWait (a request larger than bw)
+	send    func(fd uintptr) bool
+	sent    bool
+	sendErr error
+	onSent  func()
+	wrote   bool // bw wrote to the socket since the last flushAndWait (a request larger than bw)
+	// rd and wd arm nc's deadlines coarsely (coarseDeadline): three arms per request, one per streamed chunk.
+	rd, wd    coarseDeadline
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
@@ -261,7 +263,7 @@ func (r readerFunc) Read(p []byte) (int, error) {
 	c := r.c
 	n, err := c.nc.Read(p)
 	if n > 0 && c.gap > 0 {
-		_ = c.nc.SetReadDeadline(time.Now().Add(c.gap))
+		c.setReadDeadline(time.Now().Add(c.gap))
 	}
 	return n, err
 }
@@ -351,8 +353,12 @@ func (c *uconn) written() {
 // startBody switches the connection from the headers deadline to the idle gap between body reads.
 func (c *uconn) startBody() {
 	c.gap = c.up.idleGap
-	_ = c.nc.SetReadDeadline(time.Now().Add(c.gap))
+	c.setReadDeadline(time.Now().Add(c.gap))
 }
+
+// setReadDeadline and setWriteDeadline arm nc's deadlines, up to 1/deadlineSlack of the timeout late.
+func (c *uconn) setReadDeadline(t time.Time)  { _ = c.rd.set(t, c.nc.SetReadDeadline) }
+func (c *uconn) setWriteDeadline(t time.Time) { _ = c.wd.set(t, c.nc.SetWriteDeadline) }
 
 // failKind classifies upstream failures for retries, cooldowns and metrics.
 type failKind uint8

@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+// TestCoarseDeadline pins the rule: an armed deadline at most 1/deadlineSlack of the timeout later than
+// the one asked for is kept; an earlier one, or one much later, is re-armed; past and zero deadlines are
+// always applied; a deadline is never armed before the one asked for.
+func TestCoarseDeadline(t *testing.T) {
+	var d coarseDeadline
+	var armed []time.Time
+	arm := func(t time.Time) error { armed = append(armed, t); return nil }
+	now := time.Now()
+	const timeout = 16 * time.Second
+
+	_ = d.set(now.Add(timeout), arm)
+	if len(armed) != 1 || armed[0].Before(now.Add(timeout)) || armed[0].After(now.Add(timeout+time.Second+50*time.Millisecond)) {
+		t.Fatalf("first arm %v, want within [now+16s, now+17s]", armed)
+	}
+	_ = d.set(now.Add(timeout+500*time.Millisecond), arm) // the armed one is at most 1/16 later: kept
+	if len(armed) != 1 {
+		t.Fatalf("re-armed %v within the slack", armed[1:])
+	}
+	_ = d.set(now.Add(timeout+2*time.Second), arm) // later than the armed one: re-armed
+	if len(armed) != 2 || armed[1].Before(now.Add(timeout+2*time.Second)) {
+		t.Fatalf("arms %v, want a second one no earlier than asked", armed)
+	}
+	_ = d.set(now.Add(time.Second), arm) // much earlier than the armed one: re-armed, never late by more than 1/16
+	if len(armed) != 3 || armed[2].Before(now.Add(time.Second)) || armed[2].After(now.Add(time.Second+time.Second/16+50*time.Millisecond)) {
+		t.Fatalf("arms %v, want a third one within [now+1s, now+1.0625s]", armed)
+	}
+	_ = d.set(time.Unix(1, 0), arm) // in the past (a wake-up): applied exactly
+	if len(armed) != 4 || !armed[3].Equal(time.Unix(1, 0)) {
+		t.Fatalf("arms %v, want the past deadline applied", armed)
+	}
+	_ = d.set(time.Time{}, arm)
+	_ = d.set(time.Time{}, arm) // cleared once; the second clear has nothing to do
+	if len(armed) != 5 || !armed[4].IsZero() {
+		t.Fatalf("arms %v, want one clear", armed)
+	}
+	d.forget(now.Add(time.Hour)) // SetDeadline armed both directions
+	_ = d.set(now.Add(timeout), arm)
+	if len(armed) != 6 {
+		t.Fatalf("arms %v: a deadline far before the forgotten one must be armed", armed)
+	}
+}
+
+// TestClientConnCoarseDeadline: fasthttp's per-request deadlines reach the socket once per slack, and a
+// read still times out, late by at most the slack.
+func TestClientConnCoarseDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			time.Sleep(2 * time.Second)
+			c.Close()
+		}
+	}()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &clientConn{Conn: nc, raw: nc}
+	defer nc.Close()
+	start := time.Now()
+	for i := 0; i < 100; i++ {
+		if err := c.SetReadDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	armed := time.Unix(0, c.rd.armed.Load())
+	if armed.Before(start.Add(200*time.Millisecond)) || armed.After(time.Now().Add(200*time.Millisecond+200*time.Millisecond/16)) {
+		t.Fatalf("armed at %v after the start, want within [200ms, 212.5ms] of the last ask", armed.Sub(start))
+	}
+	var b [1]byte
+	_, err = c.Read(b[:])
+	waited := time.Since(start)
+	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Fatalf("read: %v, want a timeout", err)
+	}
+	if waited < 200*time.Millisecond {
+		t.Fatalf("timed out after %v, before the 200ms asked for", waited)
+	}
+}
