@@ -33,8 +33,18 @@ func (d *coarseDeadline) set(t time.Time, arm func(time.Time) error) error {
 		d.armed.Store(0)
 		return arm(t)
 	}
-	want := t.UnixNano()
-	if ahead := want - time.Now().UnixNano(); ahead > 0 {
+	return d.armAt(t.UnixNano(), t.UnixNano()-time.Now().UnixNano(), arm)
+}
+
+// setAfter arms the deadline timeout after now (a time the caller has just read), like set.
+func (d *coarseDeadline) setAfter(now time.Time, timeout time.Duration, arm func(time.Time) error) error {
+	return d.armAt(now.UnixNano()+int64(timeout), int64(timeout), arm)
+}
+
+// armAt arms the deadline want (Unix ns), ahead ns from now, unless the armed one is close enough after it.
+func (d *coarseDeadline) armAt(want, ahead int64, arm func(time.Time) error) error {
+	t := time.Unix(0, want)
+	if ahead > 0 {
 		slack := ahead / deadlineSlack
 		if a := d.armed.Load(); a >= want && a-want <= slack {
 			return nil

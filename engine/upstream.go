@@ -263,7 +263,7 @@ func (r readerFunc) Read(p []byte) (int, error) {
 	c := r.c
 	n, err := c.nc.Read(p)
 	if n > 0 && c.gap > 0 {
-		c.setReadDeadline(time.Now().Add(c.gap))
+		_ = c.rd.setAfter(time.Now(), c.gap, c.nc.SetReadDeadline)
 	}
 	return n, err
 }
@@ -353,12 +353,8 @@ func (c *uconn) written() {
 // startBody switches the connection from the headers deadline to the idle gap between body reads.
 func (c *uconn) startBody() {
 	c.gap = c.up.idleGap
-	c.setReadDeadline(time.Now().Add(c.gap))
+	_ = c.rd.setAfter(time.Now(), c.gap, c.nc.SetReadDeadline)
 }
-
-// setReadDeadline and setWriteDeadline arm nc's deadlines, up to 1/deadlineSlack of the timeout late.
-func (c *uconn) setReadDeadline(t time.Time)  { _ = c.rd.set(t, c.nc.SetReadDeadline) }
-func (c *uconn) setWriteDeadline(t time.Time) { _ = c.wd.set(t, c.nc.SetWriteDeadline) }
 
 // failKind classifies upstream failures for retries, cooldowns and metrics.
 type failKind uint8
