@@ -102,7 +102,8 @@ bench-overhead:
 bench-instructions: valgrind
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
 	$(GO) build -o bin/fakeupstream ./bench/cmd/fakeupstream
-	$(GO) run ./bench/cmd/instructions -rolter bin/rolter -upstream bin/fakeupstream -out bench/results
+	$(GO) build -o bin/refproxy ./bench/cmd/refproxy
+	$(GO) run ./bench/cmd/instructions -rolter bin/rolter -upstream bin/fakeupstream -refproxy bin/refproxy -out bench/results
 
 # Scale-out: 1, 2 and 4 `rolter serve` processes behind HAProxy in TCP mode on one simulated fleet
 # (bench/results/scaleout.md, ~10 min).

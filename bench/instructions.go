@@ -34,8 +34,9 @@ import (
 // InstructionOptions configure the instruction count. Zero values take the defaults named.
 type InstructionOptions struct {
 	// Rolter is the gateway binary, Upstream the fake upstream binary (as for the overhead report) and
-	// Valgrind valgrind (default: looked up in PATH).
-	Rolter, Upstream, Valgrind string
+	// Valgrind valgrind (default: looked up in PATH). RefProxy, when set, is bench/cmd/refproxy's binary:
+	// the small case is then also counted through its two modes, the yardsticks.
+	Rolter, Upstream, Valgrind, RefProxy string
 	// Requests counted per case (4000), after Warmup requests (500; the cache_aware case at least 8 times
 	// what its tries hold, so that they evict) at Concurrency keep-alive connections (4).
 	Requests, Warmup, Concurrency int
@@ -87,9 +88,11 @@ type InstructionReport struct {
 	Date     string             `json:"date"`
 	Versions map[string]string  `json:"versions"`
 	Cases    []*InstructionCase `json:"cases"`
-	Options  InstructionOptions `json:"-"`
-	Seconds  float64            `json:"seconds"`
-	Machine  Machine            `json:"machine"`
+	// References are the small case through refproxy's modes (InstructionOptions.RefProxy).
+	References []*InstructionCase `json:"references,omitempty"`
+	Options    InstructionOptions `json:"-"`
+	Seconds    float64            `json:"seconds"`
+	Machine    Machine            `json:"machine"`
 }
 
 // InstructionCase is one case's count.
@@ -132,11 +135,6 @@ func RunInstructions(ctx context.Context, o InstructionOptions) (*InstructionRep
 	if out, err := exec.Command(o.Valgrind, "--version").Output(); err == nil {
 		rep.Versions["valgrind"] = string(bytes.TrimSpace(out))
 	}
-	dir, err := os.MkdirTemp("", "rolter-instructions-")
-	if err != nil {
-		return nil, fmt.Errorf("cannot make a temporary folder: %w", err)
-	}
-	defer os.RemoveAll(dir)
 	upstream := o.upstreamAddr
 	if upstream == "" {
 		up, addr, err := startProc("fake upstream", o.Upstream, []string{"-listen", "127.0.0.1:0"}, "listening http://", 10*time.Second)
@@ -153,14 +151,54 @@ func RunInstructions(ctx context.Context, o InstructionOptions) (*InstructionRep
 	oo := DefaultOverheadOptions()
 	oo.ThroughputConcurrency = o.Concurrency
 	for _, c := range newCases(&oo) {
-		ic, err := countCase(ctx, &o, c, dir, upstream)
+		routingMemory := 0
+		if c.PromptBytes > 0 {
+			routingMemory = o.routingMemory
+		}
+		ic, err := countCase(ctx, &o, c, rolterGateway(&o, c, upstream, routingMemory))
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %w", c.Name, err)
 		}
 		rep.Cases = append(rep.Cases, ic)
 	}
+	if o.RefProxy != "" {
+		for _, c := range newCases(&oo) {
+			if c.Name != CaseSmall {
+				continue
+			}
+			for _, mode := range []string{"goroutine", "fasthttp"} {
+				g := gateway{name: "refproxy -mode " + mode, cmd: func(addr, _ string) ([]string, error) {
+					return []string{o.RefProxy, "-mode", mode, "-listen", addr, "-upstream", upstream}, nil
+				}}
+				ic, err := countCase(ctx, &o, c, g)
+				if err != nil {
+					return nil, fmt.Errorf("case %s through %s: %w", c.Name, g.name, err)
+				}
+				ic.Name = g.name
+				rep.References = append(rep.References, ic)
+			}
+		}
+	}
 	rep.Seconds = time.Since(started).Seconds()
 	return rep, nil
+}
+
+// gateway is what runs under cachegrind: cmd returns its command line to listen on addr, given a
+// temporary folder for its files.
+type gateway struct {
+	name string
+	cmd  func(addr, dir string) ([]string, error)
+}
+
+// rolterGateway is `rolter serve` with case c's config (routingMemory: its routing_memory_bytes, 0: default).
+func rolterGateway(o *InstructionOptions, c *OverheadCase, upstream string, routingMemory int) gateway {
+	return gateway{name: "rolter", cmd: func(addr, dir string) ([]string, error) {
+		cfgPath := filepath.Join(dir, "rolter-"+c.Name+".toml")
+		if err := os.WriteFile(cfgPath, []byte(rolterConfig(c, addr, upstream, routingMemory)), 0o644); err != nil {
+			return nil, fmt.Errorf("cannot write %q: %w", cfgPath, err)
+		}
+		return []string{o.Rolter, "serve", "-config", cfgPath, "-log-level", "warn"}, nil
+	}}
 }
 
 // countCase measures one case: two runs of its gateway under cachegrind, the first with the warm-up only,
@@ -168,25 +206,28 @@ func RunInstructions(ctx context.Context, o InstructionOptions) (*InstructionRep
 // (Cachegrind charges every instruction to the function it is in. Callgrind, which can zero and dump a
 // running process, follows calls and loses track at goroutine switches: it charged fasthttp's getNextProto
 // with most of a request.)
-func countCase(ctx context.Context, o *InstructionOptions, c *OverheadCase, dir, upstream string) (*InstructionCase, error) {
+func countCase(ctx context.Context, o *InstructionOptions, c *OverheadCase, g gateway) (*InstructionCase, error) {
 	ic := &InstructionCase{Name: c.Name, Requests: o.Requests}
 	ic.Description = fmt.Sprintf("%s over %d target(s), %d-byte bodies", c.Strategy, c.Targets, c.BodyBytes)
+	dir, err := os.MkdirTemp("", "rolter-instructions-")
+	if err != nil {
+		return nil, fmt.Errorf("cannot make a temporary folder: %w", err)
+	}
+	defer os.RemoveAll(dir)
 	warmup := o.Warmup
-	routingMemory := 0
 	if c.PromptBytes > 0 {
 		// Tries of 16 MiB in all (4 MiB each over 4 targets: about 500 prompts of 8 KiB), so that the warm-up
 		// fills them and every counted request inserts and evicts, as in the overhead report.
-		routingMemory = o.routingMemory
-		warmup = max(warmup, 8*(routingMemory/max(c.PromptBytes, 1)))
+		warmup = max(warmup, 8*(o.routingMemory/max(c.PromptBytes, 1)))
 	}
-	base, errs, err := cachegrindRun(ctx, o, c, dir, upstream, routingMemory, warmup, 0)
+	base, errs, err := cachegrindRun(ctx, o, c, g, dir, warmup, 0)
 	if err != nil {
 		return nil, err
 	}
 	if errs > 0 {
 		return nil, fmt.Errorf("%d warm-up requests failed", errs)
 	}
-	counted, errs, err := cachegrindRun(ctx, o, c, dir, upstream, routingMemory, warmup, o.Requests)
+	counted, errs, err := cachegrindRun(ctx, o, c, g, dir, warmup, o.Requests)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +242,7 @@ func countCase(ctx context.Context, o *InstructionOptions, c *OverheadCase, dir,
 	}
 	ic.Total = t1 - t0
 	ic.PerRequest = float64(ic.Total) / float64(o.Requests)
-	diff := filepath.Join(dir, "cachegrind-"+c.Name+".diff")
+	diff := filepath.Join(dir, "cachegrind.diff")
 	out, err := exec.Command("cg_diff", base, counted).Output()
 	if err != nil {
 		return nil, fmt.Errorf("cg_diff: %w", err)
@@ -220,30 +261,30 @@ func countCase(ctx context.Context, o *InstructionOptions, c *OverheadCase, dir,
 
 // cachegrindRun runs c's gateway under cachegrind, sends warmup then n requests, stops it and returns its
 // cachegrind file and how many of the requests failed.
-func cachegrindRun(ctx context.Context, o *InstructionOptions, c *OverheadCase, dir, upstream string, routingMemory, warmup, n int) (string, int, error) {
+func cachegrindRun(ctx context.Context, o *InstructionOptions, c *OverheadCase, g gateway, dir string, warmup, n int) (string, int, error) {
 	port, err := freePort()
 	if err != nil {
 		return "", 0, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cfgPath := filepath.Join(dir, "rolter-"+c.Name+".toml")
-	if err := os.WriteFile(cfgPath, []byte(rolterConfig(c, addr, upstream, routingMemory)), 0o644); err != nil {
-		return "", 0, fmt.Errorf("cannot write %q: %w", cfgPath, err)
+	cmd, err := g.cmd(addr, dir)
+	if err != nil {
+		return "", 0, err
 	}
-	out := filepath.Join(dir, fmt.Sprintf("cachegrind-%s-%d.out", c.Name, n))
-	args := []string{"--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=" + out, o.Rolter, "serve", "-config", cfgPath, "-log-level", "warn"}
-	gw, _, err := startProcEnv("rolter under cachegrind ("+c.Name+")", o.Valgrind, args, instructionEnv, "", 0)
+	out := filepath.Join(dir, fmt.Sprintf("cachegrind-%d.out", n))
+	args := append([]string{"--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=" + out}, cmd...)
+	gw, _, err := startProcEnv(g.name+" under cachegrind ("+c.Name+")", o.Valgrind, args, instructionEnv, "", 0)
 	if err != nil {
 		return "", 0, err
 	}
 	defer gw.stop()
 	if err := waitHTTP(ctx, "http://"+addr+"/healthz", 120*time.Second, gw); err != nil {
-		return "", 0, fmt.Errorf("rolter under cachegrind did not come up: %w", err)
+		return "", 0, fmt.Errorf("%s under cachegrind did not come up: %w", g.name, err)
 	}
 	client := &fasthttp.HostClient{Addr: addr, MaxConns: o.Concurrency, ReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second}
 	defer client.CloseIdleConnections()
 	var seq atomic.Uint64 // the same bodies in every run
-	fmt.Fprintf(o.Log, "instructions %s: %d warm-up and %d counted requests\n", c.Name, warmup, n)
+	fmt.Fprintf(o.Log, "instructions %s through %s: %d warm-up and %d counted requests\n", c.Name, g.name, warmup, n)
 	failed := countedLoop(ctx, client, addr, c, warmup, o.Concurrency, &seq)
 	if failed > 0 {
 		return "", failed, fmt.Errorf("%d of %d warm-up requests failed: %s", failed, warmup, gw.tail())

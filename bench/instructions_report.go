@@ -56,6 +56,30 @@ func (rep *InstructionReport) Markdown() string {
 	for _, c := range rep.Cases {
 		fmt.Fprintf(&b, "| %s (%s) | %d | %d | %.0f |\n", c.Name, c.Description, c.Requests, c.Errors, c.PerRequest)
 	}
+	if len(rep.References) > 0 {
+		b.WriteString("\n### Yardsticks: the small case through `bench/cmd/refproxy`\n\n")
+		b.WriteString("refproxy is the least an HTTP/1.1 keep-alive proxy in Go does per request - no routing, JSON, timeouts, metrics\n")
+		b.WriteString("or hardening; Content-Length framing only. `goroutine`: a goroutine per connection on Go's net package, one\n")
+		b.WriteString("upstream connection each; `fasthttp`: fasthttp's server, as `rolter serve` configures it, with the request written\n")
+		b.WriteString("as parsed to a pooled upstream connection. What a gateway does beyond them is the difference.\n\n")
+		b.WriteString("| through | instructions per request | Rolter minus this |\n|---|---:|---:|\n")
+		var small *InstructionCase
+		for _, c := range rep.Cases {
+			if c.Name == CaseSmall {
+				small = c
+			}
+		}
+		for _, r := range rep.References {
+			diff := "-"
+			if small != nil {
+				diff = fmt.Sprintf("%.0f", small.PerRequest-r.PerRequest)
+			}
+			fmt.Fprintf(&b, "| %s | %.0f | %s |\n", r.Name, r.PerRequest, diff)
+		}
+		if small != nil {
+			fmt.Fprintf(&b, "| rolter serve | %.0f | 0 |\n", small.PerRequest)
+		}
+	}
 	for _, c := range rep.Cases {
 		fmt.Fprintf(&b, "\n### %s: the functions with the most instructions\n\n", c.Name)
 		if len(c.Top) == 0 {

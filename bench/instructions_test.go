@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -36,8 +37,9 @@ Ir                  file:function
 	}
 }
 
-// TestInstructionsTiny counts a few requests of the test binary's gateway under cachegrind: both cases, no
-// errors, a plausible count. (The test binary has no symbols, so no function list: TestTopFuncs covers it.)
+// TestInstructionsTiny counts a few requests of the test binary's gateway under cachegrind, and of refproxy's
+// two modes: no errors, plausible counts, refproxy's function lists. (The test binary has no symbols, so no
+// function list of its own.)
 func TestInstructionsTiny(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		// Under the race detector the count is the race runtime's, which varies from run to run.
@@ -51,9 +53,13 @@ func TestInstructionsTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	refproxy := filepath.Join(t.TempDir(), "refproxy")
+	if out, err := exec.Command("go", "build", "-o", refproxy, "./cmd/refproxy").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/refproxy: %v\n%s", err, out)
+	}
 	var log strings.Builder
 	rep, err := RunInstructions(context.Background(), InstructionOptions{
-		Rolter: self, Valgrind: vg, Requests: 200, Warmup: 20, Concurrency: 2, Top: 10, Log: &log,
+		Rolter: self, RefProxy: refproxy, Valgrind: vg, Requests: 200, Warmup: 20, Concurrency: 2, Top: 10, Log: &log,
 		upstreamAddr: startUpstream(t, UpstreamConfig{}), routingMemory: 1 << 20,
 	})
 	if err != nil {
@@ -67,7 +73,16 @@ func TestInstructionsTiny(t *testing.T) {
 			t.Fatalf("%s: %d errors, %.0f instructions per request\n%s", c.Name, c.Errors, c.PerRequest, log.String())
 		}
 	}
-	if md := rep.Markdown(); !strings.Contains(md, "| small (") || !strings.Contains(md, "instructions per request") {
+	if len(rep.References) != 2 {
+		t.Fatalf("%d references", len(rep.References))
+	}
+	for _, r := range rep.References {
+		// refproxy has its symbols: the function list is there.
+		if r.Errors != 0 || r.PerRequest < 1000 || len(r.Top) == 0 {
+			t.Fatalf("%s: %d errors, %.0f instructions per request, %d functions\n%s", r.Name, r.Errors, r.PerRequest, len(r.Top), log.String())
+		}
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "| small (") || !strings.Contains(md, "| refproxy -mode fasthttp |") {
 		t.Fatalf("markdown:\n%s", md)
 	}
 }

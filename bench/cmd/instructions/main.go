@@ -23,6 +23,7 @@ func main() {
 	flag.StringVar(&o.Rolter, "rolter", "bin/rolter", "the rolter binary")
 	flag.StringVar(&o.Upstream, "upstream", "bin/fakeupstream", "the fake upstream binary (go build ./bench/cmd/fakeupstream)")
 	flag.StringVar(&o.Valgrind, "valgrind", "", "the valgrind binary (default: PATH)")
+	flag.StringVar(&o.RefProxy, "refproxy", "", "bench/cmd/refproxy's binary: also count the small case through its two modes")
 	flag.IntVar(&o.Requests, "requests", o.Requests, "requests counted per case")
 	flag.IntVar(&o.Warmup, "warmup", o.Warmup, "requests before the count")
 	flag.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "keep-alive connections of the load")
@@ -43,7 +44,7 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("instructions (%.0f s): %s\n", rep.Seconds, strings.Join(files, " "))
-	for _, c := range rep.Cases {
+	for _, c := range append(rep.Cases, rep.References...) {
 		fmt.Printf("  %s: %.0f instructions per request (%d errors)\n", c.Name, c.PerRequest, c.Errors)
 	}
 }
