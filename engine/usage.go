@@ -344,15 +344,20 @@ func (r *usageReader) value(depth int) bool {
 
 // str skips a string at r.i (its opening quote) up to and including its closing quote.
 func (r *usageReader) str() bool {
-	for i := r.i + 1; i < len(r.b); i++ {
-		switch c := r.b[i]; {
-		case c == '"':
+	b := r.b
+	for i := r.i + 1; i < len(b); i++ {
+		c := b[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		switch c {
+		case '"':
 			r.i = i + 1
 			return true
-		case c == '\\':
+		case '\\':
 			i++ // the escaped byte (a \u's digits are plain bytes)
-		case c < 0x20:
-			return false
+		default:
+			return false // a control character
 		}
 	}
 	r.short = true
@@ -374,50 +379,43 @@ func (r *usageReader) literal(word string) bool {
 
 // number reads a JSON number at r.i and returns its bytes.
 func (r *usageReader) number() ([]byte, bool) {
-	start := r.i
-	i := r.i
-	if i < len(r.b) && r.b[i] == '-' {
+	b, start := r.b, r.i
+	i := start
+	if i < len(b) && b[i] == '-' {
 		i++
 	}
-	digits := func() int {
-		n := 0
-		for i < len(r.b) && '0' <= r.b[i] && r.b[i] <= '9' {
-			i++
-			n++
-		}
-		return n
+	j := digitsEnd(b, i)
+	ok := j > i
+	if i = j; ok && i < len(b) && b[i] == '.' {
+		j = digitsEnd(b, i+1)
+		ok, i = j > i+1, j
 	}
-	if digits() == 0 {
-		return nil, i < len(r.b) || r.setShort()
-	}
-	if i < len(r.b) && r.b[i] == '.' {
+	if ok && i < len(b) && (b[i] == 'e' || b[i] == 'E') {
 		i++
-		if digits() == 0 {
-			return nil, i < len(r.b) || r.setShort()
-		}
-	}
-	if i < len(r.b) && (r.b[i] == 'e' || r.b[i] == 'E') {
-		i++
-		if i < len(r.b) && (r.b[i] == '+' || r.b[i] == '-') {
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		if digits() == 0 {
-			return nil, i < len(r.b) || r.setShort()
-		}
+		j = digitsEnd(b, i)
+		ok, i = j > i, j
 	}
-	if i >= len(r.b) {
-		// A number may go on in bytes not yet here.
+	if i >= len(b) {
+		// The number may go on in bytes not yet here.
 		r.short = true
 		return nil, false
 	}
+	if !ok {
+		return nil, false
+	}
 	r.i = i
-	return r.b[start:i], true
+	return b[start:i], true
 }
 
-// setShort marks the bytes as ended early and returns false.
-func (r *usageReader) setShort() bool {
-	r.short = true
-	return false
+// digitsEnd returns the index of the first byte at or after i in b that is not a decimal digit.
+func digitsEnd(b []byte, i int) int {
+	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 // count reads a token count: a non-negative integer (12 or 12.0 or 1.2e1) no larger than 2^53. A value of
