@@ -2,25 +2,12 @@ package bench
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 )
 
 // WriteInstructions writes rep as instructions.md and instructions.json into dir and returns their paths.
 func WriteInstructions(rep *InstructionReport, dir string) ([]string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create %q: %w", dir, err)
-	}
-	md := filepath.Join(dir, "instructions.md")
-	if err := os.WriteFile(md, []byte(rep.Markdown()), 0o644); err != nil {
-		return nil, fmt.Errorf("cannot write %q: %w", md, err)
-	}
-	js := filepath.Join(dir, "instructions.json")
-	if err := writeJSON(js, rep); err != nil {
-		return nil, err
-	}
-	return []string{md, js}, nil
+	return writeReport(dir, "instructions", rep.Markdown(), rep)
 }
 
 // Markdown renders the instruction count.

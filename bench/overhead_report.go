@@ -2,25 +2,12 @@ package bench
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 )
 
 // WriteOverhead writes overhead.md and overhead.json into dir and returns the files written.
 func WriteOverhead(rep *OverheadReport, dir string) ([]string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create %q: %w", dir, err)
-	}
-	md := filepath.Join(dir, "overhead.md")
-	if err := os.WriteFile(md, []byte(rep.Markdown()), 0o644); err != nil {
-		return nil, fmt.Errorf("cannot write %q: %w", md, err)
-	}
-	js := filepath.Join(dir, "overhead.json")
-	if err := writeJSON(js, rep); err != nil {
-		return nil, err
-	}
-	return []string{md, js}, nil
+	return writeReport(dir, "overhead", rep.Markdown(), rep)
 }
 
 // Markdown renders the overhead report.

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -17,18 +16,7 @@ func WritePressure(rep *PressureReport, dir, name string) ([]string, error) {
 	if name == "" {
 		name = "pressure"
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create %q: %w", dir, err)
-	}
-	md := filepath.Join(dir, name+".md")
-	if err := os.WriteFile(md, []byte(rep.Markdown()), 0o644); err != nil {
-		return nil, fmt.Errorf("cannot write %q: %w", md, err)
-	}
-	js := filepath.Join(dir, name+".json")
-	if err := writeJSON(js, rep); err != nil {
-		return nil, err
-	}
-	return []string{md, js}, nil
+	return writeReport(dir, name, rep.Markdown(), rep)
 }
 
 // LoadPressure reads a pressure.json written by WritePressure and evaluates its goals again, so the Markdown

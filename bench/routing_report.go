@@ -35,6 +35,22 @@ func WriteRouting(rep *RoutingReport, dir string) ([]string, error) {
 	return files, nil
 }
 
+// writeReport writes name.md (markdown) and name.json (v) into dir, creating it, and returns their paths.
+func writeReport(dir, name, markdown string, v any) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create %q: %w", dir, err)
+	}
+	md := filepath.Join(dir, name+".md")
+	if err := os.WriteFile(md, []byte(markdown), 0o644); err != nil {
+		return nil, fmt.Errorf("cannot write %q: %w", md, err)
+	}
+	js := filepath.Join(dir, name+".json")
+	if err := writeJSON(js, v); err != nil {
+		return nil, err
+	}
+	return []string{md, js}, nil
+}
+
 func writeJSON(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -13,18 +12,7 @@ const ScaleoutCommand = "make bench-scaleout"
 
 // WriteScaleout writes scaleout.md and scaleout.json into dir and returns the files written.
 func WriteScaleout(rep *ScaleoutReport, dir string) ([]string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create %q: %w", dir, err)
-	}
-	md := filepath.Join(dir, "scaleout.md")
-	if err := os.WriteFile(md, []byte(rep.Markdown()), 0o644); err != nil {
-		return nil, fmt.Errorf("cannot write %q: %w", md, err)
-	}
-	js := filepath.Join(dir, "scaleout.json")
-	if err := writeJSON(js, rep); err != nil {
-		return nil, err
-	}
-	return []string{md, js}, nil
+	return writeReport(dir, "scaleout", rep.Markdown(), rep)
 }
 
 // LoadScaleout reads a scaleout.json written by WriteScaleout and evaluates its goals again, so the
