@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/rolter-ai/rolter/engine"
@@ -570,6 +571,18 @@ func routingGoals(rep *RoutingReport) []Goal {
 }
 
 // sortedKeys returns m's keys in order.
+// versionsLine renders a report's "Versions:" line (name: `version`, by name), or "" for none.
+func versionsLine(versions map[string]string) string {
+	if len(versions) == 0 {
+		return ""
+	}
+	v := make([]string, 0, len(versions))
+	for _, k := range sortedKeys(versions) {
+		v = append(v, fmt.Sprintf("%s: `%s`", k, versions[k]))
+	}
+	return "Versions: " + strings.Join(v, ", ") + ".\n"
+}
+
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

@@ -39,13 +39,7 @@ func (rep *ScaleoutReport) Markdown() string {
 		ScaleoutCommand, rep.Started.UTC().Format("2006-01-02 15:04 UTC"), rep.Seconds)
 	fmt.Fprintf(&b, "Machine: %s. Engines, gateways, HAProxy and the load generator share these CPUs, so absolute\n", rep.Machine)
 	b.WriteString("latencies are inflated; compare gateway counts and strategies with each other.\n")
-	if len(rep.Versions) > 0 {
-		var v []string
-		for _, k := range sortedKeys(rep.Versions) {
-			v = append(v, fmt.Sprintf("%s: `%s`", k, rep.Versions[k]))
-		}
-		fmt.Fprintf(&b, "Versions: %s.\n", strings.Join(v, ", "))
-	}
+	b.WriteString(versionsLine(rep.Versions))
 
 	b.WriteString("\n## Setup\n\n")
 	fmt.Fprintf(&b, "- Gateways: N = %s processes of `bin/rolter serve`, each with the same generated config (the routing report's,\n", joinInts(o.Gateways))
