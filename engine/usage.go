@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
 	"strconv"
 	"sync/atomic"
@@ -233,8 +234,16 @@ func (r *usageReader) ws() {
 	}
 }
 
-// peek returns the next byte after white space, or 0 (and short) at the end of the bytes.
+// peek returns the next byte after white space, or 0 (and short) at the end of the bytes. The usual next
+// byte, not white space, is returned without a call.
 func (r *usageReader) peek() byte {
+	if r.i < len(r.b) && r.b[r.i] > ' ' {
+		return r.b[r.i]
+	}
+	return r.peekSpace()
+}
+
+func (r *usageReader) peekSpace() byte {
 	r.ws()
 	if r.i >= len(r.b) {
 		r.short = true
@@ -342,12 +351,30 @@ func (r *usageReader) value(depth int) bool {
 	return false
 }
 
-// str skips a string at r.i (its opening quote) up to and including its closing quote.
+// strPlain marks the bytes a string holds as they are: not a quote, a backslash or a control character.
+var strPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// str skips a string at r.i (its opening quote) up to and including its closing quote. Eight plain bytes
+// (no quote, backslash or control character) are passed over at a time, the rest one by one.
 func (r *usageReader) str() bool {
 	b := r.b
-	for i := r.i + 1; i < len(b); i++ {
+	i := r.i + 1
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		q, s := w^(lsb*'"'), w^(lsb*'\\')
+		// A zero byte in q or s (a quote, a backslash), or a byte of w below 0x20.
+		if ((q-lsb)&^q|(s-lsb)&^s|(w-lsb*0x20)&^w)&msb != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
 		c := b[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
+		if strPlain[c] {
 			continue
 		}
 		switch c {

@@ -52,6 +52,8 @@ func TestUsageScan(t *testing.T) {
 		{"negative or fractional counts", `{"usage":{"prompt_tokens":-5,"prompt_tokens_details":{"cached_tokens":1}}}`, false, false, 0, 0, 0},
 		{"too long an object", `{"usage":{"prompt_tokens":5,"pad":"` + strings.Repeat("x", 2*maxUsageBytes) + `"}}`, false, false, 0, 0, 0},
 		{"truncated", `{"usage":{"prompt_tokens":5,"prompt_tokens_d`, false, false, 0, 0, 0},
+		{"long keys with escapes", `{"usage":{"a long key, with \"quotes\" and a \\ inside":"and a long \"value\" too","prompt_tokens":5,"completion_tokens":1}}`, true, false, 5, 0, 1},
+		{"a control character deep in a key", "{\"usage\":{\"prompt_tokens\":5,\"a long key with a \x01 in it\":1}}", false, false, 0, 0, 0},
 	}
 	for _, tc := range cases {
 		for _, n := range []int{0, 1, 2, 3, 5, 7, 8, 13, 64} {
