@@ -303,3 +303,18 @@ func FuzzUsageScan(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkUsageScanJSON is one non-streaming answer, as the fake upstream of the overhead report sends it.
+func BenchmarkUsageScanJSON(b *testing.B) {
+	body := []byte(`{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"fake","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10,"prompt_tokens_details":{"cached_tokens":0}}}`)
+	s := &usageScan{}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		s.reset()
+		s.feed(body)
+	}
+	if !s.found || s.prompt != 9 {
+		b.Fatalf("found %v prompt %d", s.found, s.prompt)
+	}
+}
