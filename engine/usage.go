@@ -36,7 +36,7 @@ const (
 	usageSearching usagePhase = iota
 	usageColon                // after the key: whitespace, then ':'
 	usageValue                // after the colon: whitespace, then '{' (or null: skipped)
-	usageObject               // inside the object, copying it
+	usageObject               // at or inside the object
 )
 
 // usageScan follows one response body. The zero value is ready; reset makes it so again.
@@ -46,11 +46,9 @@ type usageScan struct {
 	// chunks.
 	carry  [8]byte
 	nCarry int
-	// The usage object being copied: its bytes, nesting depth, and whether the scan is inside a string.
-	obj          [maxUsageBytes]byte
-	nObj         int
-	depth        int
-	inStr, escap bool
+	// The start of a usage object that did not end in its chunk, copied until it does.
+	obj  [maxUsageBytes]byte
+	nObj int
 
 	// What was found: the last complete usage object's numbers.
 	found     bool // a usage object with prompt_tokens
@@ -58,11 +56,10 @@ type usageScan struct {
 	prompt    int64
 	cached    int64
 	completed int64 // completion_tokens, 0 when absent
-
 }
 
 func (s *usageScan) reset() {
-	s.phase, s.nCarry, s.nObj, s.depth, s.inStr, s.escap = usageSearching, 0, 0, 0, false, false
+	s.phase, s.nCarry, s.nObj = usageSearching, 0, 0
 	s.found, s.hasCached, s.prompt, s.cached, s.completed = false, false, 0, 0, 0
 }
 
@@ -112,8 +109,8 @@ func (s *usageScan) keepCarry(b []byte) {
 	s.nCarry += copy(s.carry[s.nCarry:], b)
 }
 
-// value goes on after a key: it reads the colon and the value, copies an object, and parses it once it is
-// whole. It returns what is left of b.
+// value goes on after a key: it reads the colon and the value, and an object with readUsage - where it lies
+// when it ends in this chunk (the usual case), else copied until it ends. It returns what is left of b.
 func (s *usageScan) value(b []byte) []byte {
 	for i := 0; i < len(b); i++ {
 		c := b[i]
@@ -124,8 +121,8 @@ func (s *usageScan) value(b []byte) []byte {
 			case c == ':' && s.phase == usageColon:
 				s.phase = usageValue
 			case c == '{' && s.phase == usageValue:
-				s.phase, s.nObj, s.depth, s.inStr, s.escap = usageObject, 0, 0, false, false
-				i-- // copied below
+				s.phase, s.nObj = usageObject, 0
+				i-- // read below
 			default:
 				// Not a usage object (null, a string value "usage", or not JSON): search again from here.
 				s.phase = usageSearching
@@ -133,52 +130,25 @@ func (s *usageScan) value(b []byte) []byte {
 			}
 		case usageObject:
 			if s.nObj == 0 {
-				// The object starts in this chunk: read it where it is when it ends here too (the usual case),
-				// without copying it.
 				if end, done := s.readUsage(b[i:]); done {
 					s.phase = usageSearching
 					return b[i+end:]
 				}
 			}
-			// Copy up to the closing brace, or give up when the object is too long.
-			j := i
-			for ; j < len(b); j++ {
-				c := b[j]
-				switch {
-				case s.escap:
-					s.escap = false
-				case s.inStr:
-					if c == '\\' {
-						s.escap = true
-					} else if c == '"' {
-						s.inStr = false
-					}
-				case c == '"':
-					s.inStr = true
-				case c == '{' || c == '[':
-					s.depth++
-				case c == '}' || c == ']':
-					s.depth--
-				}
-				if s.depth == 0 {
-					break
-				}
-			}
-			end := j
-			if j < len(b) {
-				end = j + 1 // the closing brace
-			}
-			if s.nObj+end-i > len(s.obj) {
+			// The object goes on past this chunk: add the chunk to the copy and read the copy again.
+			prev := s.nObj
+			s.nObj += copy(s.obj[prev:], b[i:])
+			end, done := s.readUsage(s.obj[:s.nObj])
+			switch {
+			case done && end > prev:
+				s.phase = usageSearching
+				return b[i+end-prev:]
+			case done || s.nObj == len(s.obj):
+				// Not a usage object, or longer than one: search again from here.
 				s.phase = usageSearching
 				return b[i:]
 			}
-			s.nObj += copy(s.obj[s.nObj:], b[i:end])
-			if j == len(b) {
-				return nil // the object goes on in the next chunk
-			}
-			s.phase = usageSearching
-			s.readUsage(s.obj[:s.nObj])
-			return b[end:]
+			return nil
 		}
 	}
 	return nil
