@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"os"
 	"sync/atomic"
 	"time"
 )
@@ -13,7 +15,7 @@ const deadlineSlack = 16
 // coarseDeadline arms one direction of a socket's deadline, skipping the arm when the deadline already armed
 // is at most 1/deadlineSlack of the timeout later than the one asked for. Arming moves the runtime's timer
 // under the poller's lock; the server asks for a read deadline twice per request, the upstream connection
-// for three deadlines per request and one per streamed chunk, nearly always microseconds after the last.
+// for a write deadline once per request, nearly always microseconds after the last.
 // Armed a little late, one arm lasts many requests or chunks.
 //
 // A deadline asked for in the past (to wake a parked read) and a cleared one are always applied, and one
@@ -68,4 +70,50 @@ func (d *coarseDeadline) forget(t time.Time) {
 		return
 	}
 	d.armed.Store(t.UnixNano())
+}
+
+// readDeadline is the upstream connection's read deadline, which switches between two timeouts on every
+// request: the wait for the answer's headers (timeouts.headers_secs) and the gap between body reads
+// (timeouts.idle_secs). A coarseDeadline would move the socket's timer twice per request, at each switch.
+// readDeadline also keeps a socket deadline that comes before the one asked for: the read that times out
+// then asks early, which tells a real timeout from an early one and, for an early one, arms the socket
+// at the deadline asked for, so that the reader reads again. A timeout is thus never reported early and at
+// most 1/deadlineSlack of it late, and a switch moves no timer unless the socket's deadline has passed or
+// lies more than the slack beyond the one asked for.
+//
+// It is used by one goroutine at a time, like the connection.
+type readDeadline struct {
+	want  int64 // Unix ns of the deadline asked for; 0: none
+	late  int64 // want plus its slack: where the socket is armed when it must be
+	armed int64 // Unix ns of the socket's deadline; 0: none or unknown
+}
+
+// setAfter asks for the deadline timeout after now (a time the caller has just read).
+func (d *readDeadline) setAfter(now time.Time, timeout time.Duration, arm func(time.Time) error) error {
+	n := now.UnixNano()
+	d.want = n + int64(timeout)
+	d.late = d.want + int64(timeout)/deadlineSlack
+	if d.armed > n && d.armed <= d.late {
+		return nil
+	}
+	return d.arm(arm)
+}
+
+func (d *readDeadline) arm(arm func(time.Time) error) error {
+	if err := arm(time.Unix(0, d.late)); err != nil {
+		d.armed = 0
+		return err
+	}
+	d.armed = d.late
+	return nil
+}
+
+// early reports whether err, returned by a read, is the timeout of a socket deadline armed before the
+// deadline asked for, and then arms the socket at that one: the caller reads again. A timeout of the
+// deadline asked for, or any other error, is the read's to report.
+func (d *readDeadline) early(err error, arm func(time.Time) error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) || d.want == 0 || time.Now().UnixNano() >= d.want {
+		return false
+	}
+	return d.arm(arm) == nil
 }

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -87,5 +89,82 @@ func TestClientConnCoarseDeadline(t *testing.T) {
 	}
 	if waited < 200*time.Millisecond {
 		t.Fatalf("timed out after %v, before the 200ms asked for", waited)
+	}
+}
+
+// TestReadDeadline pins the upstream read deadline's rule: switching between a long and a short timeout
+// moves the socket's deadline only when it lies beyond the slack of the one asked for or has passed; an
+// earlier one is kept, and its timeout is early - re-armed at the deadline asked for - until that one passes.
+func TestReadDeadline(t *testing.T) {
+	var d readDeadline
+	var armed []time.Time
+	arm := func(t time.Time) error { armed = append(armed, t); return nil }
+	now := time.Now()
+	const headers, gap = 16 * time.Second, 4 * time.Second
+
+	_ = d.setAfter(now, headers, arm)
+	if len(armed) != 1 || !armed[0].Equal(now.Add(headers+headers/16)) {
+		t.Fatalf("first arm %v, want now+17s", armed)
+	}
+	_ = d.setAfter(now, gap, arm) // the armed deadline is beyond the slack: armed earlier
+	if len(armed) != 2 || !armed[1].Equal(now.Add(gap+gap/16)) {
+		t.Fatalf("arms %v, want a second one at now+4.25s", armed)
+	}
+	for i := range 3 { // the next requests: headers, gap, headers... no arm while the socket's is ahead
+		_ = d.setAfter(now.Add(time.Duration(i)*time.Millisecond), headers, arm)
+		_ = d.setAfter(now.Add(time.Duration(i)*time.Millisecond), gap, arm)
+	}
+	if len(armed) != 2 {
+		t.Fatalf("switches armed %v", armed[2:])
+	}
+	_ = d.setAfter(now, headers, arm)
+	timeout := &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}
+	if !d.early(timeout, arm) || len(armed) != 3 || !armed[2].Equal(now.Add(headers+headers/16)) {
+		t.Fatalf("early timeout: arms %v, want the asked deadline armed", armed)
+	}
+	if d.early(io.EOF, arm) || len(armed) != 3 {
+		t.Fatal("another error counted as an early timeout")
+	}
+	_ = d.setAfter(now.Add(-time.Minute), time.Second, arm) // asked for a deadline that has passed
+	if d.early(timeout, arm) {
+		t.Fatal("the timeout of the deadline asked for counted as early")
+	}
+	if len(armed) != 4 {
+		t.Fatalf("arms %v: a socket deadline that has passed must be re-armed", armed)
+	}
+}
+
+// TestReadDeadlineSocket: over a real socket, the upstream connection's read keeps waiting through the
+// timeout of a socket deadline armed before the one asked for, and times out no earlier than that one.
+func TestReadDeadlineSocket(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			time.Sleep(3 * time.Second)
+			c.Close()
+		}
+	}()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := &uconn{nc: nc}
+	start := time.Now()
+	_ = c.rd.setAfter(start, 100*time.Millisecond, nc.SetReadDeadline)
+	_ = c.rd.setAfter(start, 400*time.Millisecond, nc.SetReadDeadline) // kept: the socket times out at 106 ms
+	var b [1]byte
+	_, err = readerFunc{c}.Read(b[:])
+	waited := time.Since(start)
+	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Fatalf("read: %v, want a timeout", err)
+	}
+	if waited < 400*time.Millisecond {
+		t.Fatalf("timed out after %v, before the 400ms asked for", waited)
 	}
 }

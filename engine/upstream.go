@@ -243,8 +243,10 @@ type uconn struct {
 	sendErr error
 	onSent  func()
 	wrote   bool // bw wrote to the socket since the last flushAndWait (a request larger than bw)
-	// rd and wd arm nc's deadlines coarsely (coarseDeadline): three arms per request, one per streamed chunk.
-	rd, wd    coarseDeadline
+	// rd and wd arm nc's deadlines: rd switches between the headers and the body timeouts on every request
+	// (readDeadline); wd asks for the same timeout on every request (coarseDeadline).
+	rd        readDeadline
+	wd        coarseDeadline
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
@@ -262,6 +264,9 @@ func (w writerFunc) Write(p []byte) (int, error) {
 func (r readerFunc) Read(p []byte) (int, error) {
 	c := r.c
 	n, err := c.nc.Read(p)
+	for n == 0 && err != nil && c.rd.early(err, c.nc.SetReadDeadline) {
+		n, err = c.nc.Read(p)
+	}
 	if n > 0 && c.gap > 0 {
 		_ = c.rd.setAfter(time.Now(), c.gap, c.nc.SetReadDeadline)
 	}
