@@ -42,6 +42,7 @@ type call struct {
 	modelAt  [2]int // span of the model value in reqBody, replaced by each target's model when it differs
 	path     []byte // upstream request path
 	reqID    []byte
+	hdr      reqHeaders // the request headers read, which stay valid until the request ends
 	pick     Pick
 	eligible [maxTargets]int
 	order    [maxTargets]int
@@ -119,7 +120,7 @@ type call struct {
 var callPool sync.Pool
 
 // post handles the proxied POST endpoints: parse once, route, rank, forward.
-func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep endpoint) {
+func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep endpoint, hs *reqHeaders) {
 	if !ctx.IsPost() {
 		ctx.Response.Header.Set("Allow", "POST")
 		g.reject(ctx, &apiError{status: fasthttp.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
@@ -136,7 +137,8 @@ func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep endpoint) {
 	}
 	c.start = time.Now()
 	c.ep = ep
-	c.reqID = requestID(ctx, c.reqID[:0])
+	c.hdr = *hs
+	c.reqID = requestID(hs.requestID, c.reqID[:0])
 	c.observe(ctx)
 	e := c.readBody(ctx)
 	if e == nil {
@@ -293,7 +295,7 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	if r.keyed {
 		// The route's org has data-plane keys: the request needs one of them. Another org's key finds no
 		// such model (404, as for one that does not exist); the key itself never goes upstream.
-		org, ok, scratch := c.snap.keyOrg(ctx.Request.Header.Peek("Authorization"), c.authBuf)
+		org, ok, scratch := c.snap.keyOrg(c.hdr.authorization, c.authBuf)
 		c.authBuf = scratch
 		if !ok {
 			return invalidKey()
@@ -309,7 +311,7 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	p := &c.pick
 	p.Route = r
 	p.Key, p.Opening = c.key, info.opening
-	p.SessionID = sessionID(&ctx.Request.Header, info.session, c.snap.cfg.Server.SessionHeaders)
+	p.SessionID = sessionID(&ctx.Request.Header, c.hdr.sessionID, info.session, c.snap.cfg.Server.SessionHeaders)
 	p.Now = c.start.UnixNano()
 	p.kvScratch = &c.kvScratch
 	p.kvOut = c.kvOut[:]
@@ -319,7 +321,7 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	if b := c.g.peers.Load(); b != nil {
 		p.peers, p.cps, p.peerM = b.p, c.cps[:0], c.peerM[:len(r.Targets)]
 	}
-	if h := ctx.Request.Header.Peek("X-Rolter-Vllm-Token-Ids"); len(h) > 0 {
+	if h := c.hdr.tokenIDs; len(h) > 0 {
 		var ok bool
 		if c.tokens, ok = parseTokenIDs(c.tokens[:0], h); ok {
 			p.TokenIDs, p.TokenIDsState = c.tokens, tokenIDsOK
@@ -398,6 +400,7 @@ func (c *call) release() {
 	c.g, c.snap, c.route, c.target = nil, nil, nil, nil
 	c.failingOpen, c.probe, c.recorded, c.stripAuth = false, false, false, false
 	c.pick = Pick{}
+	c.hdr = reqHeaders{}
 	c.tried, c.nOrder, c.retries = 0, 0, 0
 	c.conn, c.bodyStream = nil, nil
 	c.status, c.sse, c.gotFirst, c.upstreamDone = 0, false, false, false

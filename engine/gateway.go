@@ -357,7 +357,8 @@ func logPanic(log *slog.Logger, what string) {
 // expect answers "Expect: 100-continue" before the body is sent: a body that could not be served is refused
 // without being read.
 func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
-	e := checkRequest(ctx)
+	var hs reqHeaders
+	e := checkRequest(ctx, &hs)
 	if max := g.snap.Load().cfg.Server.MaxBodyBytes; e == nil && ctx.Request.Header.ContentLength() > max {
 		e = tooLarge(max)
 	}
@@ -370,27 +371,28 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 
 // serve dispatches by path.
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
-	if e := checkRequest(ctx); e != nil {
+	var hs reqHeaders
+	if e := checkRequest(ctx, &hs); e != nil {
 		g.reject(ctx, e)
 		return
 	}
 	path := ctx.Path()
 	switch string(path) {
 	case "/v1/chat/completions":
-		g.post(ctx, epChat)
+		g.post(ctx, epChat, &hs)
 	case "/v1/completions":
-		g.post(ctx, epCompletions)
+		g.post(ctx, epCompletions, &hs)
 	case "/v1/embeddings":
-		g.post(ctx, epEmbeddings)
+		g.post(ctx, epEmbeddings, &hs)
 	case "/v1/responses":
-		g.post(ctx, epResponses)
+		g.post(ctx, epResponses, &hs)
 	case "/v1/messages":
-		g.post(ctx, epMessages)
+		g.post(ctx, epMessages, &hs)
 	case "/v1/models":
 		if g.onlyGet(ctx) {
 			snap := g.snap.Load()
 			body := snap.models
-			if org, ok, _ := snap.keyOrg(ctx.Request.Header.Peek("Authorization"), nil); ok {
+			if org, ok, _ := snap.keyOrg(hs.authorization, nil); ok {
 				if b, keyed := snap.orgModels[org]; keyed {
 					body = b
 				}
@@ -424,7 +426,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		if ctx.IsPost() && proxiedPath(path) {
-			g.post(ctx, epOther)
+			g.post(ctx, epOther, &hs)
 			return
 		}
 		g.reject(ctx, notFound())
@@ -518,7 +520,7 @@ func (g *Gateway) reject(ctx *fasthttp.RequestCtx, e *apiError) {
 	g.global.BadRequest(e.code)
 	if len(ctx.Response.Header.Peek("X-Request-Id")) == 0 {
 		var id [16]byte
-		ctx.Response.Header.SetBytesV("X-Request-Id", requestID(ctx, id[:0]))
+		ctx.Response.Header.SetBytesV("X-Request-Id", requestID(ctx.Request.Header.Peek("X-Request-Id"), id[:0]))
 	}
 	writeError(ctx, e)
 }
@@ -549,9 +551,9 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 	g.reject(ctx, e)
 }
 
-// requestID appends the client's x-request-id (if sane) or a fresh random one to dst.
-func requestID(ctx *fasthttp.RequestCtx, dst []byte) []byte {
-	if id := ctx.Request.Header.Peek("X-Request-Id"); len(id) > 0 && len(id) <= 128 && printableASCII(id) {
+// requestID appends id, the client's x-request-id, if it is sane, or else a fresh random one to dst.
+func requestID(id, dst []byte) []byte {
+	if len(id) > 0 && len(id) <= 128 && printableASCII(id) {
 		return append(dst, id...)
 	}
 	const hex = "0123456789abcdef"

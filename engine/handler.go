@@ -6,23 +6,58 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// reqHeaders are the values of the request headers the gateway reads, found in the one pass checkRequest
+// makes over them; each is the first of its name, as fasthttp's Peek would find it, without a Peek's copy
+// and normalisation of the name per lookup.
+type reqHeaders struct {
+	requestID, sessionID, tokenIDs, authorization, traceparent, connection, expect []byte
+}
+
+// add notes header k (a name fasthttp stored in canonical form) if it is one of reqHeaders' and the first.
+func (hs *reqHeaders) add(k, v []byte) {
+	var dst *[]byte
+	switch string(k) {
+	case "X-Request-Id":
+		dst = &hs.requestID
+	case "X-Session-Id":
+		dst = &hs.sessionID
+	case "X-Rolter-Vllm-Token-Ids":
+		dst = &hs.tokenIDs
+	case "Authorization":
+		dst = &hs.authorization
+	case "Traceparent":
+		dst = &hs.traceparent
+	case "Connection":
+		dst = &hs.connection
+	case "Expect":
+		dst = &hs.expect
+	default:
+		return
+	}
+	if *dst == nil {
+		*dst = v
+	}
+}
+
 // checkRequest refuses what the HTTP parser let through but the gateway must not forward or serve: a
 // protocol version other than HTTP/1.0 and 1.1, header names that are not RFC 9110 tokens (a name with a
-// space would reach the engine as some other header), and expectations other than 100-continue.
-func checkRequest(ctx *fasthttp.RequestCtx) *apiError {
+// space would reach the engine as some other header), and expectations other than 100-continue. It fills
+// hs on the way.
+func checkRequest(ctx *fasthttp.RequestCtx, hs *reqHeaders) *apiError {
 	h := &ctx.Request.Header
 	if p := h.Protocol(); string(p) != "HTTP/1.1" && string(p) != "HTTP/1.0" {
 		ctx.SetConnectionClose()
 		return &apiError{status: fasthttp.StatusHTTPVersionNotSupported, typ: typeInvalidRequest, code: "http_version_not_supported",
 			message: "only HTTP/1.0 and HTTP/1.1 are served", noRetry: true}
 	}
-	for k := range h.All() {
+	for k, v := range h.All() {
 		if !isToken(k) {
 			ctx.SetConnectionClose()
 			return badRequest("invalid_header", "", "a request header name is not a valid token")
 		}
+		hs.add(k, v)
 	}
-	if e := h.Peek("Expect"); len(e) > 0 && !equalFold(e, "100-continue") {
+	if e := hs.expect; len(e) > 0 && !equalFold(e, "100-continue") {
 		ctx.SetConnectionClose()
 		return &apiError{status: fasthttp.StatusExpectationFailed, typ: typeInvalidRequest, code: "expectation_failed",
 			message: "the only expectation served is 100-continue", noRetry: true}
@@ -64,7 +99,7 @@ func (g *Gateway) rejectBusy(ctx *fasthttp.RequestCtx, snap *Snapshot) {
 	writeError(ctx, &apiError{status: fasthttp.StatusTooManyRequests, typ: typeRateLimit, code: "too_many_requests",
 		message: "the gateway is at queue.max_inflight; retry later", retryAfterMs: ms})
 	var id [16]byte
-	ctx.Response.Header.SetBytesV("X-Request-Id", requestID(ctx, id[:0]))
+	ctx.Response.Header.SetBytesV("X-Request-Id", requestID(ctx.Request.Header.Peek("X-Request-Id"), id[:0]))
 }
 
 // checkContentType accepts JSON bodies (application/json, application/*+json, or no Content-Type, which

@@ -260,6 +260,10 @@ func readAndPrepare(c *call, ctx *fasthttp.RequestCtx) *apiError {
 	c.start = time.Now()
 	c.g.bodyMem.Add(-c.held)
 	c.held = 0
+	c.hdr = reqHeaders{}
+	if e := checkRequest(ctx, &c.hdr); e != nil {
+		return e
+	}
 	if e := c.readBody(ctx); e != nil {
 		return e
 	}

@@ -128,7 +128,7 @@ func (c *call) observe(ctx *fasthttp.RequestCtx) {
 	if o.tracer == nil {
 		return
 	}
-	parent, ok := tracing.ParseTraceparent(ctx.Request.Header.Peek("Traceparent"))
+	parent, ok := tracing.ParseTraceparent(c.hdr.traceparent)
 	c.trace = tracing.NewTraceContext(parent, ok, o.tracer.Sampler())
 	c.traced = true
 	if ok {

@@ -451,7 +451,7 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) er
 	bw.WriteString("\r\n")
 	hasCT := false
 	var xff []byte
-	connTokens := ctx.Request.Header.Peek("Connection")
+	connTokens := c.hdr.connection
 	for k, v := range ctx.Request.Header.All() {
 		if skipRequestHeader(k) || ((p.auth != nil || c.stripAuth) && equalFold(k, "authorization")) || p.setsHeader(k) ||
 			(len(connTokens) > 0 && listsToken(connTokens, k)) {

@@ -16,8 +16,8 @@ import (
 // routing hint, read by the request scanner), else the first of headers - [server] session_headers, the ones
 // agent harnesses send of their own - that the request has; nil when none. The result aliases h or bodyKey.
 // It does not allocate.
-func sessionID(h *fasthttp.RequestHeader, bodyKey []byte, headers []string) []byte {
-	if id := h.Peek("X-Session-Id"); len(id) > 0 {
+func sessionID(h *fasthttp.RequestHeader, header, bodyKey []byte, headers []string) []byte {
+	if id := header; len(id) > 0 {
 		return id
 	}
 	if len(bodyKey) > 0 {

@@ -294,7 +294,7 @@ func TestSessionIDOrder(t *testing.T) {
 		if bodyKey != "" {
 			bk = []byte(bodyKey)
 		}
-		if got := string(sessionID(&h, bk, []string{"x-claude-session", "X-Agent-Id"})); got != want {
+		if got := string(sessionID(&h, h.Peek("X-Session-Id"), bk, []string{"x-claude-session", "X-Agent-Id"})); got != want {
 			t.Fatalf("headers %v, prompt_cache_key %q: session %q, want %q", hdr, bodyKey, got, want)
 		}
 	}
