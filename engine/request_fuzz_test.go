@@ -37,6 +37,9 @@ func FuzzScanRequest(f *testing.F) {
 		`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("abcé€", 20) + `
 "}]}`,
 		`{"model":"m","prompt":"` + strings.Repeat("x", 40) + "\x00" + strings.Repeat("é", 20) + `"}`,
+		// Long printable ASCII, the vector blocks' case, with escapes, a quote and a non-ASCII byte inside.
+		`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("plain text, ", 12) + `\n` +
+			strings.Repeat("more ", 15) + `\"q\" ` + strings.Repeat("and ", 20) + "é" + strings.Repeat("x", 70) + `"}]}`,
 		// Responses, Messages, identities and session keys.
 		`{"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"function_call","name":"f"}],"model":"m","instructions":"be brief"}`,
 		`{"model":"m","input":"hi","instructions":[{"type":"text","text":"s"}],"input":"again","cache_salt":"s\u00e9"}`,

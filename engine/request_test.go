@@ -646,3 +646,45 @@ func TestScanSession(t *testing.T) {
 	f(`{"model":"m","prompt_cache_key":"a","prompt_cache_key":7}`, "", false)
 	f(`{"model":"m","x":{"prompt_cache_key":"a"}}`, "", false)
 }
+
+// TestPlainRun: plainRun stops at the first byte that is not printable ASCII or is '"' or '\\', at every
+// position of runs long enough for the vector blocks and their tails, for every byte value, with and
+// without the vector version (where the CPU has it).
+func TestPlainRun(t *testing.T) {
+	want := func(b []byte) int {
+		for i, c := range b {
+			if c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+				return i
+			}
+		}
+		return len(b)
+	}
+	base := make([]byte, 200)
+	for i := range base {
+		base[i] = byte(0x20 + i%95)
+		if base[i] == '"' || base[i] == '\\' {
+			base[i] = 'x'
+		}
+	}
+	vector := haveAVX2
+	defer func() { haveAVX2 = vector }()
+	for _, v := range []bool{false, vector} {
+		haveAVX2 = v
+		for n := 0; n <= len(base); n++ {
+			b := base[:n]
+			if got := plainRun(b); got != n {
+				t.Fatalf("vector %v: plainRun(%d plain bytes) = %d", v, n, got)
+			}
+			for p := 0; p < n; p++ {
+				for c := 0; c < 256; c++ {
+					old := b[p]
+					b[p] = byte(c)
+					if got, w := plainRun(b), want(b); got != w {
+						t.Fatalf("vector %v, n %d, byte %#x at %d: plainRun = %d, want %d", v, n, c, p, got, w)
+					}
+					b[p] = old
+				}
+			}
+		}
+	}
+}

@@ -192,12 +192,17 @@ func chatTurns(n int) string {
 // denseBody is 1 MiB of small values, the shape that costs a value tree the most per byte.
 var denseBody = `{"model":"m","messages":[{"role":"user","content":"hi"}],"x":[` + strings.Repeat("1,", 512<<10-40) + `1]}`
 
+// ascii8KiB is one user message of 8 KiB of English, escapes and all: the overhead report's cache_aware
+// case.
+var ascii8KiB = `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("The model answers a question about routing, cache and prefix. ", 130) + `"}],"max_tokens":8}`
+
 // requestBodies are the bodies the request scanner is measured on.
 var requestBodies = []struct {
 	name string
 	body string
 }{
 	{"chat8KiB", chat20},
+	{"ascii8KiB", ascii8KiB},
 	{"chat128KiB", chatTurns(353)},
 	{"dense1MiB", denseBody},
 }

@@ -1,0 +1,8 @@
+//go:build !amd64
+
+package engine
+
+// haveAVX2 is false where there is no vector version: plainRun's words do it all.
+var haveAVX2 = false
+
+func plainRunBlocks([]byte) int { return 0 }
