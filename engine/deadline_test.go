@@ -53,24 +53,8 @@ func TestCoarseDeadline(t *testing.T) {
 // TestClientConnCoarseDeadline: fasthttp's per-request deadlines reach the socket once per slack, and a
 // read still times out, late by at most the slack.
 func TestClientConnCoarseDeadline(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			time.Sleep(2 * time.Second)
-			c.Close()
-		}
-	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := silentPeer(t)
 	c := &clientConn{Conn: nc, raw: nc}
-	defer nc.Close()
 	start := time.Now()
 	for i := 0; i < 100; i++ {
 		if err := c.SetReadDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
@@ -82,7 +66,7 @@ func TestClientConnCoarseDeadline(t *testing.T) {
 		t.Fatalf("armed at %v after the start, want within [200ms, 212.5ms] of the last ask", armed.Sub(start))
 	}
 	var b [1]byte
-	_, err = c.Read(b[:])
+	_, err := c.Read(b[:])
 	waited := time.Since(start)
 	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
 		t.Fatalf("read: %v, want a timeout", err)
@@ -137,29 +121,13 @@ func TestReadDeadline(t *testing.T) {
 // TestReadDeadlineSocket: over a real socket, the upstream connection's read keeps waiting through the
 // timeout of a socket deadline armed before the one asked for, and times out no earlier than that one.
 func TestReadDeadlineSocket(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			time.Sleep(3 * time.Second)
-			c.Close()
-		}
-	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := silentPeer(t)
 	c := &uconn{nc: nc}
 	start := time.Now()
 	_ = c.rd.setAfter(start, 100*time.Millisecond, nc.SetReadDeadline)
 	_ = c.rd.setAfter(start, 400*time.Millisecond, nc.SetReadDeadline) // kept: the socket times out at 106 ms
 	var b [1]byte
-	_, err = readerFunc{c}.Read(b[:])
+	_, err := readerFunc{c}.Read(b[:])
 	waited := time.Since(start)
 	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
 		t.Fatalf("read: %v, want a timeout", err)
@@ -167,4 +135,25 @@ func TestReadDeadlineSocket(t *testing.T) {
 	if waited < 400*time.Millisecond {
 		t.Fatalf("timed out after %v, before the 400ms asked for", waited)
 	}
+}
+
+// silentPeer returns a loopback TCP connection whose peer never writes; both close when the test ends.
+func silentPeer(t *testing.T) net.Conn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	peer, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	return nc
 }
