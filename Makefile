@@ -12,7 +12,7 @@ export ROLTER_REQUIRE_POSTGRES := 1
 export ROLTER_REQUIRE_HAPROXY := 1
 export ROLTER_REQUIRE_NATS := 1
 
-.PHONY: all deps build run test test-unit test-race test-nocgo test-valgrind valgrind bench bench-routing bench-overhead bench-instructions bench-scaleout fuzz-short lint fmt vet clean bench-pressure
+.PHONY: all deps build run test test-unit test-race test-nocgo test-valgrind valgrind bench bench-routing bench-overhead bench-instructions bench-ab bench-scaleout fuzz-short lint fmt vet clean bench-pressure
 
 all: build
 
@@ -104,6 +104,16 @@ bench-instructions: valgrind
 	$(GO) build -o bin/fakeupstream ./bench/cmd/fakeupstream
 	$(GO) build -o bin/refproxy ./bench/cmd/refproxy
 	$(GO) run ./bench/cmd/instructions -rolter bin/rolter -upstream bin/fakeupstream -refproxy bin/refproxy -out bench/results
+
+# A/B of the gateway's c=64 throughput and CPU per request: the tree against git revision BASE (HEAD~1),
+# in the overhead report's CASE (small or cache_aware), each build started afresh in each of 6 alternating
+# rounds; prints medians and rounds (~2 min small, ~5 min cache_aware).
+BASE ?= HEAD~1
+CASE ?= small
+bench-ab:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
+	$(GO) build -o bin/fakeupstream ./bench/cmd/fakeupstream
+	$(GO) run ./bench/cmd/ab -base $(BASE) -b bin/rolter -upstream bin/fakeupstream -case $(CASE)
 
 # Scale-out: 1, 2 and 4 `rolter serve` processes behind HAProxy in TCP mode on one simulated fleet
 # (bench/results/scaleout.md, ~10 min).

@@ -427,3 +427,36 @@ func TestOverheadSummaryAndGoals(t *testing.T) {
 		}
 	}
 }
+
+// TestABTiny runs the A/B comparison end to end with the test binary as both builds, in both cases: every
+// run serves requests without errors and the report names both builds.
+func TestABTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts gateways")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := startUpstream(t, UpstreamConfig{})
+	for _, c := range []string{CaseSmall, CaseCache} {
+		rep, err := RunAB(context.Background(), ABOptions{A: self, B: self, Case: c, Rounds: 2, Warmup: 100 * time.Millisecond,
+			Duration: 300 * time.Millisecond, upstreamAddr: up, routingMemory: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Rounds) != 2 {
+			t.Fatalf("%s: %d rounds", c, len(rep.Rounds))
+		}
+		for i, p := range rep.Rounds {
+			for k, r := range p {
+				if r.RPS <= 0 || r.Errors != 0 {
+					t.Fatalf("%s: round %d, build %d: %+v", c, i+1, k, r)
+				}
+			}
+		}
+		if md := rep.Markdown(); !strings.Contains(md, "B ÷ A") || !strings.Contains(md, "| 2 |") {
+			t.Fatalf("%s: report:\n%s", c, md)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// ABOptions configure an A/B run (bench/cmd/ab): two `rolter serve` builds measured in turn in one of the
+// overhead report's cases, at its c=64 closed loop, each round starting each build afresh.
+type ABOptions struct {
+	// A and B are the two rolter binaries; Upstream the fake upstream binary.
+	A, B, Upstream string
+	// Case is the overhead report's case: CaseSmall or CaseCache.
+	Case string
+	// Rounds (6) of one run of each build, in alternating order: A then B, then B then A.
+	Rounds int
+	// Warmup (1s) before, and Duration (4s) of, the measured closed loop of each run.
+	Warmup, Duration time.Duration
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+
+	// Test hooks: an upstream already listening (Upstream is then not started), and the cache case's
+	// routing_memory_bytes (0: the gateway's default).
+	upstreamAddr  string
+	routingMemory int
+}
+
+// ABRun is one build's measurement in one round.
+type ABRun struct {
+	RPS         float64 `json:"rps"`
+	GatewayCPU  float64 `json:"gateway_cpu_us_per_request"` // -1: unknown
+	MachineCPUs float64 `json:"machine_cpus"`               // -1: unknown
+	Errors      int     `json:"errors"`
+}
+
+// ABReport is the result of RunAB: per round the runs of A and B, and their medians.
+type ABReport struct {
+	Case    string     `json:"case"`
+	A, B    string     `json:"-"`
+	Rounds  [][2]ABRun `json:"rounds"`
+	Median  [2]ABRun   `json:"median"`
+	Seconds float64    `json:"seconds"`
+}
+
+// RunAB measures builds A and B in turn; every process it starts is stopped before it returns.
+func RunAB(ctx context.Context, o ABOptions) (*ABReport, error) {
+	orDefault(&o.Rounds, 6)
+	orDefault(&o.Warmup, time.Second)
+	orDefault(&o.Duration, 4*time.Second)
+	orDefault(&o.Case, CaseSmall)
+	orDefault(&o.Log, io.Discard)
+	if o.A == "" || o.B == "" || (o.Upstream == "" && o.upstreamAddr == "") {
+		return nil, errors.New("cannot run the A/B comparison: need both rolter binaries (-a, -b) and the fake upstream (-upstream)")
+	}
+	if o.Case != CaseSmall && o.Case != CaseCache {
+		return nil, fmt.Errorf("cannot run the A/B comparison: case %q is not %s or %s", o.Case, CaseSmall, CaseCache)
+	}
+	start := time.Now()
+	oo := OverheadOptions{Rolter: o.A, Upstream: o.Upstream, upstreamAddr: o.upstreamAddr, routingMemory: o.routingMemory,
+		ThroughputDuration: o.Duration, Log: o.Log}
+	if err := oo.normalize(); err != nil {
+		return nil, err
+	}
+	oo.HAProxy = "" // Rolter only
+	if oo.upstreamAddr == "" {
+		up, addr, err := startProc("fake upstream", oo.Upstream, []string{"-listen", "127.0.0.1:0"}, "listening http://", 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		defer up.stop()
+		oo.upstreamAddr = addr
+	}
+	rep := &ABReport{Case: o.Case, A: o.A, B: o.B}
+	var seq atomic.Uint64
+	for round := range o.Rounds {
+		var pair [2]ABRun
+		order := []int{0, 1}
+		if round%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, k := range order {
+			bin := []string{o.A, o.B}[k]
+			run, err := abRun(ctx, oo, bin, o.Case, o.Warmup, &seq)
+			if err != nil {
+				return nil, fmt.Errorf("round %d, %s: %w", round+1, bin, err)
+			}
+			pair[k] = run
+			fmt.Fprintf(o.Log, "ab: round %d %s: %.0f req/s, gateway %.1f µs/req, machine %.2f CPUs\n",
+				round+1, "AB"[k:k+1], run.RPS, run.GatewayCPU, run.MachineCPUs)
+		}
+		rep.Rounds = append(rep.Rounds, pair)
+	}
+	for k := range 2 {
+		med := func(f func(ABRun) float64) float64 {
+			var v []float64
+			for _, p := range rep.Rounds {
+				v = append(v, f(p[k]))
+			}
+			slices.Sort(v)
+			if len(v)%2 == 1 {
+				return v[len(v)/2]
+			}
+			return (v[len(v)/2-1] + v[len(v)/2]) / 2
+		}
+		rep.Median[k] = ABRun{RPS: med(func(r ABRun) float64 { return r.RPS }),
+			GatewayCPU:  med(func(r ABRun) float64 { return r.GatewayCPU }),
+			MachineCPUs: med(func(r ABRun) float64 { return r.MachineCPUs })}
+		for _, p := range rep.Rounds {
+			rep.Median[k].Errors += p[k].Errors
+		}
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// abRun starts bin in the case, warms it up (for cache_aware: until its tries evict, as the report does),
+// measures one closed loop and stops it.
+func abRun(ctx context.Context, o OverheadOptions, bin, caseName string, warmup time.Duration, seq *atomic.Uint64) (ABRun, error) {
+	o.Rolter = bin
+	r := &overheadRun{o: &o, addrs: map[string]string{}, procs: map[string]*proc{}, clients: map[string]*fasthttp.HostClient{},
+		chunks: o.streamChunks}
+	dir, err := os.MkdirTemp("", "rolter-ab-")
+	if err != nil {
+		return ABRun{}, err
+	}
+	defer os.RemoveAll(dir)
+	r.dir = dir
+	defer r.stopAll()
+	rep := &OverheadReport{Versions: map[string]string{}}
+	for _, c := range newCases(&o) {
+		if c.Name == caseName {
+			rep.Cases = append(rep.Cases, c)
+		}
+	}
+	c := rep.Cases[0]
+	if c.PromptBytes > 0 {
+		c.BodyNanos = bodyNanos(c)
+	}
+	if err := r.start(ctx, rep); err != nil {
+		return ABRun{}, err
+	}
+	u := unit{c, PathRolter}
+	if c.PromptBytes > 0 {
+		if _, err := r.fill(ctx, u, seq); err != nil {
+			return ABRun{}, err
+		}
+	}
+	r.throughput(ctx, u, o.ThroughputConcurrency, warmup, seq)
+	t := r.throughput(ctx, u, o.ThroughputConcurrency, o.ThroughputDuration, seq)
+	return ABRun{RPS: t.rps, GatewayCPU: t.gatewayCPU, MachineCPUs: t.machineCPU, Errors: t.errors}, ctx.Err()
+}
+
+// Markdown renders the report: the medians, B against A, and every round.
+func (rep *ABReport) Markdown() string {
+	var b strings.Builder
+	a, m := rep.Median[0], rep.Median[1]
+	fmt.Fprintf(&b, "A/B, case %s, %d rounds (medians; c=64 closed loop):\n\n", rep.Case, len(rep.Rounds))
+	b.WriteString("| build | req/s | gateway CPU µs/req | machine CPUs busy | errors |\n|---|---:|---:|---:|---:|\n")
+	for k, r := range rep.Median {
+		fmt.Fprintf(&b, "| %s `%s` | %.0f | %.1f | %.2f | %d |\n", "AB"[k:k+1], []string{rep.A, rep.B}[k], r.RPS, r.GatewayCPU, r.MachineCPUs, r.Errors)
+	}
+	if a.RPS > 0 && a.GatewayCPU > 0 {
+		fmt.Fprintf(&b, "\nB ÷ A: req/s %.3fx, gateway CPU per request %.3fx\n", m.RPS/a.RPS, m.GatewayCPU/a.GatewayCPU)
+	}
+	b.WriteString("\n| round | A req/s | B req/s | B ÷ A | A µs/req | B µs/req |\n|---:|---:|---:|---:|---:|---:|\n")
+	for i, p := range rep.Rounds {
+		ratio := 0.0
+		if p[0].RPS > 0 {
+			ratio = p[1].RPS / p[0].RPS
+		}
+		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.3f | %.1f | %.1f |\n", i+1, p[0].RPS, p[1].RPS, ratio, p[0].GatewayCPU, p[1].GatewayCPU)
+	}
+	return b.String()
+}
