@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -36,19 +36,18 @@ type ABOptions struct {
 
 // ABRun is one build's measurement in one round.
 type ABRun struct {
-	RPS         float64 `json:"rps"`
-	GatewayCPU  float64 `json:"gateway_cpu_us_per_request"` // -1: unknown
-	MachineCPUs float64 `json:"machine_cpus"`               // -1: unknown
-	Errors      int     `json:"errors"`
+	RPS         float64
+	GatewayCPU  float64 // µs per request; -1: unknown
+	MachineCPUs float64 // -1: unknown
+	Errors      int
 }
 
 // ABReport is the result of RunAB: per round the runs of A and B, and their medians.
 type ABReport struct {
-	Case    string     `json:"case"`
-	A, B    string     `json:"-"`
-	Rounds  [][2]ABRun `json:"rounds"`
-	Median  [2]ABRun   `json:"median"`
-	Seconds float64    `json:"seconds"`
+	Case   string
+	A, B   string
+	Rounds [][2]ABRun
+	Median [2]ABRun
 }
 
 // RunAB measures builds A and B in turn; every process it starts is stopped before it returns.
@@ -64,7 +63,6 @@ func RunAB(ctx context.Context, o ABOptions) (*ABReport, error) {
 	if o.Case != CaseSmall && o.Case != CaseCache {
 		return nil, fmt.Errorf("cannot run the A/B comparison: case %q is not %s or %s", o.Case, CaseSmall, CaseCache)
 	}
-	start := time.Now()
 	oo := OverheadOptions{Rolter: o.A, Upstream: o.Upstream, upstreamAddr: o.upstreamAddr, routingMemory: o.routingMemory,
 		ThroughputDuration: o.Duration, Log: o.Log}
 	if err := oo.normalize(); err != nil {
@@ -99,27 +97,35 @@ func RunAB(ctx context.Context, o ABOptions) (*ABReport, error) {
 		}
 		rep.Rounds = append(rep.Rounds, pair)
 	}
-	for k := range 2 {
+	rep.Median = abMedians(rep.Rounds)
+	return rep, nil
+}
+
+// abMedians returns each build's median over rounds: of each figure the middle round, or the mean of the
+// two middle ones (loadtest.Percentile's nearest rank would take the lower of them: with few rounds that
+// moves the ratio by a round's noise); Errors is the sum.
+func abMedians(rounds [][2]ABRun) [2]ABRun {
+	var m [2]ABRun
+	for k := range m {
 		med := func(f func(ABRun) float64) float64 {
 			var v []float64
-			for _, p := range rep.Rounds {
+			for _, p := range rounds {
 				v = append(v, f(p[k]))
 			}
-			slices.Sort(v)
+			sort.Float64s(v)
 			if len(v)%2 == 1 {
 				return v[len(v)/2]
 			}
 			return (v[len(v)/2-1] + v[len(v)/2]) / 2
 		}
-		rep.Median[k] = ABRun{RPS: med(func(r ABRun) float64 { return r.RPS }),
+		m[k] = ABRun{RPS: med(func(r ABRun) float64 { return r.RPS }),
 			GatewayCPU:  med(func(r ABRun) float64 { return r.GatewayCPU }),
 			MachineCPUs: med(func(r ABRun) float64 { return r.MachineCPUs })}
-		for _, p := range rep.Rounds {
-			rep.Median[k].Errors += p[k].Errors
+		for _, p := range rounds {
+			m[k].Errors += p[k].Errors
 		}
 	}
-	rep.Seconds = time.Since(start).Seconds()
-	return rep, nil
+	return m
 }
 
 // abRun starts bin in the case, warms it up (for cache_aware: until its tries evict, as the report does),
