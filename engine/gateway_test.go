@@ -468,8 +468,10 @@ func TestOversizedInput(t *testing.T) {
 	}
 	assertOpenAIError(t, got, "request_too_large")
 
-	// The gateway answers as soon as the headers overflow and closes, while the client may still be writing
-	// them: its write can then fail (broken pipe, reset) before it reads the answer. Such a try is made again.
+	// The gateway answers as soon as the headers overflow and closes with the rest of them unread, while the
+	// client may still be writing: its write can then fail (broken pipe, reset) before it reads the answer.
+	// That is the gateway's shortcoming, not the client's - it does not linger (read and drop the rest for a
+	// while) before closing, as nginx does - and until it does, such a try is made again.
 	var r2 *http.Response
 	var err error
 	for try := 0; try < 5; try++ {
