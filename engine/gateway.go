@@ -30,6 +30,9 @@ type Options struct {
 	WatchDelay time.Duration
 	// Resolver, when set, replaces DNS for the egress policy's lookups (tests).
 	Resolver egress.Resolver
+	// Linger is how long a client connection the server closes mid-request waits for each further byte
+	// from the client before it is closed (lingering close; default 2 s, and five times that in all).
+	Linger time.Duration
 }
 
 // Gateway is the data plane: a fasthttp server that routes OpenAI-compatible requests to upstream targets.
@@ -96,6 +99,9 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 
 	s := &cfg.Server
 	g.clients = newConnLimiter(s, g.log, g.global)
+	if opts.Linger > 0 {
+		g.clients.linger = opts.Linger
+	}
 	g.conns = g.clients.budget // upstream sockets come out of the same budget as client connections
 	g.series = map[string]*series{}
 	g.reloadMu.Lock()

@@ -139,6 +139,7 @@ type connLimiter struct {
 	max    int           // client connections
 	perIP  int           // per client address; 0: off
 	grace  time.Duration // freshGrace; tests shorten it
+	linger time.Duration // lingerGap (Options.Linger)
 
 	// Counts for tests and logs; the metrics are in global.
 	reclaimed     atomic.Int64
@@ -177,6 +178,7 @@ func newConnLimiter(s *ServerConfig, log *slog.Logger, global *telemetry.Global)
 		max:    clients,
 		perIP:  s.MaxConnsPerIP,
 		grace:  freshGrace,
+		linger: lingerGap,
 	}
 }
 
@@ -405,8 +407,9 @@ type clientConn struct {
 	l        *connLimiter
 	ip       netip.Addr // counted against max_conns_per_ip; zero when not
 
-	state    atomic.Int32
-	released atomic.Bool
+	state     atomic.Int32
+	released  atomic.Bool
+	lingering atomic.Bool // the first Close of an active connection lingers (linger)
 	// mu orders the reader's "a request began" (activate) against reclaim's look-then-close.
 	mu sync.Mutex
 
@@ -583,11 +586,66 @@ func (c *clientConn) activate() bool {
 	return ok
 }
 
-// Close closes the connection and returns its place, per-address count and budget unit, once.
+// Close closes the connection and returns its place, per-address count and budget unit, once. The server
+// closing a connection in the middle of a request lingers (linger) rather than closing at once.
 func (c *clientConn) Close() error {
+	if c.state.Load() == connActive && c.lingering.CompareAndSwap(false, true) {
+		if tc, ok := c.raw.(*net.TCPConn); ok {
+			go c.linger(tc)
+			return nil
+		}
+	}
 	err := c.Conn.Close()
 	c.release()
 	return err
+}
+
+// Lingering close. The server closes a connection while serving a request when it answers before having
+// read the whole request (a 413 over max_body_bytes, a 431 over max_header_bytes, a timeout) or after a
+// Connection: close. The client may still be sending, and a socket closed with unread bytes sends a reset:
+// the client's next write fails with "connection reset" or "broken pipe", and its kernel may drop the
+// answer it had received but not yet handed over - the client never sees why it was refused. So such a
+// close first ends the sending side (a FIN right after the answer, which tells a client that reads to the
+// end that the answer is whole), then reads and drops what comes until the client closes too, lingerGap
+// passes without a byte or lingerRounds times that in all, and only then closes, as nginx's lingering_close
+// does (lingering_timeout, lingering_time). The connection keeps its place under max_conns meanwhile; a
+// second Close (shutdown) ends the linger at once.
+const (
+	lingerGap    = 2 * time.Second
+	lingerRounds = 5
+)
+
+func (c *clientConn) linger(tc *net.TCPConn) {
+	defer func() {
+		_ = c.Conn.Close()
+		c.release()
+	}()
+	if t, ok := c.Conn.(*tls.Conn); ok {
+		_ = t.SetWriteDeadline(time.Now().Add(c.l.linger))
+		_ = t.CloseWrite() // close_notify, when the handshake is done
+	}
+	if tc.CloseWrite() != nil {
+		return
+	}
+	var buf [4 << 10]byte
+	gap := c.l.linger
+	end := time.Now().Add(lingerRounds * gap)
+	for {
+		now := time.Now()
+		if !now.Before(end) {
+			return
+		}
+		d := now.Add(gap)
+		if d.After(end) {
+			d = end
+		}
+		if tc.SetReadDeadline(d) != nil {
+			return
+		}
+		if _, err := tc.Read(buf[:]); err != nil {
+			return
+		}
+	}
 }
 
 // release returns c's place under max_conns, its per-address count and its budget unit. Only the first call

@@ -1122,3 +1122,63 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// TestLingeringClose: a client still writing headers past max_header_bytes gets its 431 and then the end of
+// the connection, not a reset, however long it keeps writing; the connection keeps its place until the client
+// closes, or until the linger runs out for a client that neither closes nor sends.
+func TestLingeringClose(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGatewayWith(t, withServer(gatewayConfig("round_robin", "", up.URL), "max_header_bytes = 4096\n"), Options{Linger: 300 * time.Millisecond})
+	huge := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Huge: " + strings.Repeat("h", 8000)
+
+	c := dial(t, gw.addr)
+	if _, err := io.WriteString(c, huge); err != nil {
+		t.Fatal(err)
+	}
+	// The gateway answers once max_header_bytes are read and closes with the rest unread; without a
+	// lingering close the kernel resets the connection, and these writes fail.
+	for i := 0; i < 4; i++ {
+		time.Sleep(100 * time.Millisecond)
+		if _, err := io.WriteString(c, strings.Repeat("h", 8000)); err != nil {
+			t.Fatalf("write %d after the answer: %s", i, err)
+		}
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("reading the answer: %s (%q)", err, got)
+	}
+	if !bytes.HasPrefix(got, []byte("HTTP/1.1 431 ")) || !bytes.Contains(got, []byte(`"code":"header_too_large"`)) {
+		t.Fatalf("answer: %q", got)
+	}
+	waitFor(t, 5*time.Second, "the client connection to be open while the client writes", func() bool { return gw.g.clients.openConns() == 1 })
+	c.Close()
+	waitFor(t, 5*time.Second, "the connection to close after the client did", func() bool { return gw.g.clients.openConns() == 0 })
+
+	// A client that sends nothing more and never closes is let go after the linger.
+	c2 := dial(t, gw.addr)
+	if _, err := io.WriteString(c2, huge); err != nil {
+		t.Fatal(err)
+	}
+	_ = c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := io.ReadAll(c2); err != nil || !bytes.HasPrefix(got, []byte("HTTP/1.1 431 ")) {
+		t.Fatalf("answer: %q, %v", got, err)
+	}
+	waitFor(t, 5*time.Second, "the connection of a silent client to close", func() bool { return gw.g.clients.openConns() == 0 })
+
+	// A client that keeps sending is let go after lingerRounds gaps in all.
+	c3 := dial(t, gw.addr)
+	if _, err := io.WriteString(c3, huge); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var werr error
+	for time.Since(start) < 10*time.Second && werr == nil {
+		time.Sleep(50 * time.Millisecond)
+		_, werr = io.WriteString(c3, "hhhh")
+	}
+	if werr == nil {
+		t.Fatal("the gateway still reads a client that kept writing after 10 s")
+	}
+	waitFor(t, 5*time.Second, "the connection of a writing client to close", func() bool { return gw.g.clients.openConns() == 0 })
+}
