@@ -235,7 +235,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 // retires the one it replaces once the requests that started on it have finished. On any error nothing
 // changes and the error says why (every problem of an invalid config, with file:line when cfg came from a
 // file). Settings of the listener itself ([server] listen, max_header_bytes, the read/write/idle timeouts,
-// max_conns, max_conns_per_ip) need a restart: a config that changes them is refused.
+// max_conns, max_conns_per_ip), [control] and [cluster] need a restart: a config that changes them is refused.
 //
 // Reload is safe for concurrent use; reloads are applied one at a time.
 func (g *Gateway) Reload(cfg *Config) (err error) {
@@ -260,6 +260,10 @@ func (g *Gateway) Reload(cfg *Config) (err error) {
 	}
 	if cur.cfg.Control != cfg.Control {
 		return errors.New("cannot reload: [control] changed, which needs a restart")
+	}
+	if cur.cfg.Cluster != cfg.Cluster {
+		// The link to the other replicas is made once, at start (cluster.Start).
+		return errors.New("cannot reload: [cluster] changed, which needs a restart")
 	}
 	capw, err := openCapture(cfg.Trace, g.capture.Load(), g.log)
 	if err != nil {

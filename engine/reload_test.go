@@ -246,6 +246,13 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 	if err := gw.g.Reload(cfg); err == nil || !strings.Contains(err.Error(), "server.listen") {
 		t.Fatalf("reload changing server.listen: %v", err)
 	}
+	cluster := strings.Replace(text, "[server]\n", "[cluster]\nnats_url = \"nats://127.0.0.1:4222\"\n[server]\n", 1)
+	if cfg, err = ParseConfig([]byte(cluster), "c.toml"); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.g.Reload(cfg); err == nil || !strings.Contains(err.Error(), "[cluster] changed") {
+		t.Fatalf("reload adding [cluster]: %v", err)
+	}
 	if g := gw.g.Snapshot().Generation(); g != gen {
 		t.Fatalf("generation %d after refused reloads, want %d", g, gen)
 	}
@@ -253,8 +260,8 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 		t.Fatalf("after refused reloads: %d %s", resp.StatusCode, got)
 	}
 	m := metricsText(t, gw)
-	if !strings.Contains(m, `rolter_config_reloads_total{result="failed"} 2`) {
-		t.Fatalf("/metrics does not count the two refused reloads:\n%s", grepLines(m, "rolter_config"))
+	if !strings.Contains(m, `rolter_config_reloads_total{result="failed"} 3`) {
+		t.Fatalf("/metrics does not count the three refused reloads:\n%s", grepLines(m, "rolter_config"))
 	}
 }
 
