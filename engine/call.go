@@ -182,7 +182,7 @@ func (c *call) readBody(ctx *fasthttp.RequestCtx) *apiError {
 	limit := c.snap.cfg.Server.MaxBodyBytes
 	cl := ctx.Request.Header.ContentLength() // -1: chunked
 	if cl > limit {
-		ctx.SetConnectionClose()
+		closeAfter(ctx)
 		return tooLarge(limit)
 	}
 	buf := c.reqBody[:0]
@@ -221,7 +221,7 @@ func (c *call) readBody(ctx *fasthttp.RequestCtx) *apiError {
 		buf = buf[:len(buf)+n]
 		if len(buf) > limit {
 			c.reqBody = buf
-			ctx.SetConnectionClose()
+			closeAfter(ctx)
 			return tooLarge(limit)
 		}
 		if err == io.EOF {
@@ -229,7 +229,7 @@ func (c *call) readBody(ctx *fasthttp.RequestCtx) *apiError {
 		}
 		if err != nil {
 			c.reqBody = buf
-			ctx.SetConnectionClose()
+			closeAfter(ctx)
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				return &apiError{status: fasthttp.StatusRequestTimeout, typ: typeInvalidRequest, code: "request_timeout",
@@ -257,7 +257,7 @@ func (c *call) hold(n int) bool {
 }
 
 func (c *call) bodyMemoryFull(ctx *fasthttp.RequestCtx) *apiError {
-	ctx.SetConnectionClose()
+	closeAfter(ctx)
 	c.g.global.Admission("body_memory")
 	return &apiError{status: fasthttp.StatusServiceUnavailable, typ: typeServer, code: "server_busy",
 		message: "the gateway holds server.max_body_memory_bytes of requests; retry later", retryAfterMs: 1000}

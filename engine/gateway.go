@@ -558,6 +558,7 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 		}
 	}
 	g.log.Debug("request refused by the HTTP parser", "client", ctx.RemoteAddr().String(), "error", err.Error())
+	closeAfter(ctx) // fasthttp closes the connection after this answer, with the rest of the request unread
 	g.reject(ctx, e)
 }
 

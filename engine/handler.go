@@ -46,19 +46,19 @@ func (hs *reqHeaders) add(k, v []byte) {
 func checkRequest(ctx *fasthttp.RequestCtx, hs *reqHeaders) *apiError {
 	h := &ctx.Request.Header
 	if p := h.Protocol(); string(p) != "HTTP/1.1" && string(p) != "HTTP/1.0" {
-		ctx.SetConnectionClose()
+		closeAfter(ctx)
 		return &apiError{status: fasthttp.StatusHTTPVersionNotSupported, typ: typeInvalidRequest, code: "http_version_not_supported",
 			message: "only HTTP/1.0 and HTTP/1.1 are served", noRetry: true}
 	}
 	for k, v := range h.All() {
 		if !isToken(k) {
-			ctx.SetConnectionClose()
+			closeAfter(ctx)
 			return badRequest("invalid_header", "", "a request header name is not a valid token")
 		}
 		hs.add(k, v)
 	}
 	if e := hs.expect; len(e) > 0 && !equalFold(e, "100-continue") {
-		ctx.SetConnectionClose()
+		closeAfter(ctx)
 		return &apiError{status: fasthttp.StatusExpectationFailed, typ: typeInvalidRequest, code: "expectation_failed",
 			message: "the only expectation served is 100-continue", noRetry: true}
 	}

@@ -409,7 +409,9 @@ type clientConn struct {
 
 	state     atomic.Int32
 	released  atomic.Bool
-	lingering atomic.Bool // the first Close of an active connection lingers (linger)
+	lingering atomic.Bool // Close has decided whether to linger (linger)
+	// lingerWanted is set (closeAfter) when the server answers before having read the whole request.
+	lingerWanted atomic.Bool
 	// mu orders the reader's "a request began" (activate) against reclaim's look-then-close.
 	mu sync.Mutex
 
@@ -587,9 +589,10 @@ func (c *clientConn) activate() bool {
 }
 
 // Close closes the connection and returns its place, per-address count and budget unit, once. The server
-// closing a connection in the middle of a request lingers (linger) rather than closing at once.
+// closing a connection in the middle of a request - it answered before having read all of it (closeAfter),
+// or request bytes wait unread - lingers (linger) rather than closing at once.
 func (c *clientConn) Close() error {
-	if c.state.Load() == connActive && c.lingering.CompareAndSwap(false, true) {
+	if c.state.Load() == connActive && c.lingering.CompareAndSwap(false, true) && (c.lingerWanted.Load() || c.pending()) {
 		if tc, ok := c.raw.(*net.TCPConn); ok {
 			go c.linger(tc)
 			return nil
@@ -600,9 +603,20 @@ func (c *clientConn) Close() error {
 	return err
 }
 
+// closeAfter answers with Connection: close, and makes that close linger: the answer comes before the whole
+// request was read (a 413 over max_body_bytes, a 431 over max_header_bytes, a timeout, a refused header).
+func closeAfter(ctx *fasthttp.RequestCtx) {
+	ctx.SetConnectionClose()
+	switch c := ctx.Conn().(type) {
+	case *clientConn:
+		c.lingerWanted.Store(true)
+	case *clientTLSConn:
+		c.lingerWanted.Store(true)
+	}
+}
+
 // Lingering close. The server closes a connection while serving a request when it answers before having
-// read the whole request (a 413 over max_body_bytes, a 431 over max_header_bytes, a timeout) or after a
-// Connection: close. The client may still be sending, and a socket closed with unread bytes sends a reset:
+// read the whole request. The client may still be sending, and a socket closed with unread bytes sends a reset:
 // the client's next write fails with "connection reset" or "broken pipe", and its kernel may drop the
 // answer it had received but not yet handed over - the client never sees why it was refused. So such a
 // close first ends the sending side (a FIN right after the answer, which tells a client that reads to the

@@ -1125,11 +1125,23 @@ func isTimeout(err error) bool {
 
 // TestLingeringClose: a client still writing headers past max_header_bytes gets its 431 and then the end of
 // the connection, not a reset, however long it keeps writing; the connection keeps its place until the client
-// closes, or until the linger runs out for a client that neither closes nor sends.
+// closes, or until the linger runs out for a client that neither closes nor sends. A request read whole and
+// answered with Connection: close does not linger.
 func TestLingeringClose(t *testing.T) {
 	up := newFakeUpstream(t, okJSON)
 	gw := startGatewayWith(t, withServer(gatewayConfig("round_robin", "", up.URL), "max_header_bytes = 4096\n"), Options{Linger: 300 * time.Millisecond})
 	huge := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Huge: " + strings.Repeat("h", 8000)
+
+	// A gateway that would linger long: the plain close must not wait for it.
+	gwLong := startGatewayWith(t, gatewayConfig("round_robin", "", up.URL), Options{Linger: time.Minute})
+	plain := dial(t, gwLong.addr)
+	body := chatBody("m", "hi", false)
+	fmt.Fprintf(plain, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_ = plain.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := io.ReadAll(plain); err != nil || !bytes.HasPrefix(got, []byte("HTTP/1.1 200 ")) {
+		t.Fatalf("Connection: close answer: %q, %v", got, err)
+	}
+	waitFor(t, 5*time.Second, "a whole request answered with Connection: close to close without lingering", func() bool { return gwLong.g.clients.openConns() == 0 })
 
 	c := dial(t, gw.addr)
 	if _, err := io.WriteString(c, huge); err != nil {
@@ -1154,6 +1166,23 @@ func TestLingeringClose(t *testing.T) {
 	waitFor(t, 5*time.Second, "the client connection to be open while the client writes", func() bool { return gw.g.clients.openConns() == 1 })
 	c.Close()
 	waitFor(t, 5*time.Second, "the connection to close after the client did", func() bool { return gw.g.clients.openConns() == 0 })
+
+	// A body announced over max_body_bytes is refused from the headers, before any of it was sent: nothing
+	// waits unread when the gateway closes, and the client's body must still not meet a reset.
+	c4 := dial(t, gw.addr)
+	fmt.Fprintf(c4, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 100<<20)
+	for i := 0; i < 3; i++ {
+		time.Sleep(100 * time.Millisecond)
+		if _, err := io.WriteString(c4, strings.Repeat("b", 8000)); err != nil {
+			t.Fatalf("body write %d after the 413: %s", i, err)
+		}
+	}
+	_ = c4.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := io.ReadAll(c4); err != nil || !bytes.HasPrefix(got, []byte("HTTP/1.1 413 ")) {
+		t.Fatalf("answer to an announced over-long body: %q, %v", got, err)
+	}
+	c4.Close()
+	waitFor(t, 5*time.Second, "the refused client's connection to close", func() bool { return gw.g.clients.openConns() == 0 })
 
 	// A client that sends nothing more and never closes is let go after the linger.
 	c2 := dial(t, gw.addr)
