@@ -87,7 +87,8 @@ bench:
 bench-routing:
 	$(GO) run ./bench/cmd/routing -out bench/results
 
-# Gateway overhead against direct and HAProxy, small-body and cache_aware 8 KiB cases (bench/results/overhead.md, ~4.5 min).
+# Gateway overhead against direct, HAProxy and a null fasthttp proxy (bench/cmd/refproxy), small-body and
+# cache_aware 8 KiB cases (bench/results/overhead.md, ~5.5 min).
 bench-overhead:
 	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then \
 		echo "bench-overhead: installing haproxy with apt"; \
@@ -95,7 +96,8 @@ bench-overhead:
 	fi
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
 	$(GO) build -o bin/fakeupstream ./bench/cmd/fakeupstream
-	$(GO) run ./bench/cmd/overhead -rolter bin/rolter -upstream bin/fakeupstream -out bench/results
+	$(GO) build -o bin/refproxy ./bench/cmd/refproxy
+	$(GO) run ./bench/cmd/overhead -rolter bin/rolter -upstream bin/fakeupstream -refproxy bin/refproxy -out bench/results
 
 # Instructions per proxied request of `rolter serve` under valgrind (cachegrind), in the overhead report's
 # two cases: the same count for the same binary whatever the machine does (bench/results/instructions.md, ~1 min).

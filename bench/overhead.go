@@ -29,6 +29,11 @@ const (
 	PathDirect  = "direct"
 	PathRolter  = "rolter"
 	PathHAProxy = "haproxy"
+	// PathNull is `refproxy -mode fasthttp` (OverheadOptions.RefProxy): fasthttp's server configured as
+	// Rolter's and a pooled upstream connection, nothing of a gateway. It shows what the server Rolter is
+	// built on reaches on the machine before any feature; measured for latency and throughput only (it frames
+	// answers by Content-Length, so no streams), no goals.
+	PathNull = "null-fasthttp"
 )
 
 // Cases of the overhead report (OverheadCase.Name): each is measured on every path, with its own Rolter
@@ -47,8 +52,9 @@ const (
 type OverheadOptions struct {
 	// Rolter is the gateway binary (bin/rolter); Upstream the fake upstream binary
 	// (go build ./bench/cmd/fakeupstream); HAProxy the haproxy binary (default: looked up in PATH,
-	// then /usr/sbin/haproxy). Without HAProxy the report still measures direct and Rolter.
-	Rolter, Upstream, HAProxy string
+	// then /usr/sbin/haproxy). Without HAProxy the report still measures direct and Rolter. RefProxy, when
+	// set, is bench/cmd/refproxy's binary, run as the PathNull yardstick.
+	Rolter, Upstream, HAProxy, RefProxy string
 	// Strategy of the small-body case's route (round_robin).
 	Strategy string
 	// CacheTargets is the number of targets of the cache_aware case (4) and PromptBytes the size of its
@@ -549,7 +555,7 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error
 			x.ClientCPU, x.MachineCPU, x.OtherCPU, x.GatewayCPU = t.clientCPU, t.machineCPU, t.otherCPU, t.gatewayCPU
 		}
 		for _, u := range order {
-			if !u.c.Streams {
+			if !u.c.Streams || u.path == PathNull {
 				continue
 			}
 			x := res[u.c.Name][u.path]
@@ -736,6 +742,9 @@ func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
 	if out, err := exec.Command(o.Rolter, "version").Output(); err == nil {
 		rep.Versions["rolter"] = string(bytes.TrimSpace(out))
 	}
+	if o.RefProxy != "" {
+		rep.Paths = append(rep.Paths, PathNull)
+	}
 	for _, c := range rep.Cases {
 		r.addrs[unit{c, PathDirect}.key()] = upstream
 
@@ -760,6 +769,23 @@ func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
 		r.procs[u.gateway()] = gw
 		if err := waitHTTP(ctx, "http://"+r.addrs[u.key()]+"/healthz", 15*time.Second, gw); err != nil {
 			return fmt.Errorf("rolter (%s) did not come up: %w", c.Name, err)
+		}
+
+		if o.RefProxy != "" {
+			u = unit{c, PathNull}
+			if port, err = freePort(); err != nil {
+				return err
+			}
+			r.addrs[u.key()] = fmt.Sprintf("127.0.0.1:%d", port)
+			np, _, err := startProc("refproxy ("+c.Name+")", o.RefProxy, []string{"-mode", "fasthttp", "-listen", r.addrs[u.key()], "-upstream", upstream}, "", 0)
+			if err != nil {
+				return err
+			}
+			r.procs[u.gateway()] = np
+			// Its GET /healthz is the upstream's, proxied.
+			if err := waitHTTP(ctx, "http://"+r.addrs[u.key()]+"/healthz", 15*time.Second, np); err != nil {
+				return fmt.Errorf("refproxy (%s) did not come up: %w", c.Name, err)
+			}
 		}
 
 		if o.HAProxy == "" {

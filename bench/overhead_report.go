@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -26,6 +27,12 @@ func (rep *OverheadReport) Markdown() string {
 	b.WriteString("- Paths: **direct** to the upstream; **rolter** = `bin/rolter serve` in its own process, default config but for\n")
 	b.WriteString("  the case's route; **haproxy** = Debian's HAProxy in its own process (`-db`, private config and pidfile, `mode http`,\n")
 	b.WriteString("  `http-reuse always`, default threads), a null proxy. All on 127.0.0.1. Each case has its own Rolter and HAProxy.\n")
+	if slices.Contains(rep.Paths, PathNull) {
+		b.WriteString("  A yardstick, **null-fasthttp** = `bench/cmd/refproxy -mode fasthttp`: fasthttp's server configured as Rolter's\n")
+		b.WriteString("  (`ReduceMemoryUsage`), each request written as parsed to a pooled upstream connection and the answer's body set as\n")
+		b.WriteString("  the response - the server Rolter is built on, with nothing of a gateway. No streams (it frames answers by\n")
+		b.WriteString("  Content-Length only), no goals: it shows what fasthttp itself reaches against HAProxy on this machine.\n")
+	}
 	b.WriteString("- Cases:\n")
 	for _, c := range rep.Cases {
 		fmt.Fprintf(&b, "  - **%s**: ", c.Label())
@@ -115,9 +122,14 @@ func bodyShare(c *OverheadCase) string {
 // caseMarkdown renders one case's results, rounds and routing memory.
 func (rep *OverheadReport) caseMarkdown(b *strings.Builder, c *OverheadCase) {
 	o := rep.Options
-	d, ro, hp := c.Summary[PathDirect], c.Summary[PathRolter], c.Summary[PathHAProxy]
+	d, ro, hp, nu := c.Summary[PathDirect], c.Summary[PathRolter], c.Summary[PathHAProxy], c.Summary[PathNull]
 	fmt.Fprintf(b, "\n## Results: %s (medians over rounds; µs unless noted)\n\n", c.Label())
-	b.WriteString("| metric | direct | rolter | haproxy | rolter ÷ haproxy |\n|---|---:|---:|---:|---:|\n")
+	if nu != nil {
+		b.WriteString("| metric | direct | rolter | haproxy | null-fasthttp | rolter ÷ haproxy | null-fasthttp ÷ haproxy |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	} else {
+		b.WriteString("| metric | direct | rolter | haproxy | rolter ÷ haproxy |\n|---|---:|---:|---:|---:|\n")
+	}
+	streamRows := false // the rows below measure streams, which the yardstick has none of
 	row := func(name string, f func(*PathSummary) float64, format string, ratioOf func(*PathSummary) float64) {
 		cell := func(s *PathSummary) string {
 			if s == nil {
@@ -125,11 +137,21 @@ func (rep *OverheadReport) caseMarkdown(b *strings.Builder, c *OverheadCase) {
 			}
 			return fmt.Sprintf(format, f(s))
 		}
-		rcell := "-"
-		if ratioOf != nil && ro != nil && hp != nil && ratioOf(hp) > 0 {
-			rcell = fmt.Sprintf("%.2fx", ratioOf(ro)/ratioOf(hp))
+		ratio := func(s *PathSummary) string {
+			if ratioOf != nil && s != nil && hp != nil && ratioOf(hp) > 0 {
+				return fmt.Sprintf("%.2fx", ratioOf(s)/ratioOf(hp))
+			}
+			return "-"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", name, cell(d), cell(ro), cell(hp), rcell)
+		if nu == nil {
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", name, cell(d), cell(ro), cell(hp), ratio(ro))
+			return
+		}
+		nc, nr := cell(nu), ratio(nu)
+		if streamRows {
+			nc, nr = "-", "-"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", name, cell(d), cell(ro), cell(hp), nc, ratio(ro), nr)
 	}
 	row("c=1 latency p50", func(s *PathSummary) float64 { return s.LatencyP50 }, "%.0f", nil)
 	row("c=1 latency p99", func(s *PathSummary) float64 { return s.LatencyP99 }, "%.0f", nil)
@@ -146,6 +168,7 @@ func (rep *OverheadReport) caseMarkdown(b *strings.Builder, c *OverheadCase) {
 		row("of which other work (other processes, steal)", func(s *PathSummary) float64 { return s.OtherCPU }, "%.2f", nil)
 	}
 	if c.Streams {
+		streamRows = true
 		row("stream time to first byte", func(s *PathSummary) float64 { return s.TTFB }, "%.0f", nil)
 		row("**added** stream time to first byte", func(s *PathSummary) float64 { return s.AddedTTFB }, "%.0f", func(s *PathSummary) float64 { return s.AddedTTFB })
 		row("inter-chunk gap p50", func(s *PathSummary) float64 { return s.GapP50 }, "%.0f", nil)
@@ -159,6 +182,7 @@ func (rep *OverheadReport) caseMarkdown(b *strings.Builder, c *OverheadCase) {
 		row("per-chunk transit p99", func(s *PathSummary) float64 { return s.TransitP99 }, "%.0f", nil)
 		row("**added** per-chunk transit p50", func(s *PathSummary) float64 { return s.AddedTransit }, "%.1f", func(s *PathSummary) float64 { return s.AddedTransit })
 		row("**added** per-chunk transit p99", func(s *PathSummary) float64 { return s.AddedTrP99 }, "%.1f", func(s *PathSummary) float64 { return s.AddedTrP99 })
+		streamRows = false
 	}
 	row("errors (all rounds)", func(s *PathSummary) float64 { return float64(s.Errors) }, "%.0f", nil)
 
@@ -176,7 +200,10 @@ func (rep *OverheadReport) caseMarkdown(b *strings.Builder, c *OverheadCase) {
 			}
 			fmt.Fprintf(b, "| %d | %s | %.0f | %.0f | %.0f | %.1f | %.2f | %.2f |", i+1, p, x.LatencyP50, x.LatencyP99, x.Throughput, x.GatewayCPU,
 				x.ClientCPU, x.OtherCPU)
-			if c.Streams {
+			switch {
+			case c.Streams && p == PathNull:
+				b.WriteString(" - |")
+			case c.Streams:
 				fmt.Fprintf(b, " %.0f |", x.TTFB)
 			}
 			b.WriteString("\n")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,9 +220,13 @@ func TestOverheadTiny(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 
+	refproxy := filepath.Join(t.TempDir(), "refproxy")
+	if out, err := exec.Command("go", "build", "-o", refproxy, "./cmd/refproxy").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/refproxy: %v\n%s", err, out)
+	}
 	var log strings.Builder
 	rep, err := RunOverhead(context.Background(), OverheadOptions{
-		Rolter: self, Rounds: 2, LatencyRequests: 20, ThroughputConcurrency: 4, ThroughputDuration: 100 * time.Millisecond,
+		Rolter: self, RefProxy: refproxy, Rounds: 2, LatencyRequests: 20, ThroughputConcurrency: 4, ThroughputDuration: 100 * time.Millisecond,
 		Streams: 1, SustainDuration: 300 * time.Millisecond, FillTimeout: 5 * time.Second, Log: &log,
 		upstreamAddr: ln.Addr().String(), streamChunks: 4, streamGap: 5 * time.Millisecond, routingMemory: 1 << 20,
 		settle: 50 * time.Millisecond,
@@ -241,12 +246,13 @@ func TestOverheadTiny(t *testing.T) {
 			if s == nil || s.Throughput <= 0 || s.LatencyP50 <= 0 || s.Errors != 0 {
 				t.Fatalf("%s %s: %+v\n%s", c.Name, p, s, log.String())
 			}
-			if c.Streams != (s.TTFB > 0) {
-				t.Fatalf("%s %s: streams %v, ttfb %v", c.Name, p, c.Streams, s.TTFB)
+			if streams := c.Streams && p != PathNull; streams != (s.TTFB > 0) {
+				t.Fatalf("%s %s: streams %v, ttfb %v", c.Name, p, streams, s.TTFB)
 			}
 		}
-		if len(c.RSS) != len(rep.Paths)-1 {
-			t.Fatalf("%s: %d sustained runs", c.Name, len(c.RSS))
+		// A sustained run for each gateway: Rolter, and HAProxy where installed; not the yardstick.
+		if want := len(rep.Paths) - 2; len(c.RSS) != want {
+			t.Fatalf("%s: %d sustained runs, want %d", c.Name, len(c.RSS), want)
 		}
 	}
 	cache := rep.Case(CaseCache)
@@ -283,7 +289,10 @@ func TestOverheadTiny(t *testing.T) {
 		t.Fatalf("%d goals of the cache_aware case: %+v", goals, rep.Goals)
 	}
 	md := rep.Markdown()
-	for _, s := range []string{"## Results: " + cache.Label(), "## Results: " + rep.Case(CaseSmall).Label(), "Evictions during the rounds"} {
+	if !slices.Contains(rep.Paths, PathNull) {
+		t.Fatalf("paths %v lack the yardstick", rep.Paths)
+	}
+	for _, s := range []string{"## Results: " + cache.Label(), "## Results: " + rep.Case(CaseSmall).Label(), "Evictions during the rounds", "| null-fasthttp |"} {
 		if !strings.Contains(md, s) {
 			t.Fatalf("markdown lacks %q:\n%s", s, md)
 		}

@@ -4,7 +4,8 @@
 // request - in interleaved rounds, plus the gateways' RSS around a sustained run in each case.
 //
 //	go build -o bin/rolter ./cmd/rolter && go build -o bin/fakeupstream ./bench/cmd/fakeupstream
-//	go run ./bench/cmd/overhead -rolter bin/rolter -upstream bin/fakeupstream -out bench/results
+//	go build -o bin/refproxy ./bench/cmd/refproxy
+//	go run ./bench/cmd/overhead -rolter bin/rolter -upstream bin/fakeupstream -refproxy bin/refproxy -out bench/results
 package main
 
 import (
@@ -25,6 +26,7 @@ func main() {
 	flag.StringVar(&o.Rolter, "rolter", "bin/rolter", "the rolter binary")
 	flag.StringVar(&o.Upstream, "upstream", "bin/fakeupstream", "the fake upstream binary (go build ./bench/cmd/fakeupstream)")
 	flag.StringVar(&o.HAProxy, "haproxy", "", "the haproxy binary (default: PATH, then /usr/sbin/haproxy)")
+	flag.StringVar(&o.RefProxy, "refproxy", "", "bench/cmd/refproxy's binary: measured as the null-fasthttp yardstick (none if empty)")
 	flag.StringVar(&o.Strategy, "strategy", o.Strategy, "strategy of Rolter's route in the small-body case")
 	flag.IntVar(&o.CacheTargets, "cache-targets", o.CacheTargets, "targets of the cache_aware case's route (HAProxy: servers)")
 	flag.IntVar(&o.PromptBytes, "prompt-bytes", o.PromptBytes, "user message size of the cache_aware case, unique per request")
