@@ -1211,3 +1211,41 @@ func TestLingeringClose(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the connection of a writing client to close", func() bool { return gw.g.clients.openConns() == 0 })
 }
+
+// TestLingeringCloseTLS: over TLS too, a client still writing an over-long header reads its 431 and the
+// end of the connection (close_notify, then FIN), not a reset.
+func TestLingeringCloseTLS(t *testing.T) {
+	l, tcp := testGlobalLimiter(t), mustListen(t)
+	l.linger = 300 * time.Millisecond
+	ln := l.listener(tls.NewListener(tcp, &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}))
+	s := &fasthttp.Server{ConnState: l.connState, ReadBufferSize: 4096, Handler: func(ctx *fasthttp.RequestCtx) {},
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			closeAfter(ctx)
+			ctx.Error("header too large", fasthttp.StatusRequestHeaderFieldsTooLarge)
+		}}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(ln) }()
+	defer func() { _ = s.Shutdown(); <-done }()
+
+	c, err := tls.Dial("tcp", tcp.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nX-Huge: "+strings.Repeat("h", 8000)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		time.Sleep(100 * time.Millisecond)
+		if _, err := io.WriteString(c, strings.Repeat("h", 8000)); err != nil {
+			t.Fatalf("write %d after the answer: %s", i, err)
+		}
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.HasPrefix(got, []byte("HTTP/1.1 431 ")) {
+		t.Fatalf("answer: %q, %v", got, err)
+	}
+	c.Close()
+	waitFor(t, 5*time.Second, "the connection to close", func() bool { return l.openConns() == 0 })
+}
