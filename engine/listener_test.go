@@ -1143,24 +1143,10 @@ func TestLingeringClose(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "a whole request answered with Connection: close to close without lingering", func() bool { return gwLong.g.clients.openConns() == 0 })
 
-	c := dial(t, gw.addr)
-	if _, err := io.WriteString(c, huge); err != nil {
-		t.Fatal(err)
-	}
 	// The gateway answers once max_header_bytes are read and closes with the rest unread; without a
-	// lingering close the kernel resets the connection, and these writes fail.
-	for i := 0; i < 4; i++ {
-		time.Sleep(100 * time.Millisecond)
-		if _, err := io.WriteString(c, strings.Repeat("h", 8000)); err != nil {
-			t.Fatalf("write %d after the answer: %s", i, err)
-		}
-	}
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	got, err := io.ReadAll(c)
-	if err != nil {
-		t.Fatalf("reading the answer: %s (%q)", err, got)
-	}
-	if !bytes.HasPrefix(got, []byte("HTTP/1.1 431 ")) || !bytes.Contains(got, []byte(`"code":"header_too_large"`)) {
+	// lingering close the kernel resets the connection, and the writes that follow fail.
+	c := dial(t, gw.addr)
+	if got := writeOnThenRead(t, c, huge, 4); !bytes.HasPrefix(got, []byte("HTTP/1.1 431 ")) || !bytes.Contains(got, []byte(`"code":"header_too_large"`)) {
 		t.Fatalf("answer: %q", got)
 	}
 	waitFor(t, 5*time.Second, "the client connection to be open while the client writes", func() bool { return gw.g.clients.openConns() == 1 })
@@ -1170,16 +1156,9 @@ func TestLingeringClose(t *testing.T) {
 	// A body announced over max_body_bytes is refused from the headers, before any of it was sent: nothing
 	// waits unread when the gateway closes, and the client's body must still not meet a reset.
 	c4 := dial(t, gw.addr)
-	fmt.Fprintf(c4, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 100<<20)
-	for i := 0; i < 3; i++ {
-		time.Sleep(100 * time.Millisecond)
-		if _, err := io.WriteString(c4, strings.Repeat("b", 8000)); err != nil {
-			t.Fatalf("body write %d after the 413: %s", i, err)
-		}
-	}
-	_ = c4.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if got, err := io.ReadAll(c4); err != nil || !bytes.HasPrefix(got, []byte("HTTP/1.1 413 ")) {
-		t.Fatalf("answer to an announced over-long body: %q, %v", got, err)
+	head := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 100<<20)
+	if got := writeOnThenRead(t, c4, head, 3); !bytes.HasPrefix(got, []byte("HTTP/1.1 413 ")) {
+		t.Fatalf("answer to an announced over-long body: %q", got)
 	}
 	c4.Close()
 	waitFor(t, 5*time.Second, "the refused client's connection to close", func() bool { return gw.g.clients.openConns() == 0 })
@@ -1232,10 +1211,21 @@ func TestLingeringCloseTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nX-Huge: "+strings.Repeat("h", 8000)); err != nil {
+	if got := writeOnThenRead(t, c, "GET / HTTP/1.1\r\nHost: x\r\nX-Huge: "+strings.Repeat("h", 8000), 3); !bytes.HasPrefix(got, []byte("HTTP/1.1 431 ")) {
+		t.Fatalf("answer: %q", got)
+	}
+	c.Close()
+	waitFor(t, 5*time.Second, "the connection to close", func() bool { return l.openConns() == 0 })
+}
+
+// writeOnThenRead writes head, then 8000 more bytes n times 100 ms apart - a client still sending after the
+// server answered - failing the test if a write fails; then reads to the end of the connection.
+func writeOnThenRead(t *testing.T, c net.Conn, head string, n int) []byte {
+	t.Helper()
+	if _, err := io.WriteString(c, head); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 3; i++ {
+	for i := 0; i < n; i++ {
 		time.Sleep(100 * time.Millisecond)
 		if _, err := io.WriteString(c, strings.Repeat("h", 8000)); err != nil {
 			t.Fatalf("write %d after the answer: %s", i, err)
@@ -1243,9 +1233,8 @@ func TestLingeringCloseTLS(t *testing.T) {
 	}
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	got, err := io.ReadAll(c)
-	if err != nil || !bytes.HasPrefix(got, []byte("HTTP/1.1 431 ")) {
-		t.Fatalf("answer: %q, %v", got, err)
+	if err != nil {
+		t.Fatalf("reading the answer: %s (%q)", err, got)
 	}
-	c.Close()
-	waitFor(t, 5*time.Second, "the connection to close", func() bool { return l.openConns() == 0 })
+	return got
 }
