@@ -478,20 +478,10 @@ func TestListenerAcceptBackoff(t *testing.T) {
 // TestListenerTLS: over a TLS listener fasthttp still sees a TLS connection, and the client watch still
 // reaches the socket.
 func TestListenerTLS(t *testing.T) {
-	l, tcp := testGlobalLimiter(t), mustListen(t)
-	ln := l.listener(tls.NewListener(tcp, &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}))
-	s := &fasthttp.Server{ConnState: l.connState, Handler: func(ctx *fasthttp.RequestCtx) {
+	l := testGlobalLimiter(t)
+	c := serveTLS(t, l, &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		fmt.Fprintf(ctx, "tls=%v raw=%v", ctx.IsTLS(), rawConn(ctx.Conn()) != nil)
-	}}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(ln) }()
-	defer func() { _ = s.Shutdown(); <-done }()
-
-	c, err := tls.Dial("tcp", tcp.Addr().String(), &tls.Config{InsecureSkipVerify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	}})
 	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -504,6 +494,24 @@ func TestListenerTLS(t *testing.T) {
 	if got := l.openConns(); got != 1 {
 		t.Fatalf("%d open connections, want 1", got)
 	}
+}
+
+// serveTLS serves s (its ConnState set to l's) over TLS through l until the test ends, and returns a TLS
+// client connection to it.
+func serveTLS(t *testing.T, l *connLimiter, s *fasthttp.Server) *tls.Conn {
+	t.Helper()
+	tcp := mustListen(t)
+	s.ConnState = l.connState
+	ln := l.listener(tls.NewListener(tcp, &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}))
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Shutdown(); <-done })
+	c, err := tls.Dial("tcp", tcp.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 func testGlobalLimiter(t *testing.T) *connLimiter {
@@ -1194,23 +1202,13 @@ func TestLingeringClose(t *testing.T) {
 // TestLingeringCloseTLS: over TLS too, a client still writing an over-long header reads its 431 and the
 // end of the connection (close_notify, then FIN), not a reset.
 func TestLingeringCloseTLS(t *testing.T) {
-	l, tcp := testGlobalLimiter(t), mustListen(t)
+	l := testGlobalLimiter(t)
 	l.linger = 300 * time.Millisecond
-	ln := l.listener(tls.NewListener(tcp, &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}))
-	s := &fasthttp.Server{ConnState: l.connState, ReadBufferSize: 4096, Handler: func(ctx *fasthttp.RequestCtx) {},
+	c := serveTLS(t, l, &fasthttp.Server{ReadBufferSize: 4096, Handler: func(ctx *fasthttp.RequestCtx) {},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			closeAfter(ctx)
 			ctx.Error("header too large", fasthttp.StatusRequestHeaderFieldsTooLarge)
-		}}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(ln) }()
-	defer func() { _ = s.Shutdown(); <-done }()
-
-	c, err := tls.Dial("tcp", tcp.Addr().String(), &tls.Config{InsecureSkipVerify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+		}})
 	if got := writeOnThenRead(t, c, "GET / HTTP/1.1\r\nHost: x\r\nX-Huge: "+strings.Repeat("h", 8000), 3); !bytes.HasPrefix(got, []byte("HTTP/1.1 431 ")) {
 		t.Fatalf("answer: %q", got)
 	}
