@@ -163,8 +163,12 @@ type PathRound struct {
 	MachineCPU float64 `json:"machine_cpus"`
 	OtherCPU   float64 `json:"other_cpus"`
 	GatewayCPU float64 `json:"gateway_cpu_us_per_request"`
-	TTFB       float64 `json:"stream_ttfb_us"` // median over the round's streams
-	StreamErr  int     `json:"stream_errors"`
+	// GatewaySwitches are the gateway's context switches (voluntary and not, all its threads) per request
+	// during the throughput run: each is a thread that slept and had to be woken, or was preempted. -1: not
+	// measured (no /proc).
+	GatewaySwitches float64 `json:"gateway_switches_per_request"`
+	TTFB            float64 `json:"stream_ttfb_us"` // median over the round's streams
+	StreamErr       int     `json:"stream_errors"`
 	// Gaps between consecutive deltas, and each delta's transit time (client receive time minus
 	// the upstream's send stamp), pooled over the round's streams.
 	Gaps    []float64 `json:"-"`
@@ -185,13 +189,15 @@ type PathSummary struct {
 	MachineCPU float64 `json:"machine_cpus"`
 	OtherCPU   float64 `json:"other_cpus"`
 	GatewayCPU float64 `json:"gateway_cpu_us_per_request"`
-	TTFB       float64 `json:"stream_ttfb_us"`
-	GapP50     float64 `json:"gap_p50_us"`
-	GapP99     float64 `json:"gap_p99_us"`
-	TransitP50 float64 `json:"transit_p50_us"`
-	TransitP99 float64 `json:"transit_p99_us"`
-	JitterP50  float64 `json:"jitter_p50_us"`
-	JitterP99  float64 `json:"jitter_p99_us"`
+	// GatewaySwitches: context switches per request (PathRound.GatewaySwitches).
+	GatewaySwitches float64 `json:"gateway_switches_per_request"`
+	TTFB            float64 `json:"stream_ttfb_us"`
+	GapP50          float64 `json:"gap_p50_us"`
+	GapP99          float64 `json:"gap_p99_us"`
+	TransitP50      float64 `json:"transit_p50_us"`
+	TransitP99      float64 `json:"transit_p99_us"`
+	JitterP50       float64 `json:"jitter_p50_us"`
+	JitterP99       float64 `json:"jitter_p99_us"`
 	// GapTop are the largest gaps seen (µs), to tell a tail from a shift.
 	GapTop []float64 `json:"gap_top_us"`
 	// Gaps and transits pooled over all rounds.
@@ -553,6 +559,7 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error
 			x := res[u.c.Name][u.path]
 			x.Throughput, x.TputP99, x.TputErr = t.rps, t.p99, t.errors
 			x.ClientCPU, x.MachineCPU, x.OtherCPU, x.GatewayCPU = t.clientCPU, t.machineCPU, t.otherCPU, t.gatewayCPU
+			x.GatewaySwitches = t.gatewaySwitches
 		}
 		for _, u := range order {
 			if !u.c.Streams || u.path == PathNull {
@@ -966,8 +973,8 @@ type throughputResult struct {
 	count  int64
 	// clientCPU, machineCPU and otherCPU: mean CPUs this process, the machine and the processes outside
 	// the report kept busy; gatewayCPU: the gateway process's CPU µs per request (0 on the direct path).
-	// -1: unknown.
-	clientCPU, machineCPU, otherCPU, gatewayCPU float64
+	// gatewaySwitches: the gateway's context switches per request (0 on the direct path). -1: unknown.
+	clientCPU, machineCPU, otherCPU, gatewayCPU, gatewaySwitches float64
 }
 
 // throughput runs a closed loop of conc requests in flight through u for d; the bodies are numbered from
@@ -989,6 +996,7 @@ func (r *overheadRun) throughput(ctx context.Context, u unit, conc int, d time.D
 	self0, okSelf := selfCPU()
 	gw0, okGW := procCPU(gwPID)
 	up0, okUp := procCPU(upPID)
+	sw0, okSw := procSwitches(gwPID)
 	deadline := time.Now().Add(d)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -1023,13 +1031,14 @@ func (r *overheadRun) throughput(ctx context.Context, u unit, conc int, d time.D
 	self1, okSelf1 := selfCPU()
 	gw1, okGW1 := procCPU(gwPID)
 	up1, okUp1 := procCPU(upPID)
+	sw1, okSw1 := procSwitches(gwPID)
 	var all []float64
 	for _, l := range lat {
 		all = append(all, l...)
 	}
 	sort.Float64s(all)
 	res := throughputResult{rps: float64(ok.Load()) / elapsed.Seconds(), p99: loadtest.Percentile(all, 0.99), errors: int(failed.Load()),
-		count: ok.Load(), clientCPU: -1, machineCPU: -1, otherCPU: -1, gatewayCPU: -1}
+		count: ok.Load(), clientCPU: -1, machineCPU: -1, otherCPU: -1, gatewayCPU: -1, gatewaySwitches: -1}
 	if okBusy && okBusy1 {
 		res.machineCPU = (busy1 - busy0) / elapsed.Seconds()
 	}
@@ -1043,6 +1052,12 @@ func (r *overheadRun) throughput(ctx context.Context, u unit, conc int, d time.D
 	case gwOK && res.count > 0:
 		res.gatewayCPU = (gw1 - gw0) * 1e6 / float64(res.count)
 	}
+	switch {
+	case gwPID == 0:
+		res.gatewaySwitches = 0
+	case okSw && okSw1 && res.count > 0:
+		res.gatewaySwitches = float64(sw1-sw0) / float64(res.count)
+	}
 	// Without an upstream process (tests) its CPU is this process's.
 	upOK := upPID == 0 || okUp && okUp1
 	if res.machineCPU >= 0 && res.clientCPU >= 0 && gwOK && upOK && okIRQ && okIRQ1 {
@@ -1054,6 +1069,36 @@ func (r *overheadRun) throughput(ctx context.Context, u unit, conc int, d time.D
 // interruptCPU returns the machine's irq + softirq CPU seconds from /proc/stat: loopback TCP is
 // handled there, for the report's processes, without being charged to them.
 func interruptCPU() (float64, bool) { return statCPU(6, 7) }
+
+// procSwitches returns the context switches of every thread of process pid so far, voluntary (the thread
+// slept: a wait, a lock, a blocking call) and not (it was preempted), from /proc/PID/task/*/status.
+func procSwitches(pid int) (int64, bool) {
+	if pid <= 0 {
+		return 0, false
+	}
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, false
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/status")
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += k
+			} else if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += k
+			}
+		}
+	}
+	return n, true
+}
 
 // procCPU returns the user + system CPU seconds of process pid.
 func procCPU(pid int) (float64, bool) {
@@ -1283,6 +1328,7 @@ func summarizeOverhead(c *OverheadCase, paths []string) {
 		s.MachineCPU = median(func(x *PathRound) float64 { return x.MachineCPU }, p)
 		s.OtherCPU = median(func(x *PathRound) float64 { return x.OtherCPU }, p)
 		s.GatewayCPU = median(func(x *PathRound) float64 { return x.GatewayCPU }, p)
+		s.GatewaySwitches = median(func(x *PathRound) float64 { return x.GatewaySwitches }, p)
 		s.TTFB = median(func(x *PathRound) float64 { return x.TTFB }, p)
 		s.GapP50, s.GapP99 = pooled(gaps, p, 0.5), pooled(gaps, p, 0.99)
 		s.TransitP50, s.TransitP99 = pooled(transit, p, 0.5), pooled(transit, p, 0.99)

@@ -76,7 +76,8 @@ func (rep *OverheadReport) Markdown() string {
 	b.WriteString("- CPU, during each closed loop: the mean CPUs the load generator (this process) and the whole machine kept busy\n")
 	b.WriteString("  (/proc/self/stat, /proc/stat), what other work took of it (machine − interrupt handling − load generator −\n")
 	b.WriteString("  gateway − upstream: other processes and the hypervisor's steal on a shared machine), and the gateway process's CPU\n")
-	b.WriteString("  time per request (/proc/PID/stat; 10 ms ticks).\n")
+	b.WriteString("  time per request (/proc/PID/stat; 10 ms ticks) and context switches per request (voluntary and not, summed over\n")
+	b.WriteString("  its threads in /proc/PID/task/*/status: each a thread that went to sleep and was woken, or was preempted).\n")
 	fmt.Fprintf(&b, "- Memory: each gateway's VmRSS (/proc/PID/status) right after start, before a %s closed loop at concurrency %d\n", o.SustainDuration, o.ThroughputConcurrency)
 	b.WriteString("  in its case (after the rounds), every 250 ms during it, and 2 s after it. Flat = median of the last third of the run\n")
 	b.WriteString("  within max(2 MiB, 5%) of the median of the middle third (the first third is warm-up).\n")
@@ -163,6 +164,8 @@ func (rep *OverheadReport) caseMarkdown(b *strings.Builder, c *OverheadCase) {
 	if d != nil && d.MachineCPU >= 0 && d.ClientCPU >= 0 {
 		row("gateway CPU per request at c=64 (µs)", func(s *PathSummary) float64 { return s.GatewayCPU }, "%.1f",
 			func(s *PathSummary) float64 { return s.GatewayCPU })
+		row("gateway context switches per request at c=64", func(s *PathSummary) float64 { return s.GatewaySwitches }, "%.2f",
+			func(s *PathSummary) float64 { return s.GatewaySwitches })
 		row("load generator CPUs busy at c=64", func(s *PathSummary) float64 { return s.ClientCPU }, "%.2f", nil)
 		row("machine CPUs busy at c=64", func(s *PathSummary) float64 { return s.MachineCPU }, "%.2f", nil)
 		row("of which other work (other processes, steal)", func(s *PathSummary) float64 { return s.OtherCPU }, "%.2f", nil)

@@ -246,6 +246,9 @@ func TestOverheadTiny(t *testing.T) {
 			if s == nil || s.Throughput <= 0 || s.LatencyP50 <= 0 || s.Errors != 0 {
 				t.Fatalf("%s %s: %+v\n%s", c.Name, p, s, log.String())
 			}
+			if p != PathDirect && s.GatewaySwitches <= 0 {
+				t.Fatalf("%s %s: %v context switches per request", c.Name, p, s.GatewaySwitches)
+			}
 			if streams := c.Streams && p != PathNull; streams != (s.TTFB > 0) {
 				t.Fatalf("%s %s: streams %v, ttfb %v", c.Name, p, streams, s.TTFB)
 			}
@@ -483,5 +486,23 @@ func TestABMedians(t *testing.T) {
 	even := append(odd, [2]ABRun{r(40, 80, 0), r(40, 30, 0)})
 	if m := abMedians(even); m[0].RPS != 25 || m[0].GatewayCPU != 65 || m[1].RPS != 25 || m[1].GatewayCPU != 45 {
 		t.Fatalf("even rounds: %+v", m)
+	}
+}
+
+// TestProcSwitches: the context switches of a process grow as its threads sleep and wake.
+func TestProcSwitches(t *testing.T) {
+	n0, ok := procSwitches(os.Getpid())
+	if !ok {
+		t.Skip("no /proc")
+	}
+	for i := 0; i < 5; i++ {
+		time.Sleep(2 * time.Millisecond)
+	}
+	n1, ok := procSwitches(os.Getpid())
+	if !ok || n1 < n0+5 {
+		t.Fatalf("switches %d -> %d (%v) across 5 sleeps", n0, n1, ok)
+	}
+	if _, ok := procSwitches(0); ok {
+		t.Fatal("pid 0 measured")
 	}
 }
