@@ -87,8 +87,8 @@ bench:
 bench-routing:
 	$(GO) run ./bench/cmd/routing -out bench/results
 
-# Gateway overhead against direct, HAProxy and a null fasthttp proxy (bench/cmd/refproxy), small-body and
-# cache_aware 8 KiB cases (bench/results/overhead.md, ~5.5 min).
+# Gateway overhead against direct, HAProxy and two null proxies (bench/cmd/refproxy), small-body and
+# cache_aware 8 KiB cases (bench/results/overhead.md, ~6.5 min).
 bench-overhead:
 	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then \
 		echo "bench-overhead: installing haproxy with apt"; \

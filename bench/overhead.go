@@ -29,12 +29,20 @@ const (
 	PathDirect  = "direct"
 	PathRolter  = "rolter"
 	PathHAProxy = "haproxy"
-	// PathNull is `refproxy -mode fasthttp` (OverheadOptions.RefProxy): fasthttp's server configured as
-	// Rolter's and a pooled upstream connection, nothing of a gateway. It shows what the server Rolter is
-	// built on reaches on the machine before any feature; measured for latency and throughput only (it frames
-	// answers by Content-Length, so no streams), no goals.
-	PathNull = "null-fasthttp"
+	// The yardsticks, bench/cmd/refproxy (OverheadOptions.RefProxy), nothing of a gateway: PathNullFastHTTP
+	// is `-mode fasthttp`, fasthttp's server configured as Rolter's and a pooled upstream connection - what
+	// the server Rolter is built on reaches before any feature; PathNullNet is `-mode goroutine`, a goroutine
+	// per client connection on Go's net package, relaying to an upstream connection of its own - what Go's
+	// own serving model reaches. Measured for latency and throughput only (they frame answers by
+	// Content-Length, so no streams), judged by no goal.
+	PathNullFastHTTP = "null-fasthttp"
+	PathNullNet      = "null-net"
 )
+
+// yardsticks are the refproxy paths and their -mode.
+var yardsticks = []struct{ path, mode string }{{PathNullFastHTTP, "fasthttp"}, {PathNullNet, "goroutine"}}
+
+func isYardstick(path string) bool { return path == PathNullFastHTTP || path == PathNullNet }
 
 // Cases of the overhead report (OverheadCase.Name): each is measured on every path, with its own Rolter
 // and HAProxy processes in front of the one fake upstream.
@@ -53,7 +61,7 @@ type OverheadOptions struct {
 	// Rolter is the gateway binary (bin/rolter); Upstream the fake upstream binary
 	// (go build ./bench/cmd/fakeupstream); HAProxy the haproxy binary (default: looked up in PATH,
 	// then /usr/sbin/haproxy). Without HAProxy the report still measures direct and Rolter. RefProxy, when
-	// set, is bench/cmd/refproxy's binary, run as the PathNull yardstick.
+	// set, is bench/cmd/refproxy's binary, run as the yardsticks (PathNullFastHTTP, PathNullNet).
 	Rolter, Upstream, HAProxy, RefProxy string
 	// Strategy of the small-body case's route (round_robin).
 	Strategy string
@@ -562,7 +570,7 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error
 			x.GatewaySwitches = t.gatewaySwitches
 		}
 		for _, u := range order {
-			if !u.c.Streams || u.path == PathNull {
+			if !u.c.Streams || isYardstick(u.path) {
 				continue
 			}
 			x := res[u.c.Name][u.path]
@@ -750,7 +758,9 @@ func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
 		rep.Versions["rolter"] = string(bytes.TrimSpace(out))
 	}
 	if o.RefProxy != "" {
-		rep.Paths = append(rep.Paths, PathNull)
+		for _, y := range yardsticks {
+			rep.Paths = append(rep.Paths, y.path)
+		}
 	}
 	for _, c := range rep.Cases {
 		r.addrs[unit{c, PathDirect}.key()] = upstream
@@ -778,20 +788,24 @@ func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
 			return fmt.Errorf("rolter (%s) did not come up: %w", c.Name, err)
 		}
 
-		if o.RefProxy != "" {
-			u = unit{c, PathNull}
+		for _, y := range yardsticks {
+			if o.RefProxy == "" {
+				break
+			}
+			u = unit{c, y.path}
 			if port, err = freePort(); err != nil {
 				return err
 			}
 			r.addrs[u.key()] = fmt.Sprintf("127.0.0.1:%d", port)
-			np, _, err := startProc("refproxy ("+c.Name+")", o.RefProxy, []string{"-mode", "fasthttp", "-listen", r.addrs[u.key()], "-upstream", upstream}, "", 0)
+			name := "refproxy -mode " + y.mode + " (" + c.Name + ")"
+			np, _, err := startProc(name, o.RefProxy, []string{"-mode", y.mode, "-listen", r.addrs[u.key()], "-upstream", upstream}, "", 0)
 			if err != nil {
 				return err
 			}
 			r.procs[u.gateway()] = np
-			// Its GET /healthz is the upstream's, proxied.
+			// Its GET /healthz is the upstream's, relayed.
 			if err := waitHTTP(ctx, "http://"+r.addrs[u.key()]+"/healthz", 15*time.Second, np); err != nil {
-				return fmt.Errorf("refproxy (%s) did not come up: %w", c.Name, err)
+				return fmt.Errorf("%s did not come up: %w", name, err)
 			}
 		}
 

@@ -27,11 +27,13 @@ func (rep *OverheadReport) Markdown() string {
 	b.WriteString("- Paths: **direct** to the upstream; **rolter** = `bin/rolter serve` in its own process, default config but for\n")
 	b.WriteString("  the case's route; **haproxy** = Debian's HAProxy in its own process (`-db`, private config and pidfile, `mode http`,\n")
 	b.WriteString("  `http-reuse always`, default threads), a null proxy. All on 127.0.0.1. Each case has its own Rolter and HAProxy.\n")
-	if slices.Contains(rep.Paths, PathNull) {
-		b.WriteString("  A yardstick, **null-fasthttp** = `bench/cmd/refproxy -mode fasthttp`: fasthttp's server configured as Rolter's\n")
-		b.WriteString("  (`ReduceMemoryUsage`), each request written as parsed to a pooled upstream connection and the answer's body set as\n")
-		b.WriteString("  the response - the server Rolter is built on, with nothing of a gateway. No streams (it frames answers by\n")
-		b.WriteString("  Content-Length only), no goals: it shows what fasthttp itself reaches against HAProxy on this machine.\n")
+	if slices.Contains(rep.Paths, PathNullFastHTTP) {
+		b.WriteString("  Two yardsticks with nothing of a gateway, `bench/cmd/refproxy`: **null-fasthttp** (`-mode fasthttp`), fasthttp's\n")
+		b.WriteString("  server configured as Rolter's (`ReduceMemoryUsage`), each request written as parsed to a pooled upstream\n")
+		b.WriteString("  connection and the answer's body set as the response - the server Rolter is built on; **null-net** (`-mode\n")
+		b.WriteString("  goroutine`), a goroutine per client connection on Go's net package relaying whole messages to an upstream\n")
+		b.WriteString("  connection of its own - Go's own serving model. No streams (they frame answers by Content-Length only), no\n")
+		b.WriteString("  goals: they show what each reaches against HAProxy on this machine.\n")
 	}
 	b.WriteString("- Cases:\n")
 	for _, c := range rep.Cases {
@@ -123,14 +125,19 @@ func bodyShare(c *OverheadCase) string {
 // caseMarkdown renders one case's results, rounds and routing memory.
 func (rep *OverheadReport) caseMarkdown(b *strings.Builder, c *OverheadCase) {
 	o := rep.Options
-	d, ro, hp, nu := c.Summary[PathDirect], c.Summary[PathRolter], c.Summary[PathHAProxy], c.Summary[PathNull]
-	fmt.Fprintf(b, "\n## Results: %s (medians over rounds; µs unless noted)\n\n", c.Label())
-	if nu != nil {
-		b.WriteString("| metric | direct | rolter | haproxy | null-fasthttp | rolter ÷ haproxy | null-fasthttp ÷ haproxy |\n|---|---:|---:|---:|---:|---:|---:|\n")
-	} else {
-		b.WriteString("| metric | direct | rolter | haproxy | rolter ÷ haproxy |\n|---|---:|---:|---:|---:|\n")
+	d, ro, hp := c.Summary[PathDirect], c.Summary[PathRolter], c.Summary[PathHAProxy]
+	var ys []*PathSummary // the yardsticks measured, in yardsticks' order
+	head, ratios := "| metric | direct | rolter | haproxy |", " rolter ÷ haproxy |"
+	for _, y := range yardsticks {
+		if s := c.Summary[y.path]; s != nil {
+			ys = append(ys, s)
+			head += " " + y.path + " |"
+			ratios += " " + y.path + " ÷ haproxy |"
+		}
 	}
-	streamRows := false // the rows below measure streams, which the yardstick has none of
+	fmt.Fprintf(b, "\n## Results: %s (medians over rounds; µs unless noted)\n\n", c.Label())
+	b.WriteString(head + ratios + "\n|---|" + strings.Repeat("---:|", 2*len(ys)+4) + "\n")
+	streamRows := false // the rows below measure streams, which the yardsticks have none of
 	row := func(name string, f func(*PathSummary) float64, format string, ratioOf func(*PathSummary) float64) {
 		cell := func(s *PathSummary) string {
 			if s == nil {
@@ -144,15 +151,16 @@ func (rep *OverheadReport) caseMarkdown(b *strings.Builder, c *OverheadCase) {
 			}
 			return "-"
 		}
-		if nu == nil {
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", name, cell(d), cell(ro), cell(hp), ratio(ro))
-			return
+		line := fmt.Sprintf("| %s | %s | %s | %s |", name, cell(d), cell(ro), cell(hp))
+		tail := fmt.Sprintf(" %s |", ratio(ro))
+		for _, y := range ys {
+			if streamRows {
+				line, tail = line+" - |", tail+" - |"
+				continue
+			}
+			line, tail = line+" "+cell(y)+" |", tail+" "+ratio(y)+" |"
 		}
-		nc, nr := cell(nu), ratio(nu)
-		if streamRows {
-			nc, nr = "-", "-"
-		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", name, cell(d), cell(ro), cell(hp), nc, ratio(ro), nr)
+		b.WriteString(line + tail + "\n")
 	}
 	row("c=1 latency p50", func(s *PathSummary) float64 { return s.LatencyP50 }, "%.0f", nil)
 	row("c=1 latency p99", func(s *PathSummary) float64 { return s.LatencyP99 }, "%.0f", nil)
@@ -204,7 +212,7 @@ func (rep *OverheadReport) caseMarkdown(b *strings.Builder, c *OverheadCase) {
 			fmt.Fprintf(b, "| %d | %s | %.0f | %.0f | %.0f | %.1f | %.2f | %.2f |", i+1, p, x.LatencyP50, x.LatencyP99, x.Throughput, x.GatewayCPU,
 				x.ClientCPU, x.OtherCPU)
 			switch {
-			case c.Streams && p == PathNull:
+			case c.Streams && isYardstick(p):
 				b.WriteString(" - |")
 			case c.Streams:
 				fmt.Fprintf(b, " %.0f |", x.TTFB)

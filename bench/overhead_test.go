@@ -249,12 +249,12 @@ func TestOverheadTiny(t *testing.T) {
 			if p != PathDirect && s.GatewaySwitches <= 0 {
 				t.Fatalf("%s %s: %v context switches per request", c.Name, p, s.GatewaySwitches)
 			}
-			if streams := c.Streams && p != PathNull; streams != (s.TTFB > 0) {
+			if streams := c.Streams && !isYardstick(p); streams != (s.TTFB > 0) {
 				t.Fatalf("%s %s: streams %v, ttfb %v", c.Name, p, streams, s.TTFB)
 			}
 		}
-		// A sustained run for each gateway: Rolter, and HAProxy where installed; not the yardstick.
-		if want := len(rep.Paths) - 2; len(c.RSS) != want {
+		// A sustained run for each gateway: Rolter, and HAProxy where installed; not the yardsticks.
+		if want := len(rep.Paths) - 1 - len(yardsticks); len(c.RSS) != want {
 			t.Fatalf("%s: %d sustained runs, want %d", c.Name, len(c.RSS), want)
 		}
 	}
@@ -292,10 +292,11 @@ func TestOverheadTiny(t *testing.T) {
 		t.Fatalf("%d goals of the cache_aware case: %+v", goals, rep.Goals)
 	}
 	md := rep.Markdown()
-	if !slices.Contains(rep.Paths, PathNull) {
-		t.Fatalf("paths %v lack the yardstick", rep.Paths)
+	if !slices.Contains(rep.Paths, PathNullFastHTTP) || !slices.Contains(rep.Paths, PathNullNet) {
+		t.Fatalf("paths %v lack the yardsticks", rep.Paths)
 	}
-	for _, s := range []string{"## Results: " + cache.Label(), "## Results: " + rep.Case(CaseSmall).Label(), "Evictions during the rounds", "| null-fasthttp |"} {
+	for _, s := range []string{"## Results: " + cache.Label(), "## Results: " + rep.Case(CaseSmall).Label(), "Evictions during the rounds",
+		"| null-fasthttp |", "| null-net |", "null-net ÷ haproxy"} {
 		if !strings.Contains(md, s) {
 			t.Fatalf("markdown lacks %q:\n%s", s, md)
 		}

@@ -26,7 +26,7 @@ func main() {
 	flag.StringVar(&o.Rolter, "rolter", "bin/rolter", "the rolter binary")
 	flag.StringVar(&o.Upstream, "upstream", "bin/fakeupstream", "the fake upstream binary (go build ./bench/cmd/fakeupstream)")
 	flag.StringVar(&o.HAProxy, "haproxy", "", "the haproxy binary (default: PATH, then /usr/sbin/haproxy)")
-	flag.StringVar(&o.RefProxy, "refproxy", "", "bench/cmd/refproxy's binary: measured as the null-fasthttp yardstick (none if empty)")
+	flag.StringVar(&o.RefProxy, "refproxy", "", "bench/cmd/refproxy's binary: measured as the null-fasthttp and null-net yardsticks (none if empty)")
 	flag.StringVar(&o.Strategy, "strategy", o.Strategy, "strategy of Rolter's route in the small-body case")
 	flag.IntVar(&o.CacheTargets, "cache-targets", o.CacheTargets, "targets of the cache_aware case's route (HAProxy: servers)")
 	flag.IntVar(&o.PromptBytes, "prompt-bytes", o.PromptBytes, "user message size of the cache_aware case, unique per request")

@@ -1,13 +1,13 @@
-// Command refproxy is a yardstick for the instruction count (bench/README.md): the least an HTTP/1.1
-// keep-alive proxy written in Go does per request, with nothing of a gateway - no routing, no JSON, no
-// timeouts, no metrics, no hardening. It frames messages by Content-Length only (the fake upstream's
-// answers), and is not for any other use.
+// Command refproxy is a yardstick for the instruction count and the overhead report (bench/README.md): the
+// least an HTTP/1.1 keep-alive proxy written in Go does per request, with nothing of a gateway - no
+// routing, no JSON, no timeouts, no metrics, no hardening. It frames messages by Content-Length only (the
+// fake upstream's answers), and is not for any other use.
 //
-//	-mode goroutine: a goroutine per client connection on Go's net package, one upstream connection each;
+//	-mode goroutine: a goroutine per client connection on Go's net package, one upstream connection each
+//	 (the overhead report's null-net);
 //	-mode fasthttp: fasthttp's server (ReduceMemoryUsage, as `rolter serve` sets it), the request written
 //	 to a pooled upstream connection as fasthttp parsed it (sent again once, on a new connection, when a
-//	 pooled one turns out closed), the answer's body set as the response body. The overhead report runs
-//	 it as its null-fasthttp yardstick.
+//	 pooled one turns out closed), the answer's body set as the response body (null-fasthttp).
 //
 //	go run ./bench/cmd/refproxy -mode fasthttp -listen 127.0.0.1:8080 -upstream 127.0.0.1:9000
 package main
