@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,7 +43,9 @@ const (
 // yardsticks are the refproxy paths and their -mode.
 var yardsticks = []struct{ path, mode string }{{PathNullFastHTTP, "fasthttp"}, {PathNullNet, "goroutine"}}
 
-func isYardstick(path string) bool { return path == PathNullFastHTTP || path == PathNullNet }
+func isYardstick(path string) bool {
+	return slices.ContainsFunc(yardsticks, func(y struct{ path, mode string }) bool { return y.path == path })
+}
 
 // Cases of the overhead report (OverheadCase.Name): each is measured on every path, with its own Rolter
 // and HAProxy processes in front of the one fake upstream.
@@ -1102,10 +1105,8 @@ func procSwitches(pid int) (int64, bool) {
 			continue // the thread exited meanwhile
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
-				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += k
-			} else if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+			// voluntary_ctxt_switches and nonvoluntary_ctxt_switches
+			if _, v, ok := strings.Cut(line, "ctxt_switches:"); ok {
 				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 				n += k
 			}

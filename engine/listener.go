@@ -357,13 +357,8 @@ func (l *connLimiter) wakeLocked() {
 // connState is fasthttp's Server.ConnState hook. StateNew needs nothing (the listener registered the
 // connection as fresh) and neither does StateClosed (clientConn.Close released it).
 func (l *connLimiter) connState(nc net.Conn, st fasthttp.ConnState) {
-	var c *clientConn
-	switch x := nc.(type) {
-	case *clientConn:
-		c = x
-	case *clientTLSConn:
-		c = x.clientConn
-	default:
+	c := asClientConn(nc)
+	if c == nil {
 		return // served with ServeConn, not through the listener
 	}
 	switch st {
@@ -607,12 +602,21 @@ func (c *clientConn) Close() error {
 // request was read (a 413 over max_body_bytes, a 431 over max_header_bytes, a timeout, a refused header).
 func closeAfter(ctx *fasthttp.RequestCtx) {
 	ctx.SetConnectionClose()
-	switch c := ctx.Conn().(type) {
-	case *clientConn:
-		c.lingerWanted.Store(true)
-	case *clientTLSConn:
+	if c := asClientConn(ctx.Conn()); c != nil {
 		c.lingerWanted.Store(true)
 	}
+}
+
+// asClientConn returns the clientConn fasthttp serves as nc (plain or under TLS), or nil for a connection
+// that did not come through the listener.
+func asClientConn(nc net.Conn) *clientConn {
+	switch x := nc.(type) {
+	case *clientConn:
+		return x
+	case *clientTLSConn:
+		return x.clientConn
+	}
+	return nil
 }
 
 // Lingering close. The server closes a connection while serving a request when it answers before having

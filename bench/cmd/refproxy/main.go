@@ -189,7 +189,7 @@ func fasthttpHandler(upstream string) fasthttp.RequestHandler {
 			}
 			if k <= 0 {
 				u.c.Close()
-				if pooled && try == 0 && len(u.acc) == 0 {
+				if pooled && len(u.acc) == 0 { // only the first try takes a pooled connection
 					continue
 				}
 				ctx.Error("upstream failed", fasthttp.StatusBadGateway)
