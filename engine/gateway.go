@@ -33,6 +33,9 @@ type Options struct {
 	// Linger is how long a client connection the server closes mid-request waits for each further byte
 	// from the client before it is closed (lingering close; default 2 s, and five times that in all).
 	Linger time.Duration
+	// ParkAfter is how long a keep-alive client connection waits for its next request before fasthttp lets
+	// go of it and its buffers (parking; default 1 s).
+	ParkAfter time.Duration
 }
 
 // Gateway is the data plane: a fasthttp server that routes OpenAI-compatible requests to upstream targets.
@@ -102,6 +105,9 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if opts.Linger > 0 {
 		g.clients.linger = opts.Linger
 	}
+	if opts.ParkAfter > 0 {
+		g.clients.parkAfter = opts.ParkAfter
+	}
 	g.conns = g.clients.budget // upstream sockets come out of the same budget as client connections
 	g.series = map[string]*series{}
 	g.reloadMu.Lock()
@@ -150,9 +156,10 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		Logger:             fasthttpLogger{g.log},
 		// Bodies are read by the handler as they arrive (readBody), never reserved at their announced size.
 		StreamRequestBody: true,
-		// Connections waiting between requests hold no buffers, so idle connections cost a socket, not
-		// max_header_bytes each. It also flushes every response before the next request is read, which the
-		// client watch relies on (it may write an interim response).
+		// A connection's first request is waited for holding no buffer (with streamed bodies, later ones are
+		// not: connections idle for a while are parked for that, listener.go). It also flushes every
+		// response before the next request is read, which the client watch relies on (it may write an
+		// interim response).
 		ReduceMemoryUsage: true,
 		// Only JSON bodies are served: never spool a multipart body to temporary files.
 		DisablePreParseMultipartForm: true,
@@ -162,6 +169,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		// Tracks fresh, active and idle client connections: idle ones are reclaimed at max_conns.
 		ConnState: g.clients.connState,
 	}
+	g.clients.serve = g.server.ServeConn
 	g.wg.Add(1)
 	go g.janitor()
 	return g, nil
@@ -207,7 +215,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	for _, ln := range lns {
 		_ = ln.Close()
 	}
+	// Parked connections are idle ones fasthttp no longer tracks: closed here as it closes the others.
+	g.clients.closeParked()
 	err := g.server.ShutdownWithContext(ctx)
+	waitGroup(ctx, &g.clients.parkers)
 	close(g.stop)
 	g.wg.Wait()
 	g.retiring.Wait()
@@ -344,13 +355,14 @@ func restartOnly(cur, next *ServerConfig) error {
 func (g *Gateway) janitor() {
 	defer g.wg.Done()
 	defer logPanic(g.log, "janitor")
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(min(time.Second, g.clients.parkAfter))
 	defer t.Stop()
 	for {
 		select {
 		case <-g.stop:
 			return
-		case <-t.C:
+		case now := <-t.C:
+			g.clients.parkIdle(now)
 			for _, p := range g.snap.Load().Providers {
 				p.up.closeIdle(false)
 			}
@@ -589,4 +601,17 @@ type fasthttpLogger struct{ log *slog.Logger }
 
 func (l fasthttpLogger) Printf(format string, args ...any) {
 	l.log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+}
+
+// waitGroup waits for wg, or until ctx is done.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }

@@ -46,6 +46,9 @@ const (
 	// budgetPoll is how often a listener waiting on the socket budget (not on max_conns) looks again: upstream
 	// connections give their units back without telling the listener.
 	budgetPoll = 100 * time.Millisecond
+	// parkAfter is how long a keep-alive connection waits for its next request before it is parked
+	// (parkIdle); Options.ParkAfter changes it for tests.
+	parkAfter = time.Second
 )
 
 // Indexes into telemetry.ClientRejectReasons.
@@ -110,7 +113,7 @@ func raiseOpenFileLimit() openFileLimit {
 //
 //   - fresh: accepted, no request byte yet;
 //   - active: a request is being read or served;
-//   - idle: a keep-alive connection between requests;
+//   - idle: a keep-alive connection between requests, parked or not (see Parking);
 //   - hijacked: handed to a hijack handler, never reclaimed.
 //
 // At the cap (max_conns, or no budget unit left) the listener has accepted one more connection and first
@@ -140,17 +143,25 @@ type connLimiter struct {
 	perIP  int           // per client address; 0: off
 	grace  time.Duration // freshGrace; tests shorten it
 	linger time.Duration // lingerGap (Options.Linger)
+	// serve serves a connection again once its next request arrives after it was parked (the server's
+	// ServeConn); nil: connections are never parked.
+	serve     func(net.Conn) error
+	parkAfter time.Duration
+	parkers   sync.WaitGroup // park goroutines
 
 	// Counts for tests and logs; the metrics are in global.
 	reclaimed     atomic.Int64
 	perIPRejected atomic.Int64
 	acceptErrors  atomic.Int64
 	waits         atomic.Int64 // times admit slept at the cap
+	parks         atomic.Int64 // times a connection was parked
 
 	mu        sync.Mutex
 	open      int      // admitted and not yet released
 	idle      connList // keep-alive connections between requests, longest idle first
 	fresh     connList // connections with no request byte yet, in accept order
+	parked    connList // idle connections fasthttp let go of (parkIdle), parked longest first
+	closing   bool     // shutdown: parked connections are closed, not served again
 	byIP      map[netip.Addr]int
 	wake      chan struct{} // closed when a connection closes or goes idle; nil while nobody waits
 	lastFull  time.Time     // last "at the cap" warning
@@ -172,13 +183,14 @@ func newConnLimiter(s *ServerConfig, log *slog.Logger, global *telemetry.Global)
 			"max_conns", clients, "socket_budget", budget)
 	}
 	return &connLimiter{
-		log:    log,
-		global: global,
-		budget: &connBudget{limit: budget},
-		max:    clients,
-		perIP:  s.MaxConnsPerIP,
-		grace:  freshGrace,
-		linger: lingerGap,
+		log:       log,
+		global:    global,
+		budget:    &connBudget{limit: budget},
+		max:       clients,
+		perIP:     s.MaxConnsPerIP,
+		grace:     freshGrace,
+		linger:    lingerGap,
+		parkAfter: parkAfter,
 	}
 }
 
@@ -267,13 +279,16 @@ func sleep(wake <-chan struct{}, d time.Duration, done <-chan struct{}) bool {
 	return true
 }
 
-// victimLocked returns the connection idle longest: the oldest idle one, or the oldest fresh one if it has
-// been quiet for the grace period and longer. The fresh list is in accept order, which is the order the
+// victimLocked returns the connection idle longest: the oldest idle or parked one, or the oldest fresh one if
+// it has been quiet for the grace period and longer. The fresh list is in accept order, which is the order the
 // handshakes completed in (the accept queue is FIFO), so its head is the oldest.
 func (l *connLimiter) victimLocked(now time.Time) *clientConn {
 	var v *clientConn
 	longest := time.Duration(-1)
 	if c := l.idle.head; c != nil {
+		v, longest = c, now.Sub(c.since)
+	}
+	if c := l.parked.head; c != nil && now.Sub(c.since) > longest {
 		v, longest = c, now.Sub(c.since)
 	}
 	if c := l.fresh.head; c != nil {
@@ -298,9 +313,11 @@ func (l *connLimiter) reclaim(v *clientConn) bool {
 		return false
 	}
 	v.state.Store(connClosed)
+	// Released before the close, which wakes the connection's goroutine: it would release it first.
+	released := v.release()
 	// The socket, not a TLS layer: closing the TLS layer writes an alert, which could block.
 	_ = v.raw.Close()
-	if !v.release() {
+	if !released {
 		return false // closed by its own goroutine meanwhile
 	}
 	l.reclaimed.Add(1)
@@ -427,6 +444,18 @@ type clientConn struct {
 	// rd and wd arm the socket's deadlines coarsely (coarseDeadline): fasthttp asks for a read deadline
 	// twice per request.
 	rd, wd coarseDeadline
+
+	// Parking (parkIdle). idleRead is set while the reader waits in the socket for the next request;
+	// parkWanted once parkIdle has woken that wait, with idleDeadline (Unix ns, under mu) the read deadline
+	// armed before; parkNow once Read has answered the woken wait with the end of the connection, which the
+	// Close that follows turns into a park. inPark: a park goroutine owns the connection; reparked: the
+	// connection it served was parked again rather than closed.
+	idleRead     atomic.Bool
+	parkWanted   atomic.Bool
+	parkNow      atomic.Bool
+	inPark       atomic.Bool
+	reparked     atomic.Bool
+	idleDeadline int64
 }
 
 func newClientConn(nc net.Conn, l *connLimiter, ip netip.Addr, now time.Time) *clientConn {
@@ -463,14 +492,21 @@ func (c *clientConn) netConn() net.Conn {
 // Read marks the connection active when a request's first bytes arrive. If the listener reclaimed it in
 // between, the bytes are dropped and the connection reads as closed, as if the close had come first.
 //
-// Between requests fasthttp (with ReduceMemoryUsage, so that idle connections hold no buffer) waits for the
-// next request by reading one byte, then reads the rest into a buffer it takes only then: two reads of a
+// fasthttp (with ReduceMemoryUsage) waits for a connection's first request - and, on a parked connection,
+// for the next - by reading one byte, then reads the rest into a buffer it takes only then: two reads of a
 // request that is usually whole in the socket. A small read on a plain socket therefore reads ahead: into
-// a pooled buffer, taken only for the system call, so an idle connection still holds none; the bytes past
+// a pooled buffer, taken only for the system call, so a waiting connection still holds none; the bytes past
 // what was asked for are handed out by the reads that follow, which then make no system call.
+//
+// A read that waits for the next request on an idle connection can be woken by parkIdle: it then reads as
+// the end of the connection, so that fasthttp lets go of the connection and its buffers.
 func (c *clientConn) Read(b []byte) (int, error) {
 	if c.ahead != nil {
 		return c.readBuffered(b), nil
+	}
+	idle := c.state.Load() == connIdle
+	if idle {
+		c.idleRead.Store(true)
 	}
 	var n int
 	var err error
@@ -478,6 +514,13 @@ func (c *clientConn) Read(b []byte) (int, error) {
 		n, err = c.readAheadInto(b)
 	} else {
 		n, err = c.Conn.Read(b)
+	}
+	if idle {
+		c.idleRead.Store(false)
+		if n == 0 && c.parkWanted.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+			c.parkNow.Store(true)
+			return 0, io.EOF
+		}
 	}
 	if n > 0 {
 		if s := c.state.Load(); s != connActive && s != connHijacked && !c.activate() {
@@ -568,6 +611,10 @@ func (c *clientConn) activate() bool {
 		return true
 	}
 	c.mu.Lock()
+	if c.parkWanted.Swap(false) {
+		// The request came as parkIdle woke the wait for it: put back the deadline it moved.
+		c.restoreReadDeadline()
+	}
 	l := c.l
 	l.mu.Lock()
 	switch c.state.Load() {
@@ -586,7 +633,22 @@ func (c *clientConn) activate() bool {
 // Close closes the connection and returns its place, per-address count and budget unit, once. The server
 // closing a connection in the middle of a request - it answered before having read all of it (closeAfter),
 // or request bytes wait unread - lingers (linger) rather than closing at once.
+//
+// The Close that follows a read woken by parkIdle parks the connection instead (park).
 func (c *clientConn) Close() error {
+	if c.parkNow.CompareAndSwap(true, false) {
+		if c.inPark.Load() {
+			c.l.parks.Add(1)
+			c.reparked.Store(true) // its park goroutine waits for the next request again
+			return nil
+		}
+		if c.l.addParker() {
+			c.inPark.Store(true)
+			go c.park()
+			return nil
+		}
+		// Shutting down: close.
+	}
 	if c.state.Load() == connActive && c.lingering.CompareAndSwap(false, true) && (c.lingerWanted.Load() || c.pending()) {
 		if tc, ok := c.raw.(*net.TCPConn); ok {
 			go c.linger(tc)
@@ -617,6 +679,150 @@ func asClientConn(nc net.Conn) *clientConn {
 		return x.clientConn
 	}
 	return nil
+}
+
+// Parking. fasthttp keeps a connection's read buffer (max_header_bytes, 64 KiB by default) from one
+// request to the next when it streams request bodies, as the gateway has it do: ReduceMemoryUsage gives the
+// buffer back between requests only for bodies read whole. A keep-alive connection would hold it all the
+// time it idles, so that clients' idle pools, or a client opening max_conns connections and sending one
+// small request on each, would hold max_conns times that. So a connection idle for parkAfter is parked:
+// parkIdle wakes the read that waits for its next request (a deadline in the past), the read answers as
+// the end of the connection, and fasthttp ends serving it and gives back its buffers and request context;
+// the Close that follows does not close it but starts park, a goroutine that waits for the next request
+// holding no buffer - the goroutine is what an idle connection cost already - and hands the connection to
+// the server's ServeConn again when it comes. A parked connection keeps its place, stays idle for max_conns
+// (reclaimed like any idle one), and is closed at the idle timeout, and at shutdown.
+
+// parkIdle parks the connections idle for parkAfter or longer. The gateway's janitor calls it.
+func (l *connLimiter) parkIdle(now time.Time) {
+	if l.serve == nil {
+		return
+	}
+	cut := now.Add(-l.parkAfter)
+	var batch []*clientConn
+	l.mu.Lock()
+	for c := l.idle.head; c != nil && !c.since.After(cut); c = c.next {
+		batch = append(batch, c)
+	}
+	l.mu.Unlock()
+	for _, c := range batch {
+		c.wakeToPark()
+	}
+}
+
+// wakeToPark wakes c's reader if it waits in the socket for the next request; Read then ends it (see
+// Parking). A reader not waiting there is left alone: it is about to, and parkIdle comes again.
+func (c *clientConn) wakeToPark() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rc == nil || c.state.Load() != connIdle || !c.idleRead.Load() || c.parkWanted.Load() {
+		return
+	}
+	c.idleDeadline = c.rd.armed.Load()
+	c.parkWanted.Store(true)
+	c.forceReadDeadline(time.Unix(1, 0))
+}
+
+// restoreReadDeadline arms again the read deadline wakeToPark replaced. Under c.mu.
+func (c *clientConn) restoreReadDeadline() {
+	var t time.Time
+	if c.idleDeadline != 0 {
+		t = time.Unix(0, c.idleDeadline)
+	}
+	c.forceReadDeadline(t)
+}
+
+// forceReadDeadline arms t whatever the read deadline is recorded as (coarseDeadline).
+func (c *clientConn) forceReadDeadline(t time.Time) {
+	_ = c.Conn.SetReadDeadline(t)
+	c.rd.forget(t)
+}
+
+// addParker counts a park goroutine about to start; false once shutdown began.
+func (l *connLimiter) addParker() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closing {
+		return false
+	}
+	l.parkers.Add(1)
+	l.parks.Add(1)
+	return true
+}
+
+// park owns a connection fasthttp let go of between requests: it waits for the next request and serves the
+// connection again, until the connection closes.
+func (c *clientConn) park() {
+	defer c.l.parkers.Done()
+	for c.awaitRequest() {
+		c.reparked.Store(false)
+		_ = c.l.serve(c.netConn())
+		if !c.reparked.Load() {
+			return // served to its end: ServeConn closed it
+		}
+	}
+	_ = c.Conn.Close()
+	c.release()
+}
+
+// awaitRequest waits, holding no buffer, until the next request's first bytes can be read. It reports false
+// if the connection is to be closed instead: the client closed it, the idle timeout passed, it was
+// reclaimed, or the gateway is shutting down.
+func (c *clientConn) awaitRequest() bool {
+	l := c.l
+	c.mu.Lock()
+	l.mu.Lock()
+	if l.closing || c.state.Load() == connClosed {
+		l.mu.Unlock()
+		c.mu.Unlock()
+		return false
+	}
+	if c.state.Load() == connIdle {
+		l.unlinkLocked(c)
+		l.parked.pushBack(c)
+	}
+	l.mu.Unlock()
+	if c.parkWanted.Swap(false) {
+		c.restoreReadDeadline()
+	}
+	c.mu.Unlock()
+	if c.ahead == nil {
+		arrived := false
+		err := c.rc.Read(func(fd uintptr) bool {
+			var b [1]byte
+			for {
+				n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+				switch err {
+				case syscall.EINTR:
+					continue
+				case syscall.EAGAIN:
+					return false // wait until readable, then call again
+				}
+				arrived = err == nil && n > 0
+				return true
+			}
+		})
+		if err != nil || !arrived {
+			return false
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.closing
+}
+
+// closeParked begins shutdown for parked connections: each is closed, and none is parked or served again.
+func (l *connLimiter) closeParked() {
+	l.mu.Lock()
+	l.closing = true
+	var cs []*clientConn
+	for c := l.parked.head; c != nil; c = c.next {
+		cs = append(cs, c)
+	}
+	l.mu.Unlock()
+	for _, c := range cs {
+		_ = c.raw.Close() // wakes its park goroutine, which releases it
+	}
 }
 
 // Lingering close. The server closes a connection while serving a request when it answers before having
