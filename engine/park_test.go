@@ -184,3 +184,58 @@ func TestParkTLS(t *testing.T) {
 		t.Fatalf("%d parks, want 3", got)
 	}
 }
+
+// TestParkRaces: clients whose requests come around the park delay - some just before the janitor wakes
+// their connection, some just after, some two pipelined at once - are all answered, in order, on their own
+// connection.
+func TestParkRaces(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGatewayWith(t, gatewayConfig("round_robin", "", up.URL), Options{ParkAfter: 5 * time.Millisecond})
+	req := chatRequest()
+	const clients = 32
+	deadline := time.Now().Add(2 * time.Second)
+	errs := make(chan error, clients)
+	for i := 0; i < clients; i++ {
+		go func(i int) {
+			c, err := net.Dial("tcp", gw.addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			for j := 0; time.Now().Before(deadline); j++ {
+				time.Sleep(time.Duration((i*7+j*13)%12) * time.Millisecond)
+				n := 1 + (i+j)%3/2 // every third exchange pipelines two requests
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := io.WriteString(c, strings.Repeat(req, n)); err != nil {
+					errs <- fmt.Errorf("client %d exchange %d: write: %w", i, j, err)
+					return
+				}
+				for k := 0; k < n; k++ {
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						errs <- fmt.Errorf("client %d exchange %d answer %d: %w", i, j, k, err)
+						return
+					}
+					b, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), "chat.completion") {
+						errs <- fmt.Errorf("client %d exchange %d answer %d: %d %q %v", i, j, k, resp.StatusCode, b, err)
+						return
+					}
+				}
+			}
+			errs <- nil
+		}(i)
+	}
+	for i := 0; i < clients; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gw.g.clients.parks.Load() == 0 {
+		t.Fatal("no connection was parked")
+	}
+	t.Logf("%d parks", gw.g.clients.parks.Load())
+}
