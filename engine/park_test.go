@@ -69,7 +69,7 @@ func TestIdleConnsPark(t *testing.T) {
 
 	const n = 200
 	runtime.GC() // pooled objects survive one collection
-	before := heapInUse()
+	before, stackBefore := heapInUse(), stackInUse()
 	clients := make([]*keepAliveClient, n)
 	for i := range clients {
 		k := &keepAliveClient{c: dial(t, gw.addr)}
@@ -84,11 +84,12 @@ func TestIdleConnsPark(t *testing.T) {
 		})
 	}
 	runtime.GC()
-	held := (heapInUse() - before) / n
+	held, heldStack := (heapInUse()-before)/n, (stackInUse()-stackBefore)/n
 	parkAll("every idle connection to be parked")
 	runtime.GC()
-	parked := (heapInUse() - before) / n
-	t.Logf("heap per idle keep-alive connection, client side included: %d bytes, %d once parked", held, parked)
+	parked, parkedStack := (heapInUse()-before)/n, (stackInUse()-stackBefore)/n
+	t.Logf("per idle keep-alive connection, client side included: %d bytes of heap and %d of stacks, %d and %d once parked",
+		held, heldStack, parked, parkedStack)
 	if parked > 16<<10 || held-parked < 32<<10 {
 		t.Fatalf("heap per idle connection: %d bytes, %d parked: fasthttp's buffers were kept", held, parked)
 	}
@@ -118,6 +119,12 @@ func TestIdleConnsPark(t *testing.T) {
 	if s := goroutines(); strings.Contains(s, "(*clientConn).park") {
 		t.Fatalf("a park goroutine outlived shutdown:\n%s", s)
 	}
+}
+
+func stackInUse() int64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.StackInuse)
 }
 
 func goroutines() string {
