@@ -162,6 +162,10 @@ type PathRound struct {
 	LatencyP50 float64 `json:"latency_p50_us"`
 	LatencyP99 float64 `json:"latency_p99_us"`
 	LatencyErr int     `json:"latency_errors"`
+	// SparseP50 is the p50 at concurrency 1 of requests sent to the case's paths in turn, one each, so that
+	// every process idles between two of its requests (sparse traffic); SparseErr its errors.
+	SparseP50  float64 `json:"sparse_latency_p50_us"`
+	SparseErr  int     `json:"sparse_latency_errors"`
 	Throughput float64 `json:"throughput_rps"`
 	TputP99    float64 `json:"throughput_p99_us"`
 	TputErr    int     `json:"throughput_errors"`
@@ -195,6 +199,7 @@ type PathSummary struct {
 	Path       string  `json:"path"`
 	LatencyP50 float64 `json:"latency_p50_us"`
 	LatencyP99 float64 `json:"latency_p99_us"`
+	SparseP50  float64 `json:"sparse_latency_p50_us"`
 	Throughput float64 `json:"throughput_rps"`
 	ClientCPU  float64 `json:"client_cpus"`
 	MachineCPU float64 `json:"machine_cpus"`
@@ -218,6 +223,7 @@ type PathSummary struct {
 	// (latency, TTFB), or differences of the pooled percentiles (gaps, transit).
 	AddedP50     float64 `json:"added_latency_p50_us"`
 	AddedP99     float64 `json:"added_latency_p99_us"`
+	AddedSparse  float64 `json:"added_sparse_latency_p50_us"`
 	AddedTTFB    float64 `json:"added_ttfb_us"`
 	AddedGapP50  float64 `json:"added_gap_p50_us"`
 	AddedGapP99  float64 `json:"added_gap_p99_us"`
@@ -564,6 +570,23 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error
 			sort.Float64s(l.samples)
 			x := res[u.c.Name][u.path]
 			x.LatencyP50, x.LatencyP99, x.LatencyErr = loadtest.Percentile(l.samples, 0.5), loadtest.Percentile(l.samples, 0.99), l.errors
+		}
+		for _, c := range rep.Cases {
+			var us []unit
+			for _, u := range order {
+				if u.c == c {
+					us = append(us, u)
+				}
+			}
+			sp, err := r.sparse(ctx, us, o.LatencyRequests, seqs)
+			if err != nil {
+				return nil, err
+			}
+			for i, u := range us {
+				sort.Float64s(sp[i].samples)
+				x := res[c.Name][u.path]
+				x.SparseP50, x.SparseErr = loadtest.Percentile(sp[i].samples, 0.5), sp[i].errors
+			}
 		}
 		for _, u := range order {
 			t := r.throughput(ctx, u, o.ThroughputConcurrency, o.ThroughputDuration, seqs[u.key()])
@@ -983,6 +1006,43 @@ func (r *overheadRun) latency(ctx context.Context, u unit, n int, seq *atomic.Ui
 	return res, nil
 }
 
+// sparse sends n requests at concurrency 1 through each of us, in turn one through each, and returns their
+// latencies per unit: between two of its requests every gateway idles while the others serve theirs, as a
+// gateway does under sparse traffic, where latency measured n requests in a row keeps it busy.
+func (r *overheadRun) sparse(ctx context.Context, us []unit, n int, seqs map[string]*atomic.Uint64) ([]latencyResult, error) {
+	res := make([]latencyResult, len(us))
+	reqs := make([]*fasthttp.Request, len(us))
+	for i, u := range us {
+		reqs[i] = newRequest(r.addrs[u.key()])
+		defer fasthttp.ReleaseRequest(reqs[i])
+		res[i].samples = make([]float64, 0, n)
+	}
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	bufs := make([][]byte, len(us))
+	for k := 0; k < n; k++ {
+		if k%256 == 0 && ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		for i, u := range us {
+			bufs[i] = u.c.body(bufs[i][:0], seqs[u.key()].Add(1)-1)
+			reqs[i].SetBodyRaw(bufs[i])
+			start := time.Now()
+			err := do(r.clients[u.key()], reqs[i], resp)
+			d := time.Since(start)
+			if err != nil {
+				res[i].errors++
+				if res[i].errors > n/10 {
+					return res, fmt.Errorf("%s: too many errors at concurrency 1, interleaved: %w", u.key(), err)
+				}
+				continue
+			}
+			res[i].samples = append(res[i].samples, float64(d)/float64(time.Microsecond))
+		}
+	}
+	return res, nil
+}
+
 type throughputResult struct {
 	rps    float64
 	p99    float64 // µs
@@ -1338,6 +1398,7 @@ func summarizeOverhead(c *OverheadCase, paths []string) {
 		s := &PathSummary{Path: p}
 		s.LatencyP50 = median(func(x *PathRound) float64 { return x.LatencyP50 }, p)
 		s.LatencyP99 = median(func(x *PathRound) float64 { return x.LatencyP99 }, p)
+		s.SparseP50 = median(func(x *PathRound) float64 { return x.SparseP50 }, p)
 		s.Throughput = median(func(x *PathRound) float64 { return x.Throughput }, p)
 		s.ClientCPU = median(func(x *PathRound) float64 { return x.ClientCPU }, p)
 		s.MachineCPU = median(func(x *PathRound) float64 { return x.MachineCPU }, p)
@@ -1359,7 +1420,7 @@ func summarizeOverhead(c *OverheadCase, paths []string) {
 		s.GapTop = append([]float64(nil), all[:min(5, len(all))]...)
 		for _, r := range c.Rounds {
 			if x := r[p]; x != nil {
-				s.Errors += x.LatencyErr + x.TputErr + x.StreamErr
+				s.Errors += x.LatencyErr + x.SparseErr + x.TputErr + x.StreamErr
 			}
 		}
 		c.Summary[p] = s
@@ -1372,6 +1433,7 @@ func summarizeOverhead(c *OverheadCase, paths []string) {
 		}
 		s.AddedP50 = addedMedian(func(x *PathRound) float64 { return x.LatencyP50 }, p)
 		s.AddedP99 = addedMedian(func(x *PathRound) float64 { return x.LatencyP99 }, p)
+		s.AddedSparse = addedMedian(func(x *PathRound) float64 { return x.SparseP50 }, p)
 		s.AddedTTFB = addedMedian(func(x *PathRound) float64 { return x.TTFB }, p)
 		s.AddedGapP50, s.AddedGapP99 = s.GapP50-d.GapP50, s.GapP99-d.GapP99
 		s.AddedTransit, s.AddedTrP99 = s.TransitP50-d.TransitP50, s.TransitP99-d.TransitP99

@@ -243,7 +243,7 @@ func TestOverheadTiny(t *testing.T) {
 		}
 		for _, p := range rep.Paths {
 			s := c.Summary[p]
-			if s == nil || s.Throughput <= 0 || s.LatencyP50 <= 0 || s.Errors != 0 {
+			if s == nil || s.Throughput <= 0 || s.LatencyP50 <= 0 || s.SparseP50 <= 0 || s.Errors != 0 {
 				t.Fatalf("%s %s: %+v\n%s", c.Name, p, s, log.String())
 			}
 			if p != PathDirect && s.GatewaySwitches <= 0 {
