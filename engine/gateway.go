@@ -168,6 +168,9 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		ExpectHandler:         g.expect,
 		// Tracks fresh, active and idle client connections: idle ones are reclaimed at max_conns.
 		ConnState: g.clients.connState,
+		// The listener admits at most max_conns: fasthttp's own cap (256k by default) must not refuse one
+		// of them with its plain-text 503. Twice the cap covers connections still closing.
+		Concurrency: max(2*g.clients.max, fasthttp.DefaultConcurrency),
 	}
 	g.clients.serve = g.server.ServeConn
 	g.wg.Add(1)

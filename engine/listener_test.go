@@ -1236,3 +1236,13 @@ func writeOnThenRead(t *testing.T, c net.Conn, head string, n int) []byte {
 	}
 	return got
 }
+
+// TestServerConcurrencyCoversMaxConns: fasthttp refuses connections over its Concurrency (256k by default)
+// with a plain-text 503; the listener's max_conns is the cap, so the server's must not be lower.
+func TestServerConcurrencyCoversMaxConns(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGateway(t, withServer(gatewayConfig("round_robin", "", up.URL), "max_conns = 300000\n"))
+	if got := gw.g.server.Concurrency; got < 300000 {
+		t.Fatalf("fasthttp Concurrency %d under max_conns 300000", got)
+	}
+}
