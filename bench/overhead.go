@@ -83,6 +83,9 @@ type OverheadOptions struct {
 	ThroughputDuration    time.Duration
 	// Streams per path and round on the paced SSE upstream, one at a time, small-body case only (5).
 	Streams int
+	// FirstByteStreams per path and round, one delta each, one at a time, small-body case only (50): their
+	// first bytes make the first-byte figure, which the few long streams would leave to chance.
+	FirstByteStreams int
 	// SustainDuration of the RSS run per gateway and case at ThroughputConcurrency (20s).
 	SustainDuration time.Duration
 	// Log receives progress lines; nil discards them.
@@ -104,7 +107,7 @@ func DefaultOverheadOptions() OverheadOptions {
 	return OverheadOptions{
 		Strategy: "round_robin", CacheTargets: 4, PromptBytes: 8192, FillTimeout: 30 * time.Second,
 		Rounds: 5, LatencyRequests: 2000, ThroughputConcurrency: 64, ThroughputDuration: 3 * time.Second,
-		Streams: 5, SustainDuration: 20 * time.Second,
+		Streams: 5, FirstByteStreams: 50, SustainDuration: 20 * time.Second,
 	}
 }
 
@@ -127,6 +130,7 @@ func (o *OverheadOptions) normalize() error {
 	orDefault(&o.ThroughputConcurrency, d.ThroughputConcurrency)
 	orDefault(&o.ThroughputDuration, d.ThroughputDuration)
 	orDefault(&o.Streams, d.Streams)
+	orDefault(&o.FirstByteStreams, d.FirstByteStreams)
 	orDefault(&o.SustainDuration, d.SustainDuration)
 	orDefault(&o.streamChunks, streamChunks)
 	orDefault(&o.streamGap, streamGap)
@@ -142,7 +146,7 @@ func (o *OverheadOptions) normalize() error {
 	if o.Upstream == "" && o.upstreamAddr == "" {
 		errs = append(errs, errors.New("missing the fake upstream binary (-upstream)"))
 	}
-	if o.Rounds < 1 || o.LatencyRequests < 10 || o.ThroughputConcurrency < 1 || o.Streams < 1 {
+	if o.Rounds < 1 || o.LatencyRequests < 10 || o.ThroughputConcurrency < 1 || o.Streams < 1 || o.FirstByteStreams < 1 {
 		errs = append(errs, errors.New("rounds, latency requests (>= 10), concurrency and streams must be positive"))
 	}
 	if o.CacheTargets < 1 || o.CacheTargets > 64 {
@@ -182,7 +186,7 @@ type PathRound struct {
 	// during the throughput run: each is a thread that slept and had to be woken, or was preempted. -1: not
 	// measured (no /proc).
 	GatewaySwitches float64 `json:"gateway_switches_per_request"`
-	TTFB            float64 `json:"stream_ttfb_us"` // median over the round's streams
+	TTFB            float64 `json:"stream_ttfb_us"` // median over the round's first-byte streams
 	StreamErr       int     `json:"stream_errors"`
 	// Gaps between consecutive deltas, and each delta's transit time (client receive time minus
 	// the upstream's send stamp), pooled over the round's streams.
@@ -353,6 +357,7 @@ type OverheadReportOptions struct {
 	ThroughputConcurrency int    `json:"throughput_concurrency"`
 	ThroughputDuration    string `json:"throughput_duration"`
 	Streams               int    `json:"streams"`
+	FirstByteStreams      int    `json:"first_byte_streams"`
 	StreamChunks          int    `json:"stream_chunks"`
 	StreamGap             string `json:"stream_gap"`
 	SustainDuration       string `json:"sustain_duration"`
@@ -367,6 +372,9 @@ const (
 
 var requestBody = []byte(`{"model":"fake","messages":[{"role":"user","content":"Say ok."}],"max_tokens":8}`)
 var streamBody = []byte(`{"model":"fake","messages":[{"role":"user","content":"Count to 64."}],"max_tokens":64,"stream":true}`)
+
+// firstByteBody asks the fake upstream for a stream of one delta.
+var firstByteBody = []byte(`{"model":"fake","messages":[{"role":"user","content":"Say ok."}],"max_tokens":1,"stream":true}`)
 
 // Sequence numbers of the bodies: warm-up bodies count from 0, round k's from (k+1)·seqPhase, the
 // sustained runs' after the last round's. Every path of a case starts a round at the same number, so
@@ -498,7 +506,7 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error
 			Strategy: o.Strategy, CacheTargets: o.CacheTargets, PromptBytes: o.PromptBytes, FillTimeout: o.FillTimeout.String(),
 			Rounds: o.Rounds, LatencyRequests: o.LatencyRequests,
 			ThroughputConcurrency: o.ThroughputConcurrency, ThroughputDuration: o.ThroughputDuration.String(),
-			Streams: o.Streams, StreamChunks: o.streamChunks, StreamGap: o.streamGap.String(), SustainDuration: o.SustainDuration.String(),
+			Streams: o.Streams, FirstByteStreams: o.FirstByteStreams, StreamChunks: o.streamChunks, StreamGap: o.streamGap.String(), SustainDuration: o.SustainDuration.String(),
 		},
 		Cases: newCases(&o),
 	}
@@ -601,14 +609,22 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error
 			}
 			x := res[u.c.Name][u.path]
 			var ttfbs []float64
+			for s := 0; s < o.FirstByteStreams; s++ {
+				st, err := r.stream(ctx, u, firstByteBody, min(1, r.chunks))
+				if err != nil {
+					x.StreamErr++
+					fmt.Fprintf(o.Log, "overhead: %s first-byte stream: %s\n", u.key(), err)
+					continue
+				}
+				ttfbs = append(ttfbs, st.ttfb)
+			}
 			for s := 0; s < o.Streams; s++ {
-				st, err := r.stream(ctx, u)
+				st, err := r.stream(ctx, u, streamBody, r.chunks)
 				if err != nil {
 					x.StreamErr++
 					fmt.Fprintf(o.Log, "overhead: %s stream: %s\n", u.key(), err)
 					continue
 				}
-				ttfbs = append(ttfbs, st.ttfb)
 				x.Gaps = append(x.Gaps, st.gaps...)
 				x.Transit = append(x.Transit, st.transit...)
 				for i := 1; i < len(st.transit); i++ {
@@ -1189,10 +1205,10 @@ type streamResult struct {
 	transit []float64 // µs from the upstream's send stamp to the client's read
 }
 
-// stream reads one paced SSE answer through u and times its events as they arrive.
-func (r *overheadRun) stream(ctx context.Context, u unit) (streamResult, error) {
+// stream reads one paced SSE answer to body, of chunks deltas, through u and times its events as they arrive.
+func (r *overheadRun) stream(ctx context.Context, u unit, body []byte, chunks int) (streamResult, error) {
 	var res streamResult
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.addrs[u.key()]+"/v1/chat/completions", bytes.NewReader(streamBody))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.addrs[u.key()]+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return res, err
 	}
@@ -1252,8 +1268,8 @@ func (r *overheadRun) stream(ctx context.Context, u unit) (streamResult, error) 
 			break
 		}
 	}
-	if deltas != r.chunks {
-		return res, fmt.Errorf("got %d deltas, want %d", deltas, r.chunks)
+	if deltas != chunks {
+		return res, fmt.Errorf("got %d deltas, want %d", deltas, chunks)
 	}
 	// Read on past [DONE] to the end of the body, as the OpenAI SDKs do ("ensure the entire stream is
 	// consumed"), so that the connection goes back to the client's pool: a body closed unread closes its

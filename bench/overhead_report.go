@@ -70,9 +70,11 @@ func (rep *OverheadReport) Markdown() string {
 	b.WriteString("  per path sent to the case's paths in turn, one through each (*paths in turn*: every process idles between two of\n")
 	fmt.Fprintf(&b, "  its requests, as under sparse traffic, where requests in a row keep it busy; reported, not a goal); a %s\n",
 		o.ThroughputDuration)
-	fmt.Fprintf(&b, "  closed loop at concurrency %d, and %d paced streams one after another (net/http client, keep-alive; each stream is\n",
-		o.ThroughputConcurrency, o.Streams)
-	b.WriteString("  read past `[DONE]` to the end of its body, as the OpenAI SDKs do, so its connection is reused). Reported: the median over\n")
+	fmt.Fprintf(&b, "  closed loop at concurrency %d, then %d streams of one delta (`max_tokens: 1`) and %d paced streams, one after another\n",
+		o.ThroughputConcurrency, o.FirstByteStreams, o.Streams)
+	b.WriteString("  (net/http client, keep-alive; each stream is read past `[DONE]` to the end of its body, as the OpenAI SDKs do, so its\n")
+	b.WriteString("  connection is reused). The time to first byte is the median over the round's one-delta streams; gaps and transit\n")
+	b.WriteString("  come from the paced ones. Reported: the median over\n")
 	b.WriteString("  rounds of the round's value; *added* = path − direct per round, then the median. Stream gaps and per-chunk\n")
 	b.WriteString("  transit (client read time − upstream send stamp) are pooled over all rounds before taking percentiles. The *gap\n")
 	b.WriteString("  change* of a chunk is |transit(i) − transit(i−1)|: how much the path stretched or squeezed that gap, without the\n")

@@ -43,7 +43,7 @@ func TestFakeUpstreamStream(t *testing.T) {
 	r := &overheadRun{o: &OverheadOptions{ThroughputConcurrency: 2}, addrs: map[string]string{u.key(): addr}, chunks: chunks,
 		clients: map[string]*fasthttp.HostClient{u.key(): {Addr: addr}}}
 	start := time.Now()
-	st, err := r.stream(context.Background(), u)
+	st, err := r.stream(context.Background(), u, streamBody, chunks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +68,11 @@ func TestFakeUpstreamStream(t *testing.T) {
 	// than the gaps.)
 	if st.ttfb <= 0 || st.ttfb >= float64(took.Microseconds()) {
 		t.Fatalf("ttfb %v µs of a %v stream (gaps sum %v µs)", st.ttfb, took, sum)
+	}
+
+	// "max_tokens": 1 asks for a stream of one delta.
+	if one, err := r.stream(context.Background(), u, firstByteBody, 1); err != nil || len(one.transit) != 1 {
+		t.Fatalf("one-delta stream: %d deltas, %v", len(one.transit), err)
 	}
 
 	var seq atomic.Uint64
@@ -227,7 +232,7 @@ func TestOverheadTiny(t *testing.T) {
 	var log strings.Builder
 	rep, err := RunOverhead(context.Background(), OverheadOptions{
 		Rolter: self, RefProxy: refproxy, Rounds: 2, LatencyRequests: 20, ThroughputConcurrency: 4, ThroughputDuration: 100 * time.Millisecond,
-		Streams: 1, SustainDuration: 300 * time.Millisecond, FillTimeout: 5 * time.Second, Log: &log,
+		Streams: 1, FirstByteStreams: 2, SustainDuration: 300 * time.Millisecond, FillTimeout: 5 * time.Second, Log: &log,
 		upstreamAddr: ln.Addr().String(), streamChunks: 4, streamGap: 5 * time.Millisecond, routingMemory: 1 << 20,
 		settle: 50 * time.Millisecond,
 	})

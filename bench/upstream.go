@@ -30,9 +30,9 @@ var (
 
 // NewFakeUpstream returns the handler of the overhead report's upstream: a zero-delay
 // OpenAI-compatible server. A POST whose body asks for "stream": true gets a paced SSE answer
-// (a role chunk at once, then cfg.Chunks deltas cfg.Gap apart, each carrying its send time in
-// unix nanoseconds as its content, then a finish chunk and [DONE]); any other POST gets
-// instantBody at once. GET /health and /healthz answer 200.
+// (a role chunk at once, then cfg.Chunks deltas cfg.Gap apart - fewer if its "max_tokens" asks
+// for fewer - each carrying its send time in unix nanoseconds as its content, then a finish chunk
+// and [DONE]); any other POST gets instantBody at once. GET /health and /healthz answer 200.
 func NewFakeUpstream(cfg UpstreamConfig) fasthttp.RequestHandler {
 	if cfg.Chunks <= 0 {
 		cfg.Chunks = 64
@@ -52,6 +52,10 @@ func NewFakeUpstream(cfg UpstreamConfig) fasthttp.RequestHandler {
 			ctx.SetBody(instantBody)
 			return
 		}
+		chunks := cfg.Chunks
+		if n := maxTokens(body); n > 0 && n < chunks {
+			chunks = n
+		}
 		ctx.SetContentType("text/event-stream")
 		ctx.Response.Header.Set("Cache-Control", "no-cache")
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
@@ -60,7 +64,7 @@ func NewFakeUpstream(cfg UpstreamConfig) fasthttp.RequestHandler {
 				return
 			}
 			var buf []byte
-			for i := 1; i <= cfg.Chunks; i++ {
+			for i := 1; i <= chunks; i++ {
 				// Pace against the start, not the previous write, so jitter does not accumulate.
 				time.Sleep(time.Until(start.Add(time.Duration(i) * cfg.Gap)))
 				buf = append(buf[:0], deltaPrefix...)
@@ -75,4 +79,20 @@ func NewFakeUpstream(cfg UpstreamConfig) fasthttp.RequestHandler {
 			_ = w.Flush()
 		})
 	}
+}
+
+// maxTokens returns the number after the body's first "max_tokens":, or 0.
+func maxTokens(body []byte) int {
+	key := []byte(`"max_tokens":`)
+	i := bytes.Index(body, key)
+	if i < 0 {
+		return 0
+	}
+	rest := bytes.TrimLeft(body[i+len(key):], " ")
+	j := 0
+	for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+		j++
+	}
+	n, _ := strconv.Atoi(string(rest[:j]))
+	return n
 }
