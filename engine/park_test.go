@@ -61,8 +61,7 @@ func TestIdleConnsPark(t *testing.T) {
 	gw := startGatewayWith(t, gatewayConfig("round_robin", "", up.URL), Options{ParkAfter: time.Hour})
 	l := gw.g.clients
 	req := chatRequest()
-	warm := &keepAliveClient{c: dial(t, gw.addr)}
-	warm.br = bufio.NewReaderSize(warm.c, 512)
+	warm := newKeepAliveClient(t, gw.addr, 512)
 	warm.exchange(t, req)
 	warm.c.Close()
 	waitFor(t, 5*time.Second, "the warm-up connection to close", func() bool { return l.openConns() == 0 })
@@ -72,10 +71,8 @@ func TestIdleConnsPark(t *testing.T) {
 	before, stackBefore := heapInUse(), stackInUse()
 	clients := make([]*keepAliveClient, n)
 	for i := range clients {
-		k := &keepAliveClient{c: dial(t, gw.addr)}
-		k.br = bufio.NewReaderSize(k.c, 512)
-		k.exchange(t, req)
-		clients[i] = k
+		clients[i] = newKeepAliveClient(t, gw.addr, 512)
+		clients[i].exchange(t, req)
 	}
 	parkAll := func(what string) {
 		waitFor(t, 10*time.Second, what, func() bool {
@@ -108,10 +105,7 @@ func TestIdleConnsPark(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, k := range clients {
-		_ = k.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if b, err := k.br.ReadByte(); err != io.EOF {
-			t.Fatalf("connection %d after shutdown: %q, %v; want the end of the connection", i, b, err)
-		}
+		k.closed(t, 5*time.Second, fmt.Sprintf("connection %d after shutdown", i))
 	}
 	if got := l.openConns(); got != 0 {
 		t.Fatalf("%d client connections open after shutdown", got)
@@ -132,39 +126,45 @@ func goroutines() string {
 	return string(buf[:runtime.Stack(buf, true)])
 }
 
+// parkedClient starts a gateway (with serverLines in [server]) that parks connections idle for 100 ms, and
+// returns it with a client whose connection has served one request and is parked.
+func parkedClient(t *testing.T, serverLines string) (*testGateway, *keepAliveClient) {
+	t.Helper()
+	up := newFakeUpstream(t, okJSON)
+	gw := startGatewayWith(t, withServer(gatewayConfig("round_robin", "", up.URL), serverLines), Options{ParkAfter: 100 * time.Millisecond})
+	k := newKeepAliveClient(t, gw.addr, 4096)
+	k.exchange(t, chatRequest())
+	waitFor(t, 5*time.Second, "the connection to be parked", func() bool { return gw.g.clients.parkedConns() == 1 })
+	return gw, k
+}
+
+func newKeepAliveClient(t *testing.T, addr string, bufSize int) *keepAliveClient {
+	c := dial(t, addr)
+	return &keepAliveClient{c: c, br: bufio.NewReaderSize(c, bufSize)}
+}
+
+// closed fails the test unless the gateway ends k's connection within d.
+func (k *keepAliveClient) closed(t *testing.T, d time.Duration, what string) {
+	t.Helper()
+	_ = k.c.SetReadDeadline(time.Now().Add(d))
+	if b, err := k.br.ReadByte(); err != io.EOF {
+		t.Fatalf("%s: %q, %v; want the end of the connection", what, b, err)
+	}
+}
+
 // TestParkedConnIdleTimeout: the janitor parks a connection idle for Options.ParkAfter, and a parked
 // connection is closed at idle_timeout_secs, as an unparked one is.
 func TestParkedConnIdleTimeout(t *testing.T) {
-	up := newFakeUpstream(t, okJSON)
-	gw := startGatewayWith(t, withServer(gatewayConfig("round_robin", "", up.URL), "idle_timeout_secs = 1\n"),
-		Options{ParkAfter: 100 * time.Millisecond})
-	k := &keepAliveClient{c: dial(t, gw.addr)}
-	k.br = bufio.NewReader(k.c)
-	k.exchange(t, chatRequest())
-	waitFor(t, 5*time.Second, "the connection to be parked", func() bool { return gw.g.clients.parkedConns() == 1 })
-	_ = k.c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if b, err := k.br.ReadByte(); err != io.EOF {
-		t.Fatalf("a parked connection past the idle timeout: %q, %v; want the end of the connection", b, err)
-	}
+	gw, k := parkedClient(t, "idle_timeout_secs = 1\n")
+	k.closed(t, 10*time.Second, "a parked connection past the idle timeout")
 	waitFor(t, 5*time.Second, "the connection to be released", func() bool { return gw.g.clients.openConns() == 0 })
 }
 
 // TestParkedConnReclaimed: at max_conns a parked connection is reclaimed for a newcomer like any idle one.
 func TestParkedConnReclaimed(t *testing.T) {
-	up := newFakeUpstream(t, okJSON)
-	gw := startGatewayWith(t, withServer(gatewayConfig("round_robin", "", up.URL), "max_conns = 1\n"),
-		Options{ParkAfter: 100 * time.Millisecond})
-	k := &keepAliveClient{c: dial(t, gw.addr)}
-	k.br = bufio.NewReader(k.c)
-	k.exchange(t, chatRequest())
-	waitFor(t, 5*time.Second, "the connection to be parked", func() bool { return gw.g.clients.parkedConns() == 1 })
-	k2 := &keepAliveClient{c: dial(t, gw.addr)}
-	k2.br = bufio.NewReader(k2.c)
-	k2.exchange(t, chatRequest())
-	_ = k.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if b, err := k.br.ReadByte(); err != io.EOF {
-		t.Fatalf("the parked connection at max_conns: %q, %v; want it reclaimed", b, err)
-	}
+	gw, k := parkedClient(t, "max_conns = 1\n")
+	newKeepAliveClient(t, gw.addr, 4096).exchange(t, chatRequest())
+	k.closed(t, 5*time.Second, "the parked connection at max_conns")
 	if got := gw.g.clients.reclaimed.Load(); got != 1 {
 		t.Fatalf("%d reclaimed, want 1", got)
 	}
