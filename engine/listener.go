@@ -359,6 +359,9 @@ func (l *connLimiter) unreserveIPLocked(ip netip.Addr) {
 }
 
 func (l *connLimiter) unlinkLocked(c *clientConn) {
+	if c.list == &l.parked {
+		l.global.ClientParked(-1)
+	}
 	if c.list != nil {
 		c.list.remove(c)
 	}
@@ -780,6 +783,7 @@ func (c *clientConn) awaitRequest() bool {
 	if c.state.Load() == connIdle {
 		l.unlinkLocked(c)
 		l.parked.pushBack(c)
+		l.global.ClientParked(1)
 	}
 	l.mu.Unlock()
 	if c.parkWanted.Swap(false) {

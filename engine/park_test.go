@@ -98,6 +98,9 @@ func TestIdleConnsPark(t *testing.T) {
 	if got := l.parks.Load(); got != 2*n {
 		t.Fatalf("%d parks, want %d", got, 2*n)
 	}
+	if _, text := getMetrics(t, gw); metricValue(text, "rolter_client_connections_parked") != n {
+		t.Fatalf("rolter_client_connections_parked %v, want %d", metricValue(text, "rolter_client_connections_parked"), n)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -167,6 +170,10 @@ func TestParkedConnReclaimed(t *testing.T) {
 	k.closed(t, 5*time.Second, "the parked connection at max_conns")
 	if got := gw.g.clients.reclaimed.Load(); got != 1 {
 		t.Fatalf("%d reclaimed, want 1", got)
+	}
+	// The scrape's connection reclaims the newcomer's in turn, parked or not.
+	if _, text := getMetrics(t, gw); metricValue(text, "rolter_client_connections_parked") != 0 {
+		t.Fatalf("rolter_client_connections_parked %v after the parked connections were reclaimed", metricValue(text, "rolter_client_connections_parked"))
 	}
 }
 

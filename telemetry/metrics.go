@@ -101,6 +101,7 @@ const (
 
 	// Client connections (engine/listener.go).
 	mClientConns    = "rolter_client_connections"                // gauge, open
+	mClientParked   = "rolter_client_connections_parked"         // gauge, idle and holding no buffer
 	mClientRejected = "rolter_client_connections_rejected_total" // {reason} closed by the listener
 	mAcceptErrors   = "rolter_accept_errors_total"               // failed accepts, retried with backoff
 	mEgressRefused  = "rolter_egress_refused_total"              // {use} connections the egress policy refused
@@ -427,6 +428,7 @@ type Global struct {
 	admissionMemory *metrics.Counter
 
 	clientConns    atomic.Int64
+	clientParked   atomic.Int64
 	clientRejected *lazyCounters
 	acceptErrors   *metrics.Counter
 	egressRefused  *lazyCounters
@@ -483,6 +485,7 @@ func NewGlobal(version string, start time.Time, draining func() bool) *Global {
 	g.acceptErrors = s.Counter(mAcceptErrors, "")
 	g.egressRefused = newLazyCounters(s.s, mEgressRefused, "", "use", EgressUses)
 	s.Gauge(mClientConns, "", func() float64 { return float64(g.clientConns.Load()) })
+	s.Gauge(mClientParked, "", func() float64 { return float64(g.clientParked.Load()) })
 	return g
 }
 
@@ -493,6 +496,9 @@ func (g *Global) Unregister() { g.set.Unregister() }
 
 // ClientConns adds delta to the gateway's open client connections. Safe for concurrent use.
 func (g *Global) ClientConns(delta int64) { g.clientConns.Add(delta) }
+
+// ClientParked adds delta to the gateway's parked client connections. Safe for concurrent use.
+func (g *Global) ClientParked(delta int64) { g.clientParked.Add(delta) }
 
 // ClientRejected counts a client connection the listener closed, by index into ClientRejectReasons.
 func (g *Global) ClientRejected(reason int) { g.clientRejected.Inc(reason) }
