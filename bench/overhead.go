@@ -581,12 +581,13 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error
 		}
 		for _, c := range rep.Cases {
 			var us []unit
+			var useqs []*atomic.Uint64
 			for _, u := range order {
 				if u.c == c {
-					us = append(us, u)
+					us, useqs = append(us, u), append(useqs, seqs[u.key()])
 				}
 			}
-			sp, err := r.sparse(ctx, us, o.LatencyRequests, seqs)
+			sp, err := r.inTurn(ctx, us, useqs, o.LatencyRequests)
 			if err != nil {
 				return nil, err
 			}
@@ -993,39 +994,15 @@ type latencyResult struct {
 // latency sends n requests through u one after another and times each; the bodies are numbered from seq
 // on, which it advances. A body is rendered before its request's clock starts.
 func (r *overheadRun) latency(ctx context.Context, u unit, n int, seq *atomic.Uint64) (latencyResult, error) {
-	c := r.clients[u.key()]
-	req := newRequest(r.addrs[u.key()])
-	defer fasthttp.ReleaseRequest(req)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	res := latencyResult{samples: make([]float64, 0, n)}
-	var buf []byte
-	for i := 0; i < n; i++ {
-		if i%256 == 0 && ctx.Err() != nil {
-			return res, ctx.Err()
-		}
-		buf = u.c.body(buf[:0], seq.Add(1)-1)
-		// The request only reads buf, and DoTimeout is done with it when it returns.
-		req.SetBodyRaw(buf)
-		start := time.Now()
-		err := do(c, req, resp)
-		d := time.Since(start)
-		if err != nil {
-			res.errors++
-			if res.errors > n/10 {
-				return res, fmt.Errorf("%s: too many errors at concurrency 1: %w", u.key(), err)
-			}
-			continue
-		}
-		res.samples = append(res.samples, float64(d)/float64(time.Microsecond))
-	}
-	return res, nil
+	res, err := r.inTurn(ctx, []unit{u}, []*atomic.Uint64{seq}, n)
+	return res[0], err
 }
 
-// sparse sends n requests at concurrency 1 through each of us, in turn one through each, and returns their
-// latencies per unit: between two of its requests every gateway idles while the others serve theirs, as a
-// gateway does under sparse traffic, where latency measured n requests in a row keeps it busy.
-func (r *overheadRun) sparse(ctx context.Context, us []unit, n int, seqs map[string]*atomic.Uint64) ([]latencyResult, error) {
+// inTurn sends n requests at concurrency 1 through each of us, in turn one through each, numbering the
+// bodies of us[i] from seqs[i], and returns their latencies per unit. With several units, each gateway idles
+// between two of its requests while the others serve theirs, as under sparse traffic, where requests in a
+// row through one gateway keep it busy.
+func (r *overheadRun) inTurn(ctx context.Context, us []unit, seqs []*atomic.Uint64, n int) ([]latencyResult, error) {
 	res := make([]latencyResult, len(us))
 	reqs := make([]*fasthttp.Request, len(us))
 	for i, u := range us {
@@ -1041,7 +1018,8 @@ func (r *overheadRun) sparse(ctx context.Context, us []unit, n int, seqs map[str
 			return res, ctx.Err()
 		}
 		for i, u := range us {
-			bufs[i] = u.c.body(bufs[i][:0], seqs[u.key()].Add(1)-1)
+			bufs[i] = u.c.body(bufs[i][:0], seqs[i].Add(1)-1)
+			// The request only reads the buffer, and DoTimeout is done with it when it returns.
 			reqs[i].SetBodyRaw(bufs[i])
 			start := time.Now()
 			err := do(r.clients[u.key()], reqs[i], resp)
@@ -1049,7 +1027,7 @@ func (r *overheadRun) sparse(ctx context.Context, us []unit, n int, seqs map[str
 			if err != nil {
 				res[i].errors++
 				if res[i].errors > n/10 {
-					return res, fmt.Errorf("%s: too many errors at concurrency 1, interleaved: %w", u.key(), err)
+					return res, fmt.Errorf("%s: too many errors at concurrency 1: %w", u.key(), err)
 				}
 				continue
 			}

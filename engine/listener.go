@@ -641,16 +641,15 @@ func (c *clientConn) activate() bool {
 func (c *clientConn) Close() error {
 	if c.parkNow.CompareAndSwap(true, false) {
 		if c.inPark.Load() {
-			c.l.parks.Add(1)
 			c.reparked.Store(true) // its park goroutine waits for the next request again
-			return nil
-		}
-		if c.l.addParker() {
+		} else if c.l.addParker() {
 			c.inPark.Store(true)
 			go c.park()
-			return nil
+		} else {
+			return c.closeNow() // shutting down
 		}
-		// Shutting down: close.
+		c.l.parks.Add(1)
+		return nil
 	}
 	if c.state.Load() == connActive && c.lingering.CompareAndSwap(false, true) && (c.lingerWanted.Load() || c.pending()) {
 		if tc, ok := c.raw.(*net.TCPConn); ok {
@@ -658,6 +657,11 @@ func (c *clientConn) Close() error {
 			return nil
 		}
 	}
+	return c.closeNow()
+}
+
+// closeNow closes the connection and gives back its place.
+func (c *clientConn) closeNow() error {
 	err := c.Conn.Close()
 	c.release()
 	return err
@@ -749,7 +753,6 @@ func (l *connLimiter) addParker() bool {
 		return false
 	}
 	l.parkers.Add(1)
-	l.parks.Add(1)
 	return true
 }
 
@@ -764,8 +767,7 @@ func (c *clientConn) park() {
 			return // served to its end: ServeConn closed it
 		}
 	}
-	_ = c.Conn.Close()
-	c.release()
+	_ = c.closeNow()
 }
 
 // awaitRequest waits, holding no buffer, until the next request's first bytes can be read. It reports false
@@ -790,25 +792,8 @@ func (c *clientConn) awaitRequest() bool {
 		c.restoreReadDeadline()
 	}
 	c.mu.Unlock()
-	if c.ahead == nil {
-		arrived := false
-		err := c.rc.Read(func(fd uintptr) bool {
-			var b [1]byte
-			for {
-				n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-				switch err {
-				case syscall.EINTR:
-					continue
-				case syscall.EAGAIN:
-					return false // wait until readable, then call again
-				}
-				arrived = err == nil && n > 0
-				return true
-			}
-		})
-		if err != nil || !arrived {
-			return false
-		}
+	if c.ahead == nil && peekSocket(c.rc) != peekData {
+		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -844,10 +829,7 @@ const (
 )
 
 func (c *clientConn) linger(tc *net.TCPConn) {
-	defer func() {
-		_ = c.Conn.Close()
-		c.release()
-	}()
+	defer c.closeNow()
 	if t, ok := c.Conn.(*tls.Conn); ok {
 		_ = t.SetWriteDeadline(time.Now().Add(c.l.linger))
 		_ = t.CloseWrite() // close_notify, when the handshake is done

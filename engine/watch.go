@@ -125,30 +125,35 @@ func (w *clientWatch) left() <-chan struct{} {
 
 // peek results.
 const (
-	peekNothing = iota // nothing to read (non-blocking peek), or the wait was interrupted
+	peekNothing = iota // the wait was interrupted
 	peekData
 	peekEOF
 	peekReset
 )
 
-// peek looks at the client socket without consuming anything. With wait it parks until the socket is
-// readable (or disarm interrupts it with a past deadline).
-func (w *clientWatch) peek(wait bool) int {
+// peekSocket waits until the socket under rc is readable - or a deadline, its close, or a past deadline
+// set to interrupt it - and looks at it without consuming anything (MSG_PEEK): peekData, peekEOF (the peer
+// sent a FIN), peekReset (an error), or peekNothing when the wait ended without a look.
+func peekSocket(rc syscall.RawConn) int {
 	var buf [1]byte
 	res := peekNothing
-	err := w.rc.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case err == syscall.EAGAIN || err == syscall.EINTR:
-			return !wait // not readable yet: park until it is, when waiting
-		case err != nil:
-			res = peekReset
-		case n == 0:
-			res = peekEOF
-		default:
-			res = peekData
+	err := rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
+				return false // not readable yet: park until it is
+			case err != nil:
+				res = peekReset
+			case n == 0:
+				res = peekEOF
+			default:
+				res = peekData
+			}
+			return true
 		}
-		return true
 	})
 	if err != nil {
 		return peekNothing
@@ -168,7 +173,7 @@ func (w *clientWatch) run() {
 		return
 	}
 	defer func() { w.done <- struct{}{} }()
-	switch w.peek(true) {
+	switch peekSocket(w.rc) {
 	case peekReset:
 		w.leave()
 	case peekEOF:
