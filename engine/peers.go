@@ -174,23 +174,38 @@ func (p *Pick) prefixName(m int) uint64 {
 	return xxhash.Sum64(p.Key[:m])
 }
 
-// match is target t's match of p's key in key bytes, as the cache strategies score it: its trie's (tr),
-// and with peers the larger of that and the peers' evidence. When the peers reported any eligible target,
-// both are compared in checkpoint resolution (peerRound): a replica's own trie must not outbid another
+// matchEligible sets ms[k] to the k-th eligible target's match of p's key in key bytes, as the cache
+// strategies score it: its trie's (tries[p.Eligible[k]]; 0 when the trie holds an older cache epoch), and
+// with peers the larger of that and the peers' evidence. When the peers reported any eligible target, both
+// are compared in checkpoint resolution (peerRound): a replica's own trie must not outbid another
 // replica's copy by the bytes a checkpoint cannot see, or each replica keeps the copy it made itself. With
 // no peer evidence for the request the trie's match is exact, as without peers.
-func (p *Pick) match(tr *trie.Trie, t *Target) int {
-	m := matchFresh(tr, t.Provider, p.Key)
+//
+// The tries are walked side by side (trie.MatchEach): on tries larger than the processor's caches, their
+// cache misses overlap instead of adding up.
+func (p *Pick) matchEligible(tries []*trie.Trie, ms []int) {
+	targets := p.Route.Targets
+	var tbuf [maxTargets]*trie.Trie
+	ts := tbuf[:len(p.Eligible)]
+	for k, i := range p.Eligible {
+		if tr := tries[i]; tr.Owner() == targets[i].Provider.cache.current() {
+			ts[k] = tr
+		}
+	}
+	ms = ms[:len(ts)]
+	trie.MatchEach(ts, p.Key, ms)
 	if p.peers == nil || len(p.Key) < int(peerCheckpointEnds[0]) {
-		return m
+		return
 	}
 	if !p.cpsDone {
 		p.peerEvidence()
 	}
 	if !p.peerAny {
-		return m
+		return
 	}
-	return peerRound(max(m, int(p.peerM[t.Index])), len(p.Key))
+	for k, i := range p.Eligible {
+		ms[k] = peerRound(max(ms[k], int(p.peerM[targets[i].Index])), len(p.Key))
+	}
 }
 
 // peerEvidence computes p's checkpoints and, for every eligible target, how many leading key bytes the

@@ -109,12 +109,12 @@ func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
 	var lbuf [maxTargets]int64
 	bestLen := 0
 	minLoad := int64(-1)
+	if n > 0 {
+		// The peers' evidence is a second score: what another replica sent to the target counts as held
+		// there, as far as its checkpoints reach.
+		p.matchEligible(s.tries, mbuf[:])
+	}
 	for k, i := range p.Eligible {
-		if n > 0 {
-			// The peers' evidence is a second score: what another replica sent to the target counts as
-			// held there, as far as its checkpoints reach.
-			mbuf[k] = p.match(s.tries[i], targets[i])
-		}
 		lbuf[k] = targets[i].Load()
 		bestLen = max(bestLen, mbuf[k])
 		if minLoad < 0 || lbuf[k] < minLoad {

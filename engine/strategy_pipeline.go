@@ -156,8 +156,8 @@ func (s *pipeline) Rank(p *Pick, out []int) (int, Decision) {
 		minM = 0
 	}
 	if n > 0 && s.cacheF != 0 {
+		p.matchEligible(s.tries, mbuf[:])
 		for k, i := range p.Eligible {
-			mbuf[k] = p.match(s.tries[i], targets[i])
 			bestM, minM = max(bestM, mbuf[k]), min(minM, mbuf[k])
 			if p.Matches != nil {
 				p.Matches[i], p.MatchOf = int32(mbuf[k]), n

@@ -13,6 +13,16 @@ func TestMatchAllocs(t *testing.T) {
 	}
 }
 
+func TestMatchEachAllocs(t *testing.T) {
+	c := newCorpus(1)
+	ts := []*Trie{c.warmTrie(0), nil, c.warmTrie(1), c.warmTrie(2)}
+	key := c.request(8 << 10)
+	ms := make([]int, len(ts))
+	if got := testing.AllocsPerRun(100, func() { MatchEach(ts, key, ms) }); got != 0 {
+		t.Fatalf("MatchEach allocates %v times per call; want 0", got)
+	}
+}
+
 func TestInsertPresentAllocs(t *testing.T) {
 	c := newCorpus(2)
 	tr := c.warmTrie(0)

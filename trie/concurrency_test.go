@@ -44,6 +44,7 @@ func TestConcurrentMatchAndInsert(t *testing.T) {
 	// fit (at most 3 nodes), so eviction never has to take the pinned one.
 	tr := New(4)
 	tr.Insert(pinned)
+	empty := New(4)
 	const writers, readers = 3, 4
 	iterations := 3000
 	if testing.Short() {
@@ -77,11 +78,21 @@ func TestConcurrentMatchAndInsert(t *testing.T) {
 					errs <- "pinned prompt matched partially"
 					return
 				}
+				// MatchEach walks tr twice side by side, beside an empty trie.
+				var ms [3]int
+				if MatchEach([]*Trie{tr, empty, tr}, pinned, ms[:]); ms != [3]int{len(pinned), 0, len(pinned)} {
+					errs <- "pinned prompt matched partially by MatchEach"
+					return
+				}
 				key := universe[r.IntN(len(universe))]
 				key = append(slices.Clip(key[:r.IntN(len(key)+1)]), 'a'+byte(r.IntN(3)))
 				got := tr.Match(key)
 				if got > len(key) || got > bestPrefix(key) {
 					errs <- "Match returned a prefix no prompt has"
+					return
+				}
+				if MatchEach([]*Trie{tr, tr}, key, ms[:2]); max(ms[0], ms[1]) > bestPrefix(key) {
+					errs <- "MatchEach returned a prefix no prompt has"
 					return
 				}
 				_ = tr.Nodes()

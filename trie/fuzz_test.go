@@ -52,8 +52,13 @@ func FuzzTrie(f *testing.F) {
 					t.Fatalf("after Insert(%q): kept %q, model %q", key, got, m.order)
 				}
 			}
-			if got, want := tr.Match(key), m.match(string(key)); got != want {
+			want := m.match(string(key))
+			if got := tr.Match(key); got != want {
 				t.Fatalf("Match(%q) = %d, model %d (kept %q)", key, got, want, m.order)
+			}
+			var ms [2]int
+			if MatchEach([]*Trie{tr, nil}, key, ms[:]); ms != [2]int{want, 0} {
+				t.Fatalf("MatchEach(%q) = %v, model %d (kept %q)", key, ms, want, m.order)
 			}
 		}
 	})

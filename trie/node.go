@@ -95,7 +95,12 @@ func findKid(buf []byte, o uint64, b byte) uint32 {
 	if o >= uint64(len(buf)) {
 		return nilNode
 	}
-	count := uint64(buf[o]) + 1
+	return kidIn(buf, o, buf[o], b)
+}
+
+// kidIn is findKid for a block whose first byte, count-1, the caller has read (o < len(buf)).
+func kidIn(buf []byte, o uint64, count1 byte, b byte) uint32 {
+	count := uint64(count1) + 1
 	keys := o + 1
 	idx := keys + count
 	if idx+4*count > uint64(len(buf)) {

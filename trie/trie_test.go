@@ -15,6 +15,53 @@ func mustInvariants(t *testing.T, tr *Trie) {
 	}
 }
 
+// MatchEach gives every trie's Match: tries of different contents, over more tries than it walks at once,
+// with nil tries, and keys that end at a node, inside an edge, past every prompt or at once.
+func TestMatchEach(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	word := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte('a' + rng.IntN(3))
+		}
+		return b
+	}
+	var prompts [][]byte
+	for range 60 {
+		prompts = append(prompts, word(1+rng.IntN(40)))
+	}
+	ts := make([]*Trie, 11)
+	for i := range ts {
+		if i%5 == 3 {
+			continue // nil
+		}
+		ts[i] = New(8 + 4*i)
+		for range 10 + 5*i {
+			ts[i].Insert(prompts[rng.IntN(len(prompts))])
+		}
+	}
+	ms := make([]int, len(ts))
+	for n := range 2000 {
+		key := word(rng.IntN(50))
+		if n%2 == 0 {
+			p := prompts[rng.IntN(len(prompts))]
+			key = append(slices.Clip(p[:rng.IntN(len(p)+1)]), key...)
+		}
+		for _, k := range []int{len(ts), 1, 2, 9} {
+			MatchEach(ts[:k], key, ms[:k])
+			for i, tr := range ts[:k] {
+				want := 0
+				if tr != nil {
+					want = tr.Match(key)
+				}
+				if ms[i] != want {
+					t.Fatalf("MatchEach(%q) over %d tries: trie %d matched %d; Match gives %d", key, k, i, ms[i], want)
+				}
+			}
+		}
+	}
+}
+
 func TestMatch(t *testing.T) {
 	tr := New(0)
 	tr.Insert([]byte("hello world"))

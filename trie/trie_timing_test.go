@@ -1,9 +1,11 @@
 package trie
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -249,4 +251,56 @@ func BenchmarkMemory(b *testing.B) {
 			tr.Insert(key)
 		}
 	})
+}
+
+// BenchmarkMatchFour matches a key against four tries, one trie after another (Match) and side by side
+// (MatchEach, as the cache strategies match their targets). "cold": tries too large for the processor's
+// caches (100,000 prompts each, 40 MiB of edges) and random keys whose walks all go deep, so most levels
+// are cache misses. "cached": the same 8 KiB request against four copies of BenchmarkMatch8KiB's trie.
+func BenchmarkMatchFour(b *testing.B) {
+	text := strings.Repeat("question prompt answers prefix a and of and request routing latency the user engine ", 20)
+	prompt := func(i, t int) []byte {
+		off := (i*7919 + t*13) % 1000
+		return fmt.Appendf(nil, "request %04d%08d: %s", i%64, i/64, text[off:off+400])
+	}
+	const prompts = 100_000
+	var cold [4]*Trie
+	for k := range cold {
+		cold[k] = New(1 << 21)
+		for i := range prompts {
+			cold[k].Insert(prompt(i, k))
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	coldKeys := make([][]byte, 1<<16)
+	for i := range coldKeys {
+		coldKeys[i] = prompt(rng.IntN(prompts), len(cold))
+	}
+	c := newCorpus(1)
+	cached := [4]*Trie{c.warmTrie(0), c.warmTrie(0), c.warmTrie(0), c.warmTrie(0)}
+	cachedKeys := [][]byte{c.request(8 << 10)}
+	for _, set := range []struct {
+		name string
+		ts   [4]*Trie
+		keys [][]byte
+	}{{"cold", cold, coldKeys}, {"cached", cached, cachedKeys}} {
+		b.Run(set.name+"/Match", func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				for _, tr := range set.ts {
+					sinkInt += tr.Match(set.keys[i%len(set.keys)])
+				}
+				i++
+			}
+		})
+		b.Run(set.name+"/MatchEach", func(b *testing.B) {
+			var ms [4]int
+			i := 0
+			for b.Loop() {
+				MatchEach(set.ts[:], set.keys[i%len(set.keys)], ms[:])
+				sinkInt += ms[0]
+				i++
+			}
+		})
+	}
 }
