@@ -362,10 +362,20 @@ func (s *state) newBlock(count int) uint64 {
 
 // setKid stores child c as entry j of block o, keyed by its first edge byte.
 func (s *state) setKid(o uint64, j int, c uint32) {
+	s.putKid(o, j, s.bytes.buf[s.nodes.at(c).off], c)
+}
+
+// copyKid stores entry k of block old, or c in its place, as entry j of block o. c must be the entry or a
+// node whose edge starts with the same byte: the key byte is copied from old, so the children's nodes and
+// edges, which are far apart in memory, are not read.
+func (s *state) copyKid(o uint64, j int, old uint64, k int, c uint32) {
+	s.putKid(o, j, s.bytes.buf[old+1+uint64(k)], c)
+}
+
+func (s *state) putKid(o uint64, j int, key byte, c uint32) {
 	buf := s.bytes.buf
 	count := uint64(buf[o]) + 1
-	cn := s.nodes.at(c)
-	buf[o+1+uint64(j)] = buf[cn.off]
+	buf[o+1+uint64(j)] = key
 	binary.LittleEndian.PutUint32(buf[o+1+count+4*uint64(j):], c)
 }
 
@@ -390,7 +400,7 @@ func (s *state) addChild(p, c uint32) {
 	count := s.kidCount(old)
 	o := s.newBlock(count + 1)
 	for j := range count {
-		s.setKid(o, j, s.kidAt(old, j))
+		s.copyKid(o, j, old, j, s.kidAt(old, j))
 	}
 	s.setKid(o, count, c)
 	s.nodes.at(c).parent = p
@@ -408,7 +418,7 @@ func (s *state) removeChild(p, c uint32) {
 		k := 0
 		for j := range count {
 			if kid := s.kidAt(old, j); kid != c {
-				s.setKid(o, k, kid)
+				s.copyKid(o, k, old, j, kid)
 				k++
 			}
 		}
@@ -429,7 +439,7 @@ func (s *state) replaceChild(p, from, to uint32) {
 		if kid == from {
 			kid = to
 		}
-		s.setKid(o, j, kid)
+		s.copyKid(o, j, old, j, kid)
 	}
 	s.nodes.at(to).parent = p
 	pn.kids.Store(o)
