@@ -18,13 +18,7 @@ import (
 // length of a prefix some inserted prompt has. Run it with -race.
 func TestConcurrentMatchAndInsert(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	word := func(n int) []byte {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte('a' + rng.IntN(3))
-		}
-		return b
-	}
+	word := words(rng)
 	pinned := word(300)
 	var universe [][]byte
 	for range 200 {

@@ -8,6 +8,18 @@ import (
 	"testing"
 )
 
+// words returns a generator of random words of n bytes over a 3-letter alphabet, which makes shared prefixes
+// and branching nodes common.
+func words(rng *rand.Rand) func(n int) []byte {
+	return func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte('a' + rng.IntN(3))
+		}
+		return b
+	}
+}
+
 func mustInvariants(t *testing.T, tr *Trie) {
 	t.Helper()
 	if err := tr.checkInvariants(); err != nil {
@@ -19,13 +31,7 @@ func mustInvariants(t *testing.T, tr *Trie) {
 // with nil tries, and keys that end at a node, inside an edge, past every prompt or at once.
 func TestMatchEach(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	word := func(n int) []byte {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte('a' + rng.IntN(3))
-		}
-		return b
-	}
+	word := words(rng)
 	var prompts [][]byte
 	for range 60 {
 		prompts = append(prompts, word(1+rng.IntN(40)))
