@@ -99,7 +99,7 @@ func findKid(buf []byte, o uint64, b byte) uint32 {
 }
 
 // kidIn is findKid for a block whose first byte, count-1, the caller has read (o < len(buf)).
-func kidIn(buf []byte, o uint64, count1 byte, b byte) uint32 {
+func kidIn(buf []byte, o uint64, count1, b byte) uint32 {
 	count := uint64(count1) + 1
 	keys := o + 1
 	idx := keys + count
