@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -148,6 +149,9 @@ type connLimiter struct {
 	serve     func(net.Conn) error
 	parkAfter time.Duration
 	parkers   sync.WaitGroup // park goroutines
+	// headMax bounds the wait for a request head (clientConn.Read): server.max_header_bytes, past which the
+	// server refuses the head at once; 0 (tests): aheadSize.
+	headMax int
 
 	// Counts for tests and logs; the metrics are in global.
 	reclaimed     atomic.Int64
@@ -191,6 +195,7 @@ func newConnLimiter(s *ServerConfig, log *slog.Logger, global *telemetry.Global)
 		grace:     freshGrace,
 		linger:    lingerGap,
 		parkAfter: parkAfter,
+		headMax:   s.MaxHeaderBytes,
 	}
 }
 
@@ -443,6 +448,10 @@ type clientConn struct {
 	aheadN    int
 	aheadErr  error
 	readAhead func(fd uintptr) bool
+	// The wait for a request head (see Read): waitHead is set for the read that waits for a request's first
+	// byte, head holds the head's bytes read while the rest is awaited (what was received, not a buffer).
+	waitHead bool
+	head     []byte
 
 	// rd and wd arm the socket's deadlines coarsely (coarseDeadline): fasthttp asks for a read deadline
 	// twice per request.
@@ -501,20 +510,29 @@ func (c *clientConn) netConn() net.Conn {
 // a pooled buffer, taken only for the system call, so a waiting connection still holds none; the bytes past
 // what was asked for are handed out by the reads that follow, which then make no system call.
 //
+// The read of a request's first byte (fasthttp's, on a fresh or parked connection) returns only once the
+// request's head is whole in what was read, or headMax bytes of it came, or the wait ended (a deadline, a
+// close): fasthttp takes its read buffer (max_header_bytes, 64 KiB by default) when that byte comes and
+// keeps it until the head is read, so that a client sending a head slowly - or the first bytes of one, and
+// nothing more - would hold it for up to read_timeout_secs. The bytes read meanwhile are held as received.
+//
 // A read that waits for the next request on an idle connection can be woken by parkIdle: it then reads as
 // the end of the connection, so that fasthttp lets go of the connection and its buffers.
 func (c *clientConn) Read(b []byte) (int, error) {
 	if c.ahead != nil {
 		return c.readBuffered(b), nil
 	}
-	idle := c.state.Load() == connIdle
+	s := c.state.Load()
+	idle := s == connIdle
 	if idle {
 		c.idleRead.Store(true)
 	}
 	var n int
 	var err error
 	if c.readAhead != nil && len(b) > 0 && len(b) < smallRead {
+		c.waitHead = len(b) == 1 && (s == connFresh || idle)
 		n, err = c.readAheadInto(b)
+		c.waitHead = false
 	} else {
 		n, err = c.Conn.Read(b)
 	}
@@ -539,8 +557,15 @@ func (c *clientConn) Read(b []byte) (int, error) {
 func (c *clientConn) readAheadInto(b []byte) (int, error) {
 	c.aheadErr = nil
 	if err := c.rc.Read(c.readAhead); err != nil {
-		// Deadline, close: the plain read reports it as it always has.
-		return c.Conn.Read(b)
+		if len(c.head) == 0 {
+			// Deadline, close: the plain read reports it as it always has.
+			return c.Conn.Read(b)
+		}
+		// The wait for the rest of a head ended: what came of it is read, and the read that follows meets
+		// the deadline or the close.
+		c.ahead = aheadPool.Get().(*[aheadSize]byte)
+		c.aheadOff, c.aheadN = 0, copy(c.ahead[:], c.head)
+		c.head = nil
 	}
 	if c.aheadErr != nil {
 		if c.aheadErr == io.EOF {
@@ -552,28 +577,65 @@ func (c *clientConn) readAheadInto(b []byte) (int, error) {
 }
 
 // readAheadFD is the RawConn callback of readAheadInto: one non-blocking read, the buffer taken only
-// while bytes come.
+// while bytes come. When waitHead is set and they are not a whole request head, they are kept in head and
+// it waits for the rest (headPending).
 func (c *clientConn) readAheadFD(fd uintptr) bool {
 	buf := aheadPool.Get().(*[aheadSize]byte)
 	for {
-		n, err := syscall.Read(int(fd), buf[:])
+		n, err := syscall.Read(int(fd), buf[:aheadSize-len(c.head)])
 		switch {
 		case err == syscall.EINTR:
 			continue
 		case err == syscall.EAGAIN:
 			aheadPool.Put(buf)
 			return false // wait until readable, then call again
-		case err != nil:
-			c.aheadErr = err
-		case n == 0:
+		case err != nil || n == 0:
+			if len(c.head) > 0 {
+				// The head's bytes are read first; the read after them meets the end or the error again.
+				return c.aheadHead(buf)
+			}
 			c.aheadErr = io.EOF
-		default:
+			if err != nil {
+				c.aheadErr = err
+			}
+			aheadPool.Put(buf)
+			return true
+		case len(c.head) == 0 && !(c.waitHead && headPending(buf[:n], 0)):
 			c.ahead, c.aheadOff, c.aheadN = buf, 0, n
 			return true
 		}
-		aheadPool.Put(buf)
-		return true
+		from := len(c.head)
+		c.head = append(c.head, buf[:n]...)
+		if len(c.head) < c.headMax() && headPending(c.head, from) {
+			aheadPool.Put(buf)
+			return false // wait for the rest of the head
+		}
+		return c.aheadHead(buf)
 	}
+}
+
+// headMax is how much of a request head the wait for its end holds: aheadSize, or less when
+// server.max_header_bytes is (the server then refuses the head at once).
+func (c *clientConn) headMax() int {
+	if m := c.l.headMax; m > 0 && m < aheadSize {
+		return m
+	}
+	return aheadSize
+}
+
+// aheadHead makes the bytes in head the read-ahead, in buf.
+func (c *clientConn) aheadHead(buf *[aheadSize]byte) bool {
+	c.ahead, c.aheadOff, c.aheadN = buf, 0, copy(buf[:], c.head)
+	c.head = nil
+	return true
+}
+
+// headPending reports whether b, what came of a request so far, has no empty line yet: the end of a request
+// head, CRLF CRLF or a bare LF LF (fasthttp reads both). b[:from] was looked at before, for a head that
+// arrives piece by piece. What is not a request head at all fasthttp refuses once it reads that line.
+func headPending(b []byte, from int) bool {
+	tail := b[max(from-2, 0):]
+	return !bytes.Contains(tail, []byte("\n\r\n")) && !bytes.Contains(tail, []byte("\n\n"))
 }
 
 // readBuffered hands out read-ahead bytes, and returns the buffer to the pool once they are all read.

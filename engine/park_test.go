@@ -253,3 +253,79 @@ func TestParkRaces(t *testing.T) {
 	}
 	t.Logf("%d parks", gw.g.clients.parks.Load())
 }
+
+// TestSlowHeadsHoldNoReadBuffer: a connection whose request head arrives slowly holds what it has received,
+// not fasthttp's max_header_bytes read buffer: 200 fresh connections that each sent the start of a head
+// hold a few hundred bytes of heap each (64 KiB and more each when the server reads heads as they come).
+// Each then sends the rest of its head and is answered; so is a head sent a byte at a time.
+func TestSlowHeadsHoldNoReadBuffer(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGatewayWith(t, gatewayConfig("round_robin", "", up.URL), Options{ParkAfter: time.Hour})
+	l := gw.g.clients
+	req := chatRequest()
+	cut := strings.Index(req, "Content-Type")
+	warm := newKeepAliveClient(t, gw.addr, 512)
+	warm.exchange(t, req)
+	warm.c.Close()
+	waitFor(t, 5*time.Second, "the warm-up connection to close", func() bool { return l.openConns() == 0 })
+
+	const n = 200
+	runtime.GC()
+	before := heapInUse()
+	clients := make([]*keepAliveClient, n)
+	for i := range clients {
+		clients[i] = newKeepAliveClient(t, gw.addr, 512)
+		if _, err := io.WriteString(clients[i].c, req[:cut]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "every connection to be admitted", func() bool { return l.openConns() == n })
+	time.Sleep(300 * time.Millisecond) // nothing says when the gateway has read what was sent
+	held := (heapInUse() - before) / n
+	t.Logf("per connection with half a request head sent, client side included: %d bytes of heap", held)
+	if held > 8<<10 {
+		t.Fatalf("heap per connection with half a head: %d bytes: the read buffer was taken", held)
+	}
+	for _, k := range clients {
+		if got := k.exchange(t, req[cut:]); !strings.Contains(got, "chat.completion") {
+			t.Fatalf("answer %q", got)
+		}
+	}
+
+	k := newKeepAliveClient(t, gw.addr, 512)
+	for i := 0; i < len(req)-1; i++ {
+		if _, err := io.WriteString(k.c, req[i:i+1]); err != nil {
+			t.Fatal(err)
+		}
+		if i < cut+10 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if got := k.exchange(t, req[len(req)-1:]); !strings.Contains(got, "chat.completion") {
+		t.Fatalf("head sent a byte at a time: %q", got)
+	}
+}
+
+// TestHeadPending: the wait for a request head ends at its empty line, CRLF or bare LF, also when that line
+// comes split over two reads.
+func TestHeadPending(t *testing.T) {
+	for _, tc := range []struct {
+		b    string
+		from int
+		want bool
+	}{
+		{"G", 0, true},
+		{"GET / HTTP/1.1\r\nHost: x\r\n", 0, true},
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 25, false}, // the last read brought the last CRLF
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 26, false}, // and only its LF
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r", 25, true},
+		{"GET / HTTP/1.1\nHost: x\n\n", 23, false},
+		{"\x16\x03\x01\x00", 0, true},
+		{"", 0, true},
+	} {
+		if got := headPending([]byte(tc.b), tc.from); got != tc.want {
+			t.Errorf("headPending(%q, %d) = %v, want %v", tc.b, tc.from, got, tc.want)
+		}
+	}
+}
