@@ -630,13 +630,12 @@ func (c *clientConn) aheadHead(buf *[aheadSize]byte) bool {
 	return true
 }
 
-// headPending reports whether b, what came of a request so far, has no empty line yet: the end of a request
-// head, CRLF CRLF or a bare LF LF (fasthttp reads both). b[:from] was looked at before, for a head that
-// arrives piece by piece. Bytes that are no request head wait as a head's start does: fasthttp, reading
-// them, waited for the same empty line (or its buffer to fill).
+// headPending reports whether b, what came of a request so far, has no empty line yet: the CRLF CRLF that
+// ends a request head, the only end fasthttp takes. b[:from] was looked at before, for a head that arrives
+// piece by piece. Bytes that are no request head wait as a head's start does: fasthttp, reading them,
+// waited for the same empty line (or its buffer to fill).
 func headPending(b []byte, from int) bool {
-	tail := b[max(from-2, 0):]
-	return !bytes.Contains(tail, []byte("\n\r\n")) && !bytes.Contains(tail, []byte("\n\n"))
+	return !bytes.Contains(b[max(from-3, 0):], []byte("\r\n\r\n"))
 }
 
 // readBuffered hands out read-ahead bytes, and returns the buffer to the pool once they are all read.
