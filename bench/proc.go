@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -195,8 +196,22 @@ func readRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port that was free a moment ago, for a child process to listen on. It is
+// taken below the kernel's ephemeral port range, which is where the ports of listeners bound to port 0 and of
+// outgoing connections come from: a port picked from that range and closed again can go to another process
+// - another package's test server, under go test ./... - before the child binds it, and the report would then
+// measure that server. Port 0's pick is the fallback.
 func freePort() (int, error) {
+	if lo := ephemeralLow(); lo > 2048 {
+		span := min(lo-1024, 16384)
+		for range 32 {
+			port := lo - 1 - rand.IntN(span)
+			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+				_ = ln.Close()
+				return port, nil
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("cannot find a free port: %w", err)
@@ -206,7 +221,9 @@ func freePort() (int, error) {
 	return port, nil
 }
 
-// waitHTTP polls url until it answers 200 or timeout passes.
+// waitHTTP polls url until it answers 200 or timeout passes. The 200 counts only if p is still running a
+// moment later: a child that could not bind its port exits, and another process answering there must not
+// pass for it.
 func waitHTTP(ctx context.Context, url string, timeout time.Duration, p *proc) error {
 	deadline := time.Now().Add(timeout)
 	c := &http.Client{Timeout: time.Second}
@@ -219,6 +236,13 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration, p *proc) e
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				if p == nil {
+					return nil
+				}
+				time.Sleep(100 * time.Millisecond)
+				if !p.alive() {
+					return fmt.Errorf("%s exited: %s", p.name, p.tail())
+				}
 				return nil
 			}
 		}
