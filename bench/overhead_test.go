@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -511,26 +510,5 @@ func TestProcSwitches(t *testing.T) {
 	}
 	if _, ok := procSwitches(0); ok {
 		t.Fatal("pid 0 measured")
-	}
-}
-
-// TestFreePort: the ports the reports start their children on come from below the kernel's ephemeral range
-// (where another process's port-0 listener cannot take them between the pick and the child's bind), and are
-// free to bind.
-func TestFreePort(t *testing.T) {
-	lo := ephemeralLow()
-	for range 20 {
-		port, err := freePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if lo > 2048 && (port >= lo || port < 1024) {
-			t.Fatalf("port %d; want one under the ephemeral range starting at %d", port, lo)
-		}
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			t.Fatalf("port %d: %v", port, err)
-		}
-		ln.Close()
 	}
 }

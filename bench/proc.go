@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rolter-ai/rolter/internal/freeport"
 )
 
 // proc is a child process of a report (the fake upstream, `rolter serve`, HAProxy). It is
@@ -196,30 +196,9 @@ func readRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
-// freePort returns a loopback port that was free a moment ago, for a child process to listen on. It is
-// taken below the kernel's ephemeral port range, which is where the ports of listeners bound to port 0 and of
-// outgoing connections come from: a port picked from that range and closed again can go to another process
-// - another package's test server, under go test ./... - before the child binds it, and the report would then
-// measure that server. Port 0's pick is the fallback.
-func freePort() (int, error) {
-	if lo := ephemeralLow(); lo > 2048 {
-		span := min(lo-1024, 16384)
-		for range 32 {
-			port := lo - 1 - rand.IntN(span)
-			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
-				_ = ln.Close()
-				return port, nil
-			}
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("cannot find a free port: %w", err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	return port, nil
-}
+// freePort returns a loopback port that was free a moment ago (freeport.Loopback: below the ephemeral
+// range, where another package's test server cannot take it before the child binds it).
+func freePort() (int, error) { return freeport.Loopback() }
 
 // waitHTTP polls url until it answers 200 or timeout passes. The 200 counts only if p is still running a
 // moment later: a child that could not bind its port exits, and another process answering there must not

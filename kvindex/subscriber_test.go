@@ -5,12 +5,12 @@ package kvindex
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +19,8 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/rolter-ai/rolter/internal/freeport"
 )
 
 var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -397,12 +399,11 @@ func TestSubscriberStale(t *testing.T) {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Loopback()
 	if err != nil {
-		t.Fatalf("cannot listen: %s", err)
+		t.Fatal(err)
 	}
-	defer ln.Close()
-	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(port)
 }
 
 func TestSubscriberBindMode(t *testing.T) {

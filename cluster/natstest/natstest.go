@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rolter-ai/rolter/internal/freeport"
 )
 
 // RequireEnv names the environment variable that turns a skip for want of nats-server into a failure.
@@ -58,7 +60,7 @@ func New(t testing.TB) *Server {
 		}
 		t.Skip(errNoBinary)
 	}
-	port, err := FreePort()
+	port, err := freeport.Loopback()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,16 +70,6 @@ func New(t testing.TB) *Server {
 	}
 	t.Cleanup(s.Kill)
 	return s
-}
-
-// FreePort returns a loopback port nothing listened on a moment ago.
-func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // URL is the server's nats:// URL.

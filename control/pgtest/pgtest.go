@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/rolter-ai/rolter/internal/freeport"
 )
 
 // RequireEnv names the environment variable that turns a skip for want of PostgreSQL into a failure.
@@ -121,7 +122,7 @@ func start() (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("cannot initdb: %v\n%s", err, out)
 	}
-	if p.port, err = freePort(); err != nil {
+	if p.port, err = freeport.Loopback(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -138,15 +139,6 @@ func (p *Server) command(name string, args ...string) *exec.Cmd {
 	cmd.Dir = p.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Pdeathsig: syscall.SIGQUIT}
 	return cmd
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Start starts the stopped server again on its port and waits until it takes connections.
