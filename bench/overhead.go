@@ -611,7 +611,7 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error
 			x := res[u.c.Name][u.path]
 			var ttfbs []float64
 			for s := 0; s < o.FirstByteStreams; s++ {
-				st, err := r.stream(ctx, u, firstByteBody, min(1, r.chunks))
+				st, err := r.stream(ctx, u, firstByteBody, 1)
 				if err != nil {
 					x.StreamErr++
 					fmt.Fprintf(o.Log, "overhead: %s first-byte stream: %s\n", u.key(), err)

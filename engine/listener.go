@@ -563,9 +563,7 @@ func (c *clientConn) readAheadInto(b []byte) (int, error) {
 		}
 		// The wait for the rest of a head ended: what came of it is read, and the read that follows meets
 		// the deadline or the close.
-		c.ahead = aheadPool.Get().(*[aheadSize]byte)
-		c.aheadOff, c.aheadN = 0, copy(c.ahead[:], c.head)
-		c.head = nil
+		c.aheadHead(aheadPool.Get().(*[aheadSize]byte))
 	}
 	if c.aheadErr != nil {
 		if c.aheadErr == io.EOF {

@@ -61,13 +61,8 @@ func TestIdleConnsPark(t *testing.T) {
 	gw := startGatewayWith(t, gatewayConfig("round_robin", "", up.URL), Options{ParkAfter: time.Hour})
 	l := gw.g.clients
 	req := chatRequest()
-	warm := newKeepAliveClient(t, gw.addr, 512)
-	warm.exchange(t, req)
-	warm.c.Close()
-	waitFor(t, 5*time.Second, "the warm-up connection to close", func() bool { return l.openConns() == 0 })
-
 	const n = 200
-	runtime.GC() // pooled objects survive one collection
+	warmUp(t, gw, req)
 	before, stackBefore := heapInUse(), stackInUse()
 	clients := make([]*keepAliveClient, n)
 	for i := range clients {
@@ -116,6 +111,18 @@ func TestIdleConnsPark(t *testing.T) {
 	if s := goroutines(); strings.Contains(s, "(*clientConn).park") {
 		t.Fatalf("a park goroutine outlived shutdown:\n%s", s)
 	}
+}
+
+// warmUp serves req on a connection of its own and closes it, so that the server's pools and lazily made
+// state exist before a test measures the heap per connection, and collects garbage once (pooled objects
+// survive one collection; heapInUse makes the second).
+func warmUp(t *testing.T, gw *testGateway, req string) {
+	t.Helper()
+	warm := newKeepAliveClient(t, gw.addr, 512)
+	warm.exchange(t, req)
+	warm.c.Close()
+	waitFor(t, 5*time.Second, "the warm-up connection to close", func() bool { return gw.g.clients.openConns() == 0 })
+	runtime.GC()
 }
 
 func stackInUse() int64 {
@@ -264,13 +271,8 @@ func TestSlowHeadsHoldNoReadBuffer(t *testing.T) {
 	l := gw.g.clients
 	req := chatRequest()
 	cut := strings.Index(req, "Content-Type")
-	warm := newKeepAliveClient(t, gw.addr, 512)
-	warm.exchange(t, req)
-	warm.c.Close()
-	waitFor(t, 5*time.Second, "the warm-up connection to close", func() bool { return l.openConns() == 0 })
-
 	const n = 200
-	runtime.GC()
+	warmUp(t, gw, req)
 	before := heapInUse()
 	clients := make([]*keepAliveClient, n)
 	for i := range clients {
