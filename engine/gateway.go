@@ -558,6 +558,8 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		e = &apiError{status: fasthttp.StatusRequestEntityTooLarge, typ: typeInvalidRequest, code: "request_too_large",
 			message: fmt.Sprintf("request body exceeds server.max_body_bytes (%d)", g.snap.Load().cfg.Server.MaxBodyBytes), noRetry: true}
+	case errors.Is(err, errBareLF):
+		e = badRequest("bad_request", "", "request head lines must end in CRLF, not a bare LF (RFC 9112 section 2.2)")
 	case errors.As(err, &small):
 		e = &apiError{status: fasthttp.StatusRequestHeaderFieldsTooLarge, typ: typeInvalidRequest, code: "header_too_large",
 			message: fmt.Sprintf("request headers exceed server.max_header_bytes (%d)", g.snap.Load().cfg.Server.MaxHeaderBytes), noRetry: true}

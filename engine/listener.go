@@ -452,6 +452,13 @@ type clientConn struct {
 	// byte, head holds the head's bytes read while the rest is awaited (what was received, not a buffer).
 	waitHead bool
 	head     []byte
+	// headErr is what the read after the head's bytes returns (errBareLF), nil if it reads the socket.
+	// inHead is set while a head read straight into fasthttp's buffer (watchHead) has not ended; headTail
+	// holds its last bytes, for line ends split across reads.
+	headErr   error
+	inHead    bool
+	headTail  [3]byte
+	headTailN int
 
 	// rd and wd arm the socket's deadlines coarsely (coarseDeadline): fasthttp asks for a read deadline
 	// twice per request.
@@ -516,11 +523,19 @@ func (c *clientConn) netConn() net.Conn {
 // keeps it until the head is read, so that a client sending a head slowly - or the first bytes of one, and
 // nothing more - would hold it for up to read_timeout_secs. The bytes read meanwhile are held as received.
 //
+// A head whose lines end in a bare LF has no CRLF CRLF for fasthttp to wait for: its bytes are handed over
+// once its empty line came, and the read after them fails with errBareLF, which the server answers with 400
+// at once instead of at read_timeout_secs.
+//
 // A read that waits for the next request on an idle connection can be woken by parkIdle: it then reads as
 // the end of the connection, so that fasthttp lets go of the connection and its buffers.
 func (c *clientConn) Read(b []byte) (int, error) {
 	if c.ahead != nil {
 		return c.readBuffered(b), nil
+	}
+	if err := c.headErr; err != nil {
+		c.headErr = nil
+		return 0, err
 	}
 	s := c.state.Load()
 	idle := s == connIdle
@@ -535,6 +550,9 @@ func (c *clientConn) Read(b []byte) (int, error) {
 		c.waitHead = false
 	} else {
 		n, err = c.Conn.Read(b)
+		if n > 0 && (s == connFresh || idle || c.inHead) {
+			c.watchHead(b[:n])
+		}
 	}
 	if idle {
 		c.idleRead.Store(false)
@@ -605,8 +623,11 @@ func (c *clientConn) readAheadFD(fd uintptr) bool {
 		from := len(c.head)
 		c.head = append(c.head, buf[:n]...)
 		if len(c.head) < c.headMax() && headPending(c.head, from) {
-			aheadPool.Put(buf)
-			return false // wait for the rest of the head
+			if !bareLFEnd(c.head, from) {
+				aheadPool.Put(buf)
+				return false // wait for the rest of the head
+			}
+			c.headErr = errBareLF
 		}
 		return c.aheadHead(buf)
 	}
@@ -634,6 +655,45 @@ func (c *clientConn) aheadHead(buf *[aheadSize]byte) bool {
 // waited for the same empty line (or its buffer to fill).
 func headPending(b []byte, from int) bool {
 	return !bytes.Contains(b[max(from-3, 0):], []byte("\r\n\r\n"))
+}
+
+// errBareLF is the error of the read after a request head whose lines end in a bare LF (see Read).
+// RFC 9112 section 2.2 lets a server refuse them; a gateway that forwards the request refuses them rather
+// than guess where a line ends differently from what sits in front of it.
+var errBareLF = errors.New("request head lines end in a bare LF; HTTP/1.1 requires CRLF")
+
+// bareLFEnd reports whether b, a head with no CRLF CRLF (headPending), has an empty line ended by a bare LF:
+// LF LF, or LF CRLF after a line ended by a bare LF. b[:from] was looked at before.
+func bareLFEnd(b []byte, from int) bool {
+	b = b[max(from-2, 0):]
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
+}
+
+// watchHead looks at p, the bytes of a request head read straight into fasthttp's buffer: the next request
+// on a keep-alive connection (fasthttp keeps its buffer between requests with streamed bodies), or any
+// request over TLS. The watch ends at the head's CRLF CRLF; at an empty line ended by a bare LF, the next read
+// fails with errBareLF.
+func (c *clientConn) watchHead(p []byte) {
+	if !c.inHead {
+		c.headTailN = 0 // a new head: what ended the last one is no line end of this one
+	}
+	var edge [6]byte // the end of what came before and the start of p: a line end split between reads
+	e := append(append(edge[:0], c.headTail[:c.headTailN]...), p[:min(len(p), 3)]...)
+	crlf2 := []byte("\r\n\r\n")
+	c.inHead = false
+	switch {
+	case bytes.Contains(e, crlf2) || bytes.Contains(p, crlf2):
+		return
+	case bareLFEnd(e, 0) || bareLFEnd(p, 0):
+		c.headErr = errBareLF
+		return
+	}
+	c.inHead = true
+	if len(p) >= len(c.headTail) {
+		c.headTailN = copy(c.headTail[:], p[len(p)-len(c.headTail):])
+		return
+	}
+	c.headTailN = copy(c.headTail[:], e[max(len(e)-len(c.headTail), 0):])
 }
 
 // readBuffered hands out read-ahead bytes, and returns the buffer to the pool once they are all read.

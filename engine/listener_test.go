@@ -496,6 +496,54 @@ func TestListenerTLS(t *testing.T) {
 	}
 }
 
+// TestBareLFHeadsTLS: over TLS a head is decrypted above the socket, so its bare LF is seen in what fasthttp
+// reads (watchHead): a fresh connection's head, a keep-alive one's next and one whose empty line comes in a
+// later read all fail at once with errBareLF.
+func TestBareLFHeadsTLS(t *testing.T) {
+	l := testGlobalLimiter(t)
+	c := serveTLS(t, l, &fasthttp.Server{StreamRequestBody: true, ReduceMemoryUsage: true, ReadTimeout: time.Minute,
+		Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") },
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			ctx.SetStatusCode(fasthttp.StatusBadRequest)
+			fmt.Fprintf(ctx, "bare LF: %v", errors.Is(err, errBareLF))
+		}})
+	const bad = "GET / HTTP/1.1\r\nHost: x\nAccept: */*\n\n"
+	for _, how := range []string{"fresh", "after a request", "split"} {
+		if how != "fresh" {
+			var err error
+			if c, err = tls.Dial("tcp", c.RemoteAddr().String(), &tls.Config{InsecureSkipVerify: true}); err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		if how == "after a request" {
+			fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("first request: %v", err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+		}
+		if how == "split" {
+			fmt.Fprint(c, bad[:len(bad)-1])
+			time.Sleep(50 * time.Millisecond)
+			fmt.Fprint(c, bad[len(bad)-1:])
+		} else {
+			fmt.Fprint(c, bad)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v (no answer before the client's 5 s deadline)", how, err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 100))
+		if resp.StatusCode != 400 || string(body) != "bare LF: true" {
+			t.Fatalf("%s: answer %d %q", how, resp.StatusCode, body)
+		}
+	}
+}
+
 // serveTLS serves s (its ConnState set to l's) over TLS through l until the test ends, and returns a TLS
 // client connection to it.
 func serveTLS(t *testing.T, l *connLimiter, s *fasthttp.Server) *tls.Conn {

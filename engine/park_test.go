@@ -308,6 +308,57 @@ func TestSlowHeadsHoldNoReadBuffer(t *testing.T) {
 	}
 }
 
+// TestBareLFHeads: a request head whose lines end in a bare LF is answered 400 at once, where fasthttp alone
+// waits for a CRLF CRLF until read_timeout_secs (60 s here): on a fresh connection, on a keep-alive one after
+// a request, and when its empty line comes in a later read. The connection is closed after the answer.
+func TestBareLFHeads(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGatewayWith(t, gatewayConfig("round_robin", "", up.URL), Options{ParkAfter: time.Hour})
+	body := chatBody("m", "hi", false)
+	for _, head := range []string{
+		"POST /v1/chat/completions HTTP/1.1\nHost: x\nContent-Type: application/json\nContent-Length: %d\n\n",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\nContent-Length: %d\n\n",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\n",
+		"POST /v1/chat/completions HTTP/1.1\nHost: x\nContent-Length: %d\n\r\n",
+		"GET /health HTTP/1.1\nHost: x\n\n",
+	} {
+		req := head
+		if strings.Contains(head, "%d") {
+			req = fmt.Sprintf(head, len(body)) + body
+		}
+		for _, how := range []string{"fresh", "after a request", "split"} {
+			k := newKeepAliveClient(t, gw.addr, 512)
+			if how == "after a request" {
+				k.exchange(t, chatRequest())
+			}
+			_ = k.c.SetDeadline(time.Now().Add(5 * time.Second))
+			sent := req
+			if how == "split" { // the head's last line end comes 50 ms after the rest
+				cut := strings.LastIndex(head, "\n")
+				if _, err := io.WriteString(k.c, req[:cut]); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(50 * time.Millisecond)
+				sent = req[cut:]
+			}
+			if _, err := io.WriteString(k.c, sent); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(k.br, nil)
+			if err != nil {
+				t.Fatalf("%q, %s: %v (no answer before the client's 5 s deadline)", head, how, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 400 || !strings.Contains(string(b), "bare LF") {
+				t.Fatalf("%q, %s: answer %d %q, %v", head, how, resp.StatusCode, b, err)
+			}
+			k.closed(t, 5*time.Second, fmt.Sprintf("%q, %s", head, how))
+			k.c.Close()
+		}
+	}
+}
+
 // TestHeadPending: the wait for a request head ends at its empty line, also when that line comes split over
 // two reads; bare line feeds do not end it, as they do not end fasthttp's read of a head.
 func TestHeadPending(t *testing.T) {
@@ -330,5 +381,39 @@ func TestHeadPending(t *testing.T) {
 		if got := headPending([]byte(tc.b), tc.from); got != tc.want {
 			t.Errorf("headPending(%q, %d) = %v, want %v", tc.b, tc.from, got, tc.want)
 		}
+	}
+	// Of heads with no CRLF CRLF, those whose empty line came, ended by a bare LF.
+	for _, tc := range []struct {
+		b    string
+		from int
+		want bool
+	}{
+		{"GET / HTTP/1.1\nHost: x\n", 0, false},
+		{"GET / HTTP/1.1\nHost: x\n\n", 0, true},
+		{"GET / HTTP/1.1\nHost: x\n\n", 23, true},    // the last read brought the second LF
+		{"\n\nGET / HTTP/1.1\r\nHost: x", 10, false}, // looked at before
+		{"GET / HTTP/1.1\r\nHost: x\r\n\n", 26, true},
+		{"GET / HTTP/1.1\nHost: x\n\r\n", 24, true}, // "\n" then "\r\n" in a read of its own
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r", 0, false},
+		{"GET / HTTP/1.1\r\nHost: x\r\n", 0, false},
+		{"", 0, false},
+	} {
+		if got := bareLFEnd([]byte(tc.b), tc.from); got != tc.want {
+			t.Errorf("bareLFEnd(%q, %d) = %v, want %v", tc.b, tc.from, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkWatchHead: the look at a keep-alive connection's next request for a bare-LF head end, a chat
+// request whose head and body came in one read.
+func BenchmarkWatchHead(b *testing.B) {
+	req := []byte(chatRequest())
+	var c clientConn
+	b.SetBytes(int64(len(req)))
+	for i := 0; i < b.N; i++ {
+		c.watchHead(req)
+	}
+	if c.inHead || c.headErr != nil {
+		b.Fatal("the head's end was missed")
 	}
 }
