@@ -560,6 +560,8 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 			message: fmt.Sprintf("request body exceeds server.max_body_bytes (%d)", g.snap.Load().cfg.Server.MaxBodyBytes), noRetry: true}
 	case errors.Is(err, errBareLF):
 		e = badRequest("bad_request", "", "request head lines must end in CRLF, not a bare LF (RFC 9112 section 2.2)")
+	case errors.Is(err, errNotRequest):
+		e = badRequest("bad_request", "", "the bytes received do not begin an HTTP/1.1 request line (TLS sent to a plain-HTTP port?)")
 	case errors.As(err, &small):
 		e = &apiError{status: fasthttp.StatusRequestHeaderFieldsTooLarge, typ: typeInvalidRequest, code: "header_too_large",
 			message: fmt.Sprintf("request headers exceed server.max_header_bytes (%d)", g.snap.Load().cfg.Server.MaxHeaderBytes), noRetry: true}

@@ -525,7 +525,7 @@ func (c *clientConn) netConn() net.Conn {
 //
 // A head whose lines end in a bare LF has no CRLF CRLF for fasthttp to wait for: its bytes are handed over
 // once its empty line came, and the read after them fails with errBareLF, which the server answers with 400
-// at once instead of at read_timeout_secs.
+// at once instead of at read_timeout_secs. So do bytes that cannot begin a request line (errNotRequest).
 //
 // A read that waits for the next request on an idle connection can be woken by parkIdle: it then reads as
 // the end of the connection, so that fasthttp lets go of the connection and its buffers.
@@ -623,11 +623,15 @@ func (c *clientConn) readAheadFD(fd uintptr) bool {
 		from := len(c.head)
 		c.head = append(c.head, buf[:n]...)
 		if len(c.head) < c.headMax() && headPending(c.head, from) {
-			if !bareLFEnd(c.head, from) {
+			switch {
+			case bareLFEnd(c.head, from):
+				c.headErr = errBareLF
+			case notRequestLine(c.head):
+				c.headErr = errNotRequest
+			default:
 				aheadPool.Put(buf)
 				return false // wait for the rest of the head
 			}
-			c.headErr = errBareLF
 		}
 		return c.aheadHead(buf)
 	}
@@ -662,6 +666,28 @@ func headPending(b []byte, from int) bool {
 // than guess where a line ends differently from what sits in front of it.
 var errBareLF = errors.New("request head lines end in a bare LF; HTTP/1.1 requires CRLF")
 
+// errNotRequest is the error of the read after bytes that cannot begin a request line (see Read): a TLS
+// handshake sent to a plain-HTTP port, say. fasthttp would wait for their end of line, or CRLF CRLF.
+var errNotRequest = errors.New("the bytes received do not begin an HTTP request line")
+
+// notRequestLine reports whether b, the start of what came for a request, cannot begin a request line: a
+// byte that is no token character comes before the method's space. Empty lines before it are skipped, as
+// fasthttp skips them.
+func notRequestLine(b []byte) bool {
+	for len(b) > 0 && (b[0] == '\r' || b[0] == '\n') {
+		b = b[1:]
+	}
+	for i, c := range b {
+		if c == ' ' {
+			return i == 0
+		}
+		if !tokenChars[c] {
+			return true
+		}
+	}
+	return false
+}
+
 // bareLFEnd reports whether b, a head with no CRLF CRLF (headPending), has an empty line ended by a bare LF:
 // LF LF, or LF CRLF after a line ended by a bare LF. b[:from] was looked at before.
 func bareLFEnd(b []byte, from int) bool {
@@ -680,12 +706,16 @@ func (c *clientConn) watchHead(p []byte) {
 	var edge [6]byte // the end of what came before and the start of p: a line end split between reads
 	e := append(append(edge[:0], c.headTail[:c.headTailN]...), p[:min(len(p), 3)]...)
 	crlf2 := []byte("\r\n\r\n")
+	first := !c.inHead
 	c.inHead = false
 	switch {
 	case bytes.Contains(e, crlf2) || bytes.Contains(p, crlf2):
 		return
 	case bareLFEnd(e, 0) || bareLFEnd(p, 0):
 		c.headErr = errBareLF
+		return
+	case first && notRequestLine(p):
+		c.headErr = errNotRequest
 		return
 	}
 	c.inHead = true

@@ -3,10 +3,13 @@ package engine
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -359,6 +362,52 @@ func TestBareLFHeads(t *testing.T) {
 	}
 }
 
+// TestNotHTTPAnsweredAtOnce: bytes that cannot begin a request line are answered 400 as soon as they come,
+// where fasthttp alone waits for an end of line or CRLF CRLF until read_timeout_secs (60 s here): a TLS
+// client sent to the plain port fails its handshake at once instead of hanging, and so do such bytes on a
+// keep-alive connection. Empty lines before a request are still skipped.
+func TestNotHTTPAnsweredAtOnce(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGatewayWith(t, gatewayConfig("round_robin", "", up.URL), Options{ParkAfter: time.Hour})
+	tc := tls.Client(dial(t, gw.addr), &tls.Config{InsecureSkipVerify: true})
+	_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := tc.Handshake(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("TLS handshake with the plain port: %v, want a failure before the client's 5 s deadline", err)
+	}
+	tc.Close()
+
+	hello := "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03"
+	for _, how := range []string{"fresh", "after a request"} {
+		k := newKeepAliveClient(t, gw.addr, 512)
+		if how == "after a request" {
+			k.exchange(t, chatRequest())
+		}
+		_ = k.c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(k.c, hello); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(k.br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v (no answer before the client's 5 s deadline)", how, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "request line") {
+			t.Fatalf("%s: answer %d %q", how, resp.StatusCode, b)
+		}
+		k.closed(t, 5*time.Second, how)
+		k.c.Close()
+	}
+
+	k := newKeepAliveClient(t, gw.addr, 512)
+	if got := k.exchange(t, "\r\n"+chatRequest()); !strings.Contains(got, "chat.completion") {
+		t.Fatalf("request after an empty line: %q", got)
+	}
+	if got := k.exchange(t, "\r\n"+chatRequest()); !strings.Contains(got, "chat.completion") {
+		t.Fatalf("keep-alive request after an empty line: %q", got)
+	}
+}
+
 // TestHeadPending: the wait for a request head ends at its empty line, also when that line comes split over
 // two reads; bare line feeds do not end it, as they do not end fasthttp's read of a head.
 func TestHeadPending(t *testing.T) {
@@ -400,6 +449,22 @@ func TestHeadPending(t *testing.T) {
 	} {
 		if got := bareLFEnd([]byte(tc.b), tc.from); got != tc.want {
 			t.Errorf("bareLFEnd(%q, %d) = %v, want %v", tc.b, tc.from, got, tc.want)
+		}
+	}
+	// What cannot begin a request line, and what can (or may yet).
+	for b, want := range map[string]bool{
+		"POST /v1/chat/completions HTTP/1.1\r\n": false,
+		"\r\nGET / HTTP/1.1\r\n":                 false,
+		"M-SEARCH * HTTP/1.1":                    false,
+		"PO":                                     false,
+		"":                                       false,
+		"\x16\x03\x01\x00\xa5":                   true,
+		" GET / HTTP/1.1":                        true,
+		"GE(T / HTTP/1.1":                        true,
+		"GET\t/ HTTP/1.1":                        true,
+	} {
+		if got := notRequestLine([]byte(b)); got != want {
+			t.Errorf("notRequestLine(%q) = %v, want %v", b, got, want)
 		}
 	}
 }
