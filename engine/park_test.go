@@ -409,13 +409,22 @@ func TestNotHTTPAnsweredAtOnce(t *testing.T) {
 }
 
 // TestHeadPending: the wait for a request head ends at its empty line, also when that line comes split over
-// two reads; bare line feeds do not end it, as they do not end fasthttp's read of a head.
+// two reads; bare line feeds do not end it, as they do not end fasthttp's read of a head, but an empty line
+// they end is found (bareLFEnd), as are bytes that cannot begin a request (notRequestLine).
 func TestHeadPending(t *testing.T) {
-	for _, tc := range []struct {
+	type headCase struct {
 		b    string
 		from int
 		want bool
-	}{
+	}
+	check := func(name string, f func([]byte, int) bool, cases []headCase) {
+		for _, tc := range cases {
+			if got := f([]byte(tc.b), tc.from); got != tc.want {
+				t.Errorf("%s(%q, %d) = %v, want %v", name, tc.b, tc.from, got, tc.want)
+			}
+		}
+	}
+	check("headPending", headPending, []headCase{
 		{"G", 0, true},
 		{"GET / HTTP/1.1\r\nHost: x\r\n", 0, true},
 		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
@@ -426,17 +435,9 @@ func TestHeadPending(t *testing.T) {
 		{"GET / HTTP/1.1\nHost: x\n\n", 23, true},
 		{"\x16\x03\x01\x00", 0, true},
 		{"", 0, true},
-	} {
-		if got := headPending([]byte(tc.b), tc.from); got != tc.want {
-			t.Errorf("headPending(%q, %d) = %v, want %v", tc.b, tc.from, got, tc.want)
-		}
-	}
+	})
 	// Of heads with no CRLF CRLF, those whose empty line came, ended by a bare LF.
-	for _, tc := range []struct {
-		b    string
-		from int
-		want bool
-	}{
+	check("bareLFEnd", bareLFEnd, []headCase{
 		{"GET / HTTP/1.1\nHost: x\n", 0, false},
 		{"GET / HTTP/1.1\nHost: x\n\n", 0, true},
 		{"GET / HTTP/1.1\nHost: x\n\n", 23, true},    // the last read brought the second LF
@@ -446,11 +447,7 @@ func TestHeadPending(t *testing.T) {
 		{"GET / HTTP/1.1\r\nHost: x\r\n\r", 0, false},
 		{"GET / HTTP/1.1\r\nHost: x\r\n", 0, false},
 		{"", 0, false},
-	} {
-		if got := bareLFEnd([]byte(tc.b), tc.from); got != tc.want {
-			t.Errorf("bareLFEnd(%q, %d) = %v, want %v", tc.b, tc.from, got, tc.want)
-		}
-	}
+	})
 	// What cannot begin a request line, and what can (or may yet).
 	for b, want := range map[string]bool{
 		"POST /v1/chat/completions HTTP/1.1\r\n": false,
@@ -465,6 +462,34 @@ func TestHeadPending(t *testing.T) {
 	} {
 		if got := notRequestLine([]byte(b)); got != want {
 			t.Errorf("notRequestLine(%q) = %v, want %v", b, got, want)
+		}
+	}
+}
+
+// TestWatchHead: the look at heads read straight into fasthttp's buffer, read by read: a head's end split
+// between reads is found, whatever the reads' sizes, and what ended one head is no line end of the next.
+func TestWatchHead(t *testing.T) {
+	for _, tc := range []struct {
+		reads []string
+		want  error // after the last read; nil with inHead false: the head ended well
+	}{
+		{[]string{"GET / HTTP/1.1\r\nHost: x\r\n\r\n"}, nil},
+		{[]string{"GET / HTTP/1.1\r\nHost: x\r", "\n\r\n"}, nil},
+		{[]string{"GET / HTTP/1.1\r\nHost: x\r\n\r", "\n"}, nil},
+		{[]string{"G", "ET / HTTP/1.1\r\nHost: x\r\n", "\r", "\n"}, nil},
+		{[]string{"GET / HTTP/1.1\nHost: x\n", "\n"}, errBareLF},
+		{[]string{"GET / HTTP/1.1\nHost: x", "\n", "\n"}, errBareLF},
+		{[]string{"GET / HTTP/1.1\nHost: x\n", "\r", "\n"}, errBareLF},
+		{[]string{"GET / HTTP/1.1\r\nA: b\r\n", "\r\n", "\nGET / HTTP/1.1\r\n", "Host: x\r\n\r\n"}, nil}, // the next head, after an empty line
+		{[]string{"\x16\x03\x01\x00"}, errNotRequest},
+		{[]string{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "\x16\x03"}, errNotRequest},
+	} {
+		var c clientConn
+		for _, r := range tc.reads {
+			c.watchHead([]byte(r))
+		}
+		if c.headErr != tc.want || (tc.want == nil && c.inHead) {
+			t.Errorf("%q: headErr %v, inHead %v; want %v", tc.reads, c.headErr, c.inHead, tc.want)
 		}
 	}
 }
