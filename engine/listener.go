@@ -452,7 +452,8 @@ type clientConn struct {
 	// byte, head holds the head's bytes read while the rest is awaited (what was received, not a buffer).
 	waitHead bool
 	head     []byte
-	// headErr is what the read after the head's bytes returns (errBareLF), nil if it reads the socket.
+	// headErr is what the read after the head's bytes returns (errBareLF, errNotRequest), nil if it reads the
+	// socket.
 	// inHead is set while a head read straight into fasthttp's buffer (watchHead) has not ended; headTail
 	// holds its last bytes, for line ends split across reads.
 	headErr   error
@@ -697,8 +698,8 @@ func bareLFEnd(b []byte, from int) bool {
 
 // watchHead looks at p, the bytes of a request head read straight into fasthttp's buffer: the next request
 // on a keep-alive connection (fasthttp keeps its buffer between requests with streamed bodies), or any
-// request over TLS. The watch ends at the head's CRLF CRLF; at an empty line ended by a bare LF, the next read
-// fails with errBareLF.
+// request over TLS. The watch ends at the head's CRLF CRLF; at an empty line ended by a bare LF, or at a first
+// read that cannot begin a request line, the next read fails (errBareLF, errNotRequest).
 func (c *clientConn) watchHead(p []byte) {
 	if !c.inHead {
 		c.headTailN = 0 // a new head: what ended the last one is no line end of this one
