@@ -313,10 +313,12 @@ func TestSlowHeadsHoldNoReadBuffer(t *testing.T) {
 
 // TestBareLFHeads: a request head whose lines end in a bare LF is answered 400 at once, where fasthttp alone
 // waits for a CRLF CRLF until read_timeout_secs (60 s here): on a fresh connection, on a keep-alive one after
-// a request, and when its empty line comes in a later read. The connection is closed after the answer.
+// a request, on a parked one, and when its empty line comes in a later read. The connection is closed after
+// the answer.
 func TestBareLFHeads(t *testing.T) {
 	up := newFakeUpstream(t, okJSON)
 	gw := startGatewayWith(t, gatewayConfig("round_robin", "", up.URL), Options{ParkAfter: time.Hour})
+	parking := startGatewayWith(t, gatewayConfig("round_robin", "", up.URL), Options{ParkAfter: 5 * time.Millisecond})
 	body := chatBody("m", "hi", false)
 	for _, head := range []string{
 		"POST /v1/chat/completions HTTP/1.1\nHost: x\nContent-Type: application/json\nContent-Length: %d\n\n",
@@ -329,14 +331,21 @@ func TestBareLFHeads(t *testing.T) {
 		if strings.Contains(head, "%d") {
 			req = fmt.Sprintf(head, len(body)) + body
 		}
-		for _, how := range []string{"fresh", "after a request", "split"} {
-			k := newKeepAliveClient(t, gw.addr, 512)
-			if how == "after a request" {
+		for _, how := range []string{"fresh", "after a request", "split", "split after a request", "parked"} {
+			addr := gw.addr
+			if how == "parked" {
+				addr = parking.addr
+			}
+			k := newKeepAliveClient(t, addr, 512)
+			if how != "fresh" && how != "split" {
 				k.exchange(t, chatRequest())
+			}
+			if how == "parked" {
+				waitFor(t, 5*time.Second, "the connection to park", func() bool { return parking.g.clients.parkedConns() == 1 })
 			}
 			_ = k.c.SetDeadline(time.Now().Add(5 * time.Second))
 			sent := req
-			if how == "split" { // the head's last line end comes 50 ms after the rest
+			if strings.HasPrefix(how, "split") { // the head's last line end comes 50 ms after the rest
 				cut := strings.LastIndex(head, "\n")
 				if _, err := io.WriteString(k.c, req[:cut]); err != nil {
 					t.Fatal(err)
