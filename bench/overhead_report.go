@@ -28,12 +28,14 @@ func (rep *OverheadReport) Markdown() string {
 	b.WriteString("  the case's route; **haproxy** = Debian's HAProxy in its own process (`-db`, private config and pidfile, `mode http`,\n")
 	b.WriteString("  `http-reuse always`, default threads), a null proxy. All on 127.0.0.1. Each case has its own Rolter and HAProxy.\n")
 	if slices.Contains(rep.Paths, PathNullFastHTTP) {
-		b.WriteString("  Two yardsticks with nothing of a gateway, `bench/cmd/refproxy`: **null-fasthttp** (`-mode fasthttp`), fasthttp's\n")
+		b.WriteString("  Three yardsticks with nothing of a gateway, `bench/cmd/refproxy`: **null-fasthttp** (`-mode fasthttp`), fasthttp's\n")
 		b.WriteString("  server configured as Rolter's (`ReduceMemoryUsage`), each request written as parsed to a pooled upstream\n")
 		b.WriteString("  connection and the answer's body set as the response - the server Rolter is built on; **null-net** (`-mode\n")
 		b.WriteString("  goroutine`), a goroutine per client connection on Go's net package relaying whole messages to an upstream\n")
-		b.WriteString("  connection of its own - Go's own serving model. No streams (they frame answers by Content-Length only), no\n")
-		b.WriteString("  goals: they show what each reaches against HAProxy on this machine.\n")
+		b.WriteString("  connection of its own - Go's own serving model; **null-lean** (`-mode lean`), null-fasthttp's relay without\n")
+		b.WriteString("  fasthttp's server: a goroutine per connection parsing and writing with fasthttp's Request and Response, each\n")
+		b.WriteString("  socket's read armed before the write it waits on - a serving loop of a gateway's own. No streams (they frame\n")
+		b.WriteString("  answers by Content-Length only), no goals: they show what each reaches against HAProxy on this machine.\n")
 	}
 	b.WriteString("- Cases:\n")
 	for _, c := range rep.Cases {

@@ -297,11 +297,13 @@ func TestOverheadTiny(t *testing.T) {
 		t.Fatalf("%d goals of the cache_aware case: %+v", goals, rep.Goals)
 	}
 	md := rep.Markdown()
-	if !slices.Contains(rep.Paths, PathNullFastHTTP) || !slices.Contains(rep.Paths, PathNullNet) {
-		t.Fatalf("paths %v lack the yardsticks", rep.Paths)
+	for _, y := range yardsticks {
+		if !slices.Contains(rep.Paths, y.path) {
+			t.Fatalf("paths %v lack the yardstick %s", rep.Paths, y.path)
+		}
 	}
 	for _, s := range []string{"## Results: " + cache.Label(), "## Results: " + rep.Case(CaseSmall).Label(), "Evictions during the rounds",
-		"| null-fasthttp |", "| null-net |", "null-net ÷ haproxy"} {
+		"| null-fasthttp |", "| null-net |", "| null-lean |", "null-net ÷ haproxy", "null-lean ÷ haproxy"} {
 		if !strings.Contains(md, s) {
 			t.Fatalf("markdown lacks %q:\n%s", s, md)
 		}

@@ -7,7 +7,10 @@
 //	 (the overhead report's null-net);
 //	-mode fasthttp: fasthttp's server (ReduceMemoryUsage, as `rolter serve` sets it), the request written
 //	 to a pooled upstream connection as fasthttp parsed it (sent again once, on a new connection, when a
-//	 pooled one turns out closed), the answer's body set as the response body (null-fasthttp).
+//	 pooled one turns out closed), the answer's body set as the response body (null-fasthttp);
+//	-mode lean: the same relay without fasthttp's server: a goroutine per client connection, fasthttp's
+//	 Request and Response to parse and write, every socket read armed before the write it waits on
+//	 (null-lean; serveLean).
 //
 //	go run ./bench/cmd/refproxy -mode fasthttp -listen 127.0.0.1:8080 -upstream 127.0.0.1:9000
 package main
@@ -19,12 +22,13 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 
 	"github.com/valyala/fasthttp"
 )
 
 func main() {
-	mode := flag.String("mode", "goroutine", "goroutine or fasthttp")
+	mode := flag.String("mode", "goroutine", "goroutine, fasthttp or lean")
 	listen := flag.String("listen", "127.0.0.1:0", "address to listen on")
 	upstream := flag.String("upstream", "", "upstream host:port")
 	flag.Parse()
@@ -46,8 +50,11 @@ func main() {
 		s := &fasthttp.Server{Handler: fasthttpHandler(*upstream), ReduceMemoryUsage: true}
 		_ = s.Serve(ln)
 		os.Exit(1)
+	case "lean":
+		_ = serveLean(ln, *upstream)
+		os.Exit(1)
 	default:
-		fmt.Fprintln(os.Stderr, "refproxy: -mode is goroutine or fasthttp")
+		fmt.Fprintln(os.Stderr, "refproxy: -mode is goroutine, fasthttp or lean")
 		os.Exit(2)
 	}
 }
@@ -131,6 +138,7 @@ func messageLen(b []byte) int {
 
 type upstreamConn struct {
 	c        net.Conn
+	rc       syscall.RawConn // -mode lean's
 	out, acc []byte
 	buf      []byte
 }
