@@ -121,27 +121,14 @@ func serveLeanConn(c net.Conn, upstream string, pool *connPool, date *atomic.Poi
 // out closed) and returns the connection with the answer's length at the start of its acc.
 func leanExchange(pool *connPool, upstream string, req *fasthttp.Request) (*upstreamConn, int, error) {
 	for try := 0; ; try++ {
-		var u *upstreamConn
-		if try == 0 {
-			u = pool.get()
-		}
-		pooled := u != nil
-		if !pooled {
-			c, err := net.Dial("tcp", upstream)
-			if err != nil {
-				return nil, 0, err
-			}
-			rc, err := c.(syscall.Conn).SyscallConn()
-			if err != nil {
-				c.Close()
-				return nil, 0, err
-			}
-			u = &upstreamConn{c: c, rc: rc, buf: make([]byte, 64<<10)}
+		u, pooled, err := pool.take(try, upstream)
+		if err != nil {
+			return nil, 0, err
 		}
 		u.out = req.Header.AppendBytes(u.out[:0])
 		u.out = append(u.out, req.Body()...)
 		k := 0
-		err := armedWrite(u.rc, u.out, func(fd int) (bool, error) {
+		err = armedWrite(u.rc, u.out, func(fd int) (bool, error) {
 			n, err := syscall.Read(fd, u.buf)
 			if n > 0 {
 				u.acc = append(u.acc, u.buf[:n]...)

@@ -162,6 +162,25 @@ func (p *connPool) get() *upstreamConn {
 	return u
 }
 
+// take returns an idle connection on a request's first try, pooled true, or else dials a new one.
+func (p *connPool) take(try int, upstream string) (u *upstreamConn, pooled bool, err error) {
+	if try == 0 {
+		if u = p.get(); u != nil {
+			return u, true, nil
+		}
+	}
+	c, err := net.Dial("tcp", upstream)
+	if err != nil {
+		return nil, false, err
+	}
+	rc, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, false, err
+	}
+	return &upstreamConn{c: c, rc: rc, buf: make([]byte, 64<<10)}, false, nil
+}
+
 func (p *connPool) put(u *upstreamConn) {
 	p.mu.Lock()
 	p.idle = append(p.idle, u)
@@ -175,22 +194,14 @@ func fasthttpHandler(upstream string) fasthttp.RequestHandler {
 		// A pooled connection the upstream closed while it was idle (its keep-alive timeout) fails at once:
 		// the request is sent again, once, on a new connection, as every proxy does.
 		for try := 0; ; try++ {
-			var u *upstreamConn
-			if try == 0 {
-				u = pool.get()
-			}
-			pooled := u != nil
-			if !pooled {
-				c, err := net.Dial("tcp", upstream)
-				if err != nil {
-					ctx.Error(err.Error(), fasthttp.StatusBadGateway)
-					return
-				}
-				u = &upstreamConn{c: c, buf: make([]byte, 64<<10)}
+			u, pooled, err := pool.take(try, upstream)
+			if err != nil {
+				ctx.Error(err.Error(), fasthttp.StatusBadGateway)
+				return
 			}
 			u.out = ctx.Request.Header.AppendBytes(u.out[:0])
 			u.out = append(u.out, ctx.Request.Body()...)
-			_, err := u.c.Write(u.out)
+			_, err = u.c.Write(u.out)
 			var k int
 			if err == nil {
 				u.acc, k = readMessage(u.c, u.acc, u.buf)
