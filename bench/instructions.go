@@ -160,7 +160,7 @@ func RunInstructions(ctx context.Context, o InstructionOptions) (*InstructionRep
 	}
 	if o.RefProxy != "" {
 		small := cases[slices.IndexFunc(cases, func(c *OverheadCase) bool { return c.Name == CaseSmall })]
-		for _, mode := range []string{"goroutine", "fasthttp"} {
+		for _, mode := range []string{"goroutine", "fasthttp", "lean"} {
 			g := gateway{name: "refproxy -mode " + mode, cmd: func(addr, _ string) ([]string, error) {
 				return []string{o.RefProxy, "-mode", mode, "-listen", addr, "-upstream", upstream}, nil
 			}}

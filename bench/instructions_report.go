@@ -43,7 +43,8 @@ func (rep *InstructionReport) Markdown() string {
 		b.WriteString("refproxy is the least an HTTP/1.1 keep-alive proxy in Go does per request - no routing, JSON, timeouts, metrics\n")
 		b.WriteString("or hardening; Content-Length framing only. `goroutine`: a goroutine per connection on Go's net package, one\n")
 		b.WriteString("upstream connection each; `fasthttp`: fasthttp's server, as `rolter serve` configures it, with the request written\n")
-		b.WriteString("as parsed to a pooled upstream connection. What a gateway does beyond them is the difference.\n\n")
+		b.WriteString("as parsed to a pooled upstream connection; `lean`: the same relay on a goroutine per connection, parsing and writing\n")
+		b.WriteString("with fasthttp's Request and Response, without its server. What a gateway does beyond them is the difference.\n\n")
 		b.WriteString("| through | instructions per request | Rolter minus this |\n|---|---:|---:|\n")
 		var small *InstructionCase
 		for _, c := range rep.Cases {

@@ -38,7 +38,7 @@ Ir                  file:function
 }
 
 // TestInstructionsTiny counts a few requests of the test binary's gateway under cachegrind, and of refproxy's
-// two modes: no errors, plausible counts, refproxy's function lists. (The test binary has no symbols, so no
+// three modes: no errors, plausible counts, refproxy's function lists. (The test binary has no symbols, so no
 // function list of its own.)
 func TestInstructionsTiny(t *testing.T) {
 	if testing.Short() || raceEnabled {
@@ -73,7 +73,7 @@ func TestInstructionsTiny(t *testing.T) {
 			t.Fatalf("%s: %d errors, %.0f instructions per request\n%s", c.Name, c.Errors, c.PerRequest, log.String())
 		}
 	}
-	if len(rep.References) != 2 {
+	if len(rep.References) != 3 {
 		t.Fatalf("%d references", len(rep.References))
 	}
 	for _, r := range rep.References {
