@@ -701,18 +701,21 @@ func bareLFEnd(b []byte, from int) bool {
 // request over TLS. The watch ends at the head's CRLF CRLF; at an empty line ended by a bare LF, or at a first
 // read that cannot begin a request line, the next read fails (errBareLF, errNotRequest).
 func (c *clientConn) watchHead(p []byte) {
-	if !c.inHead {
+	first := !c.inHead
+	if first {
 		c.headTailN = 0 // a new head: what ended the last one is no line end of this one
 	}
-	var edge [6]byte // the end of what came before and the start of p: a line end split between reads
-	e := append(append(edge[:0], c.headTail[:c.headTailN]...), p[:min(len(p), 3)]...)
-	crlf2 := []byte("\r\n\r\n")
-	first := !c.inHead
 	c.inHead = false
+	ended, bare := headLines(p)
+	if c.headTailN > 0 && !ended {
+		var edge [6]byte // the end of what came before and the start of p: a line end split between reads
+		endedE, bareE := headLines(append(append(edge[:0], c.headTail[:c.headTailN]...), p[:min(len(p), 3)]...))
+		ended, bare = ended || endedE, bare || bareE
+	}
 	switch {
-	case bytes.Contains(e, crlf2) || bytes.Contains(p, crlf2):
+	case ended:
 		return
-	case bareLFEnd(e, 0) || bareLFEnd(p, 0):
+	case bare:
 		c.headErr = errBareLF
 		return
 	case first && notRequestLine(p):
@@ -720,11 +723,32 @@ func (c *clientConn) watchHead(p []byte) {
 		return
 	}
 	c.inHead = true
-	if len(p) >= len(c.headTail) {
-		c.headTailN = copy(c.headTail[:], p[len(p)-len(c.headTail):])
-		return
+	// Keep the last bytes of what came, p's or, when p is shorter, the previous tail's too.
+	var all [6]byte
+	t := append(append(all[:0], c.headTail[:c.headTailN]...), p[max(len(p)-len(c.headTail), 0):]...)
+	c.headTailN = copy(c.headTail[:], t[max(len(t)-len(c.headTail), 0):])
+}
+
+// headLines walks the line ends of b, a head or a piece of one: ended when b holds a CRLF CRLF (the walk stops
+// there), bare when an empty line before it is ended by a bare LF (LF LF, or LF CRLF after a line ended by
+// a bare LF). One IndexByte per line: the look at every keep-alive request's head (watchHead).
+func headLines(b []byte) (ended, bare bool) {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return false, bare
+		}
+		i += j + 1
+		switch rest := b[i:]; {
+		case len(rest) >= 2 && rest[0] == '\r' && rest[1] == '\n':
+			if i >= 2 && b[i-2] == '\r' {
+				return true, false
+			}
+			bare = true
+		case len(rest) >= 1 && rest[0] == '\n':
+			bare = true
+		}
 	}
-	c.headTailN = copy(c.headTail[:], e[max(len(e)-len(c.headTail), 0):])
 }
 
 // readBuffered hands out read-ahead bytes, and returns the buffer to the pool once they are all read.
