@@ -595,7 +595,7 @@ func (c *clientConn) readAheadInto(b []byte) (int, error) {
 
 // readAheadFD is the RawConn callback of readAheadInto: one non-blocking read, the buffer taken only
 // while bytes come. When waitHead is set and they are not a whole request head, they are kept in head and
-// it waits for the rest (headPending).
+// it waits for the rest (headWaits).
 func (c *clientConn) readAheadFD(fd uintptr) bool {
 	buf := aheadPool.Get().(*[aheadSize]byte)
 	for {
@@ -617,22 +617,15 @@ func (c *clientConn) readAheadFD(fd uintptr) bool {
 			}
 			aheadPool.Put(buf)
 			return true
-		case len(c.head) == 0 && !(c.waitHead && headPending(buf[:n], 0)):
+		case len(c.head) == 0 && !(c.waitHead && c.headWaits(buf[:n], 0)):
 			c.ahead, c.aheadOff, c.aheadN = buf, 0, n
 			return true
 		}
 		from := len(c.head)
 		c.head = append(c.head, buf[:n]...)
-		if len(c.head) < c.headMax() && headPending(c.head, from) {
-			switch {
-			case bareLFEnd(c.head, from):
-				c.headErr = errBareLF
-			case notRequestLine(c.head):
-				c.headErr = errNotRequest
-			default:
-				aheadPool.Put(buf)
-				return false // wait for the rest of the head
-			}
+		if from == 0 || c.headWaits(c.head, from) { // a first read got here because its head waits
+			aheadPool.Put(buf)
+			return false // wait for the rest of the head
 		}
 		return c.aheadHead(buf)
 	}
@@ -654,12 +647,22 @@ func (c *clientConn) aheadHead(buf *[aheadSize]byte) bool {
 	return true
 }
 
-// headPending reports whether b, what came of a request so far, has no empty line yet: the CRLF CRLF that
-// ends a request head, the only end fasthttp takes. b[:from] was looked at before, for a head that arrives
-// piece by piece. Bytes that are no request head wait as a head's start does: fasthttp, reading them,
-// waited for the same empty line (or its buffer to fill).
-func headPending(b []byte, from int) bool {
-	return !bytes.Contains(b[max(from-3, 0):], []byte("\r\n\r\n"))
+// headWaits reports whether the wait for the head in b, what came of a request so far (b[:from] looked at
+// before), goes on: its empty line did not come, nor headMax bytes of it. A head that ends in a bare LF's
+// empty line, or bytes that cannot begin a request line, end the wait with headErr set.
+func (c *clientConn) headWaits(b []byte, from int) bool {
+	ended, bare := headLines(b[max(from-3, 0):]) // a CRLF CRLF split between reads starts at most 3 bytes back
+	switch {
+	case ended || len(b) >= c.headMax():
+		return false
+	case bare:
+		c.headErr = errBareLF
+		return false
+	case notRequestLine(b):
+		c.headErr = errNotRequest
+		return false
+	}
+	return true
 }
 
 // errBareLF is the error of the read after a request head whose lines end in a bare LF (see Read).
@@ -687,13 +690,6 @@ func notRequestLine(b []byte) bool {
 		}
 	}
 	return false
-}
-
-// bareLFEnd reports whether b, a head with no CRLF CRLF (headPending), has an empty line ended by a bare LF:
-// LF LF, or LF CRLF after a line ended by a bare LF. b[:from] was looked at before.
-func bareLFEnd(b []byte, from int) bool {
-	b = b[max(from-2, 0):]
-	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
 }
 
 // watchHead looks at p, the bytes of a request head read straight into fasthttp's buffer: the next request
@@ -729,9 +725,10 @@ func (c *clientConn) watchHead(p []byte) {
 	c.headTailN = copy(c.headTail[:], t[max(len(t)-len(c.headTail), 0):])
 }
 
-// headLines walks the line ends of b, a head or a piece of one: ended when b holds a CRLF CRLF (the walk stops
-// there), bare when an empty line before it is ended by a bare LF (LF LF, or LF CRLF after a line ended by
-// a bare LF). One IndexByte per line: the look at every keep-alive request's head (watchHead).
+// headLines walks the line ends of b, a head or a piece of one: ended when b holds a CRLF CRLF - the only end
+// of a head fasthttp takes; the walk stops there - and bare when an empty line before it is ended by a bare
+// LF (LF LF, or LF CRLF after a line ended by a bare LF). One IndexByte per line: it looks at every request's
+// head (headWaits, watchHead).
 func headLines(b []byte) (ended, bare bool) {
 	for i := 0; ; {
 		j := bytes.IndexByte(b[i:], '\n')

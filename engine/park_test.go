@@ -417,46 +417,39 @@ func TestNotHTTPAnsweredAtOnce(t *testing.T) {
 	}
 }
 
-// TestHeadPending: the wait for a request head ends at its empty line, also when that line comes split over
-// two reads; bare line feeds do not end it, as they do not end fasthttp's read of a head, but an empty line
-// they end is found (bareLFEnd), as are bytes that cannot begin a request (notRequestLine).
-func TestHeadPending(t *testing.T) {
-	type headCase struct {
-		b    string
-		from int
-		want bool
-	}
-	check := func(name string, f func([]byte, int) bool, cases []headCase) {
-		for _, tc := range cases {
-			if got := f([]byte(tc.b), tc.from); got != tc.want {
-				t.Errorf("%s(%q, %d) = %v, want %v", name, tc.b, tc.from, got, tc.want)
-			}
+// TestHeadWaits: the wait for a request head goes on until its empty line - a CRLF CRLF, also when split over
+// two reads - or headMax bytes of it; it ends with errBareLF at an empty line ended by a bare LF (which does not
+// end fasthttp's read of a head) and with errNotRequest at bytes that cannot begin a request (notRequestLine).
+func TestHeadWaits(t *testing.T) {
+	for _, tc := range []struct {
+		b       string
+		from    int
+		headMax int
+		waits   bool
+		err     error
+	}{
+		{"G", 0, 0, true, nil},
+		{"GET / HTTP/1.1\r\nHost: x\r\n", 0, 0, true, nil},
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 0, 0, false, nil},
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 24, 0, false, nil}, // the last read brought "\n\r\n"
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 25, 0, false, nil}, // the last CRLF
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 26, 0, false, nil}, // and only its LF
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r", 25, 0, true, nil},
+		{"GET / HTTP/1.1\r\nHost: x\r\n", 0, 20, false, nil}, // headMax bytes came: fasthttp refuses them
+		{"GET / HTTP/1.1\nHost: x\n", 0, 0, true, nil},
+		{"GET / HTTP/1.1\nHost: x\n\n", 0, 0, false, errBareLF},
+		{"GET / HTTP/1.1\nHost: x\n\n", 23, 0, false, errBareLF}, // the last read brought the second LF
+		{"GET / HTTP/1.1\r\nHost: x\r\n\n", 26, 0, false, errBareLF},
+		{"GET / HTTP/1.1\nHost: x\n\r\n", 24, 0, false, errBareLF}, // "\n" then "\r\n" in a read of its own
+		{"\r\nGET / HTTP/1.1\r\nHost: x", 0, 0, true, nil},
+		{"\x16\x03\x01\x00", 0, 0, false, errNotRequest},
+		{"", 0, 0, true, nil},
+	} {
+		c := clientConn{l: &connLimiter{headMax: tc.headMax}}
+		if waits := c.headWaits([]byte(tc.b), tc.from); waits != tc.waits || c.headErr != tc.err {
+			t.Errorf("headWaits(%q, %d), headMax %d = %v, headErr %v; want %v, %v", tc.b, tc.from, tc.headMax, waits, c.headErr, tc.waits, tc.err)
 		}
 	}
-	check("headPending", headPending, []headCase{
-		{"G", 0, true},
-		{"GET / HTTP/1.1\r\nHost: x\r\n", 0, true},
-		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
-		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 24, false}, // the last read brought "\n\r\n"
-		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 25, false}, // the last CRLF
-		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 26, false}, // and only its LF
-		{"GET / HTTP/1.1\r\nHost: x\r\n\r", 25, true},
-		{"GET / HTTP/1.1\nHost: x\n\n", 23, true},
-		{"\x16\x03\x01\x00", 0, true},
-		{"", 0, true},
-	})
-	// Of heads with no CRLF CRLF, those whose empty line came, ended by a bare LF.
-	check("bareLFEnd", bareLFEnd, []headCase{
-		{"GET / HTTP/1.1\nHost: x\n", 0, false},
-		{"GET / HTTP/1.1\nHost: x\n\n", 0, true},
-		{"GET / HTTP/1.1\nHost: x\n\n", 23, true},    // the last read brought the second LF
-		{"\n\nGET / HTTP/1.1\r\nHost: x", 10, false}, // looked at before
-		{"GET / HTTP/1.1\r\nHost: x\r\n\n", 26, true},
-		{"GET / HTTP/1.1\nHost: x\n\r\n", 24, true}, // "\n" then "\r\n" in a read of its own
-		{"GET / HTTP/1.1\r\nHost: x\r\n\r", 0, false},
-		{"GET / HTTP/1.1\r\nHost: x\r\n", 0, false},
-		{"", 0, false},
-	})
 	// What cannot begin a request line, and what can (or may yet).
 	for b, want := range map[string]bool{
 		"POST /v1/chat/completions HTTP/1.1\r\n": false,

@@ -41,7 +41,6 @@ func serveLean(ln net.Listener, upstream string) error {
 // first.
 type leanConn struct {
 	net.Conn
-	rc      syscall.RawConn
 	pending []byte
 	buf     []byte
 }
@@ -65,7 +64,7 @@ func serveLeanConn(c net.Conn, upstream string, pool *connPool, date *atomic.Poi
 	if err != nil {
 		return
 	}
-	lc := &leanConn{Conn: c, rc: rc, buf: make([]byte, 16<<10)}
+	lc := &leanConn{Conn: c, buf: make([]byte, 16<<10)}
 	br := bufio.NewReaderSize(lc, 4096)
 	var out bytes.Buffer
 	bw := bufio.NewWriterSize(&out, 4096)
