@@ -21,6 +21,10 @@ type ABOptions struct {
 	A, B, Upstream string
 	// Case is the overhead report's case: CaseSmall or CaseCache.
 	Case string
+	// StrategyB, when set, is the routing strategy B's route uses instead of the case's (A keeps the case's):
+	// with B the same binary as A, what a strategy costs over another on the same requests and targets,
+	// e.g. the cache_aware case's tries against round_robin over its 4 targets.
+	StrategyB string
 	// Rounds (6) of one run of each build, in alternating order: A then B, then B then A.
 	Rounds int
 	// Warmup (1s) before, and Duration (4s) of, the measured closed loop of each run.
@@ -44,10 +48,12 @@ type ABRun struct {
 
 // ABReport is the result of RunAB: per round the runs of A and B, and their medians.
 type ABReport struct {
-	Case   string
-	A, B   string
-	Rounds [][2]ABRun
-	Median [2]ABRun
+	Case string
+	A, B string
+	// StrategyB is ABOptions.StrategyB: B's strategy when it is not the case's.
+	StrategyB string
+	Rounds    [][2]ABRun
+	Median    [2]ABRun
 }
 
 // RunAB measures builds A and B in turn; every process it starts is stopped before it returns.
@@ -77,7 +83,7 @@ func RunAB(ctx context.Context, o ABOptions) (*ABReport, error) {
 		defer up.stop()
 		oo.upstreamAddr = addr
 	}
-	rep := &ABReport{Case: o.Case, A: o.A, B: o.B}
+	rep := &ABReport{Case: o.Case, A: o.A, B: o.B, StrategyB: o.StrategyB}
 	var seq atomic.Uint64
 	for round := range o.Rounds {
 		var pair [2]ABRun
@@ -86,8 +92,11 @@ func RunAB(ctx context.Context, o ABOptions) (*ABReport, error) {
 			order = []int{1, 0}
 		}
 		for _, k := range order {
-			bin := []string{o.A, o.B}[k]
-			run, err := abRun(ctx, oo, bin, o.Case, o.Warmup, &seq)
+			bin, strategy := o.A, ""
+			if k == 1 {
+				bin, strategy = o.B, o.StrategyB
+			}
+			run, err := abRun(ctx, oo, bin, o.Case, strategy, o.Warmup, &seq)
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", round+1, bin, err)
 			}
@@ -128,9 +137,9 @@ func abMedians(rounds [][2]ABRun) [2]ABRun {
 	return m
 }
 
-// abRun starts bin in the case, warms it up (for cache_aware: until its tries evict, as the report does),
-// measures one closed loop and stops it.
-func abRun(ctx context.Context, o OverheadOptions, bin, caseName string, warmup time.Duration, seq *atomic.Uint64) (ABRun, error) {
+// abRun starts bin in the case (its route on strategy, when set, instead of the case's), warms it up (a
+// cache_aware route until its tries evict, as the report does), measures one closed loop and stops it.
+func abRun(ctx context.Context, o OverheadOptions, bin, caseName, strategy string, warmup time.Duration, seq *atomic.Uint64) (ABRun, error) {
 	o.Rolter = bin
 	r := &overheadRun{o: &o, addrs: map[string]string{}, procs: map[string]*proc{}, clients: map[string]*fasthttp.HostClient{},
 		chunks: o.streamChunks}
@@ -148,6 +157,9 @@ func abRun(ctx context.Context, o OverheadOptions, bin, caseName string, warmup 
 		}
 	}
 	c := rep.Cases[0]
+	if strategy != "" {
+		c.Strategy = strategy
+	}
 	if c.PromptBytes > 0 {
 		c.BodyNanos = bodyNanos(c)
 	}
@@ -155,7 +167,7 @@ func abRun(ctx context.Context, o OverheadOptions, bin, caseName string, warmup 
 		return ABRun{}, err
 	}
 	u := unit{c, PathRolter}
-	if c.PromptBytes > 0 {
+	if c.PromptBytes > 0 && c.Strategy == "cache_aware" {
 		if _, err := r.fill(ctx, u, seq); err != nil {
 			return ABRun{}, err
 		}
@@ -172,7 +184,11 @@ func (rep *ABReport) Markdown() string {
 	fmt.Fprintf(&b, "A/B, case %s, %d rounds (medians; c=64 closed loop):\n\n", rep.Case, len(rep.Rounds))
 	b.WriteString("| build | req/s | gateway CPU µs/req | machine CPUs busy | errors |\n|---|---:|---:|---:|---:|\n")
 	for k, r := range rep.Median {
-		fmt.Fprintf(&b, "| %s `%s` | %.0f | %.1f | %.2f | %d |\n", "AB"[k:k+1], []string{rep.A, rep.B}[k], r.RPS, r.GatewayCPU, r.MachineCPUs, r.Errors)
+		name := fmt.Sprintf("`%s`", []string{rep.A, rep.B}[k])
+		if k == 1 && rep.StrategyB != "" {
+			name += ", strategy " + rep.StrategyB
+		}
+		fmt.Fprintf(&b, "| %s %s | %.0f | %.1f | %.2f | %d |\n", "AB"[k:k+1], name, r.RPS, r.GatewayCPU, r.MachineCPUs, r.Errors)
 	}
 	if a.RPS > 0 && a.GatewayCPU > 0 {
 		fmt.Fprintf(&b, "\nB ÷ A: req/s %.3fx, gateway CPU per request %.3fx\n", m.RPS/a.RPS, m.GatewayCPU/a.GatewayCPU)

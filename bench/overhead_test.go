@@ -479,6 +479,24 @@ func TestABTiny(t *testing.T) {
 			t.Fatalf("%s: report:\n%s", c, md)
 		}
 	}
+	// B on another strategy: the cache case's requests through round_robin, without the tries' fill; a
+	// strategy that does not exist stops B's gateway from starting, so the option reaches B's config.
+	o := ABOptions{A: self, B: self, Case: CaseCache, StrategyB: "round_robin", Rounds: 1, Warmup: 100 * time.Millisecond,
+		Duration: 300 * time.Millisecond, upstreamAddr: up, routingMemory: 1 << 20}
+	rep, err := RunAB(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rep.Rounds[0][1]; r.RPS <= 0 || r.Errors != 0 {
+		t.Fatalf("strategy B: %+v", r)
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "strategy round_robin") {
+		t.Fatalf("strategy B: report:\n%s", md)
+	}
+	o.StrategyB = "no_such_strategy"
+	if _, err := RunAB(context.Background(), o); err == nil {
+		t.Fatal("B on a strategy that does not exist: no error")
+	}
 }
 
 // TestABMedians: each build's median is its middle round, or the mean of the two middle ones, figure by

@@ -3,6 +3,7 @@
 // medians over rounds show a change too small for one overhead report's noise.
 //
 //	go run ./bench/cmd/ab -base HEAD~1 -b bin/rolter -upstream bin/fakeupstream -case cache_aware
+//	go run ./bench/cmd/ab -a bin/rolter -b bin/rolter -case cache_aware -strategy-b round_robin
 package main
 
 import (
@@ -26,6 +27,7 @@ func main() {
 	flag.StringVar(&o.B, "b", "bin/rolter", "rolter binary B")
 	flag.StringVar(&o.Upstream, "upstream", "bin/fakeupstream", "the fake upstream binary (go build ./bench/cmd/fakeupstream)")
 	flag.StringVar(&o.Case, "case", bench.CaseSmall, "the overhead report's case: "+bench.CaseSmall+" or "+bench.CaseCache)
+	flag.StringVar(&o.StrategyB, "strategy-b", "", "route B on this strategy instead of the case's (with -b the same binary as -a: what a strategy costs over another)")
 	flag.IntVar(&o.Rounds, "rounds", 6, "rounds of one run of each build")
 	flag.DurationVar(&o.Duration, "duration", 0, "measured closed loop per run (default 4s)")
 	flag.Parse()
