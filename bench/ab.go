@@ -137,8 +137,8 @@ func abMedians(rounds [][2]ABRun) [2]ABRun {
 	return m
 }
 
-// abRun starts bin in the case (its route on strategy, when set, instead of the case's), warms it up (a
-// cache_aware route until its tries evict, as the report does), measures one closed loop and stops it.
+// abRun starts bin in the case (its route on strategy, when set, instead of the case's), warms it up (a route
+// with tries until they evict, as the report does), measures one closed loop and stops it.
 func abRun(ctx context.Context, o OverheadOptions, bin, caseName, strategy string, warmup time.Duration, seq *atomic.Uint64) (ABRun, error) {
 	o.Rolter = bin
 	r := &overheadRun{o: &o, addrs: map[string]string{}, procs: map[string]*proc{}, clients: map[string]*fasthttp.HostClient{},
@@ -167,7 +167,7 @@ func abRun(ctx context.Context, o OverheadOptions, bin, caseName, strategy strin
 		return ABRun{}, err
 	}
 	u := unit{c, PathRolter}
-	if c.PromptBytes > 0 && c.Strategy == "cache_aware" {
+	if c.PromptBytes > 0 {
 		if _, err := r.fill(ctx, u, seq); err != nil {
 			return ABRun{}, err
 		}

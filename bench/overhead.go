@@ -703,7 +703,8 @@ func (r *overheadRun) units(rep *OverheadReport, round int) []unit {
 }
 
 // fill sends unique prompts through u (the cache_aware case's Rolter) until its tries evict, for at most
-// FillTimeout, so that the rounds measure tries that insert and evict as a long-running gateway's do.
+// FillTimeout, so that the rounds measure tries that insert and evict as a long-running gateway's do. A
+// route without tries is left as it is.
 func (r *overheadRun) fill(ctx context.Context, u unit, seq *atomic.Uint64) (*TrieStats, error) {
 	ts := &TrieStats{}
 	start := time.Now()
@@ -716,6 +717,9 @@ func (r *overheadRun) fill(ctx context.Context, u unit, seq *atomic.Uint64) (*Tr
 		if snap.Evictions > 0 {
 			ts.Filled = true
 			break
+		}
+		if snap.Nodes == 0 && snap.ArenaMiB == 0 {
+			break // the route keeps no tries (another strategy, bench/cmd/ab -strategy-b): nothing to fill
 		}
 		left := r.o.FillTimeout - time.Since(start)
 		if left <= 0 || ctx.Err() != nil {
