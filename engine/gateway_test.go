@@ -254,9 +254,7 @@ func TestRetryBeforeFirstByte(t *testing.T) {
 	})
 	good := newFakeUpstream(t, okJSON)
 	// A port nobody listens on: connection refused.
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := "http://" + ln.Addr().String()
-	ln.Close()
+	dead := "http://" + deadAddr(t)
 
 	gw := startGateway(t, gatewayConfig("round_robin", "[retry]\nbackoff_ms = 1\n", bad.URL, dead, good.URL))
 	for i := 0; i < 6; i++ {

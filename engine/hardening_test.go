@@ -257,10 +257,9 @@ func TestErrorBodiesReflectNothing(t *testing.T) {
 		w.WriteHeader(502)
 		io.WriteString(w, "<html>bad gateway from 10.9.8.7:8000</html>")
 	})
-	dead, _ := net.Listen("tcp", "127.0.0.1:0")
-	deadURL := "http://" + dead.Addr().String()
-	dead.Close()
-	secrets := []string{"sk-SECRET", "COOKIE-SECRET", "10.9.8.7", dead.Addr().String(), "Traceback", "html"}
+	dead := deadAddr(t)
+	deadURL := "http://" + dead
+	secrets := []string{"sk-SECRET", "COOKIE-SECRET", "10.9.8.7", dead, "Traceback", "html"}
 	check := func(what, answer string) {
 		t.Helper()
 		for _, s := range secrets {

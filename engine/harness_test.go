@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/rolter-ai/rolter/internal/freeport"
 )
 
 // fakeUpstream is an OpenAI-compatible upstream on loopback built on net/http, whose request context is
@@ -213,6 +216,17 @@ func rawRequest(t *testing.T, addr, req string) (net.Conn, *bufio.Reader) {
 		t.Fatal(err)
 	}
 	return c, bufio.NewReader(c)
+}
+
+// deadAddr is a loopback address nothing listens on: connecting to it is refused. It is below the ephemeral
+// range (freeport.Loopback), so another test's server or connection does not take it meanwhile.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	port, err := freeport.Loopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 func chatBody(model, text string, stream bool) string {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/control/pgtest"
+	"github.com/rolter-ai/rolter/internal/freeport"
 )
 
 // The fleet test runs `rolter serve` twice, as two processes (the test binary again, in
@@ -64,14 +66,15 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
+// freeAddr is a loopback address for a gateway the test starts (freeport.Loopback: one another package's
+// test server cannot take before the gateway binds it).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Loopback()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // startGateway starts `rolter serve` on store in a child process and waits until its control plane

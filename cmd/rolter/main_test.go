@@ -109,9 +109,7 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	upLn, _ := net.Listen("tcp", "127.0.0.1:0")
 	go up.Serve(upLn)
 	defer up.Close()
-	gwLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := gwLn.Addr().String()
-	gwLn.Close()
+	addr := freeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "serve.toml")
 	os.WriteFile(cfg, []byte("[server]\nlisten = \""+addr+"\"\ndrain_secs = 5\n[[providers]]\nname = \"a\"\napi_base = \"http://"+upLn.Addr().String()+"\"\n[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"a\"\n"), 0o600)
 	done := make(chan int, 1)
@@ -154,9 +152,7 @@ func TestServeReloadsOnSIGHUP(t *testing.T) {
 	upLn, _ := net.Listen("tcp", "127.0.0.1:0")
 	go up.Serve(upLn)
 	defer up.Close()
-	gwLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := gwLn.Addr().String()
-	gwLn.Close()
+	addr := freeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "serve.toml")
 	text := func(models ...string) string {
 		s := "[server]\nlisten = \"" + addr + "\"\ndrain_secs = 2\n[[providers]]\nname = \"a\"\napi_base = \"http://" + upLn.Addr().String() + "\"\n"
@@ -238,12 +234,7 @@ func TestServeWithControlPlane(t *testing.T) {
 	upLn, _ := net.Listen("tcp", "127.0.0.1:0")
 	go up.Serve(upLn)
 	defer up.Close()
-	free := func() string {
-		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		defer ln.Close()
-		return ln.Addr().String()
-	}
-	addr, ctl := free(), free()
+	addr, ctl := freeAddr(t), freeAddr(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "serve.toml")
 	os.WriteFile(cfg, []byte("[server]\nlisten = \""+addr+"\"\ndrain_secs = 2\n[control]\nenabled = true\nlisten = \""+ctl+"\"\nstore = \""+filepath.Join(dir, "rolter.db")+"\"\nadmin_token_env = \"ROLTER_TEST_ADMIN\"\n"), 0o600)
