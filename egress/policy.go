@@ -10,7 +10,8 @@
 //  2. deny_cidrs contains the address: refused.
 //  3. allow_hosts matches the name: allowed.
 //  4. allow_cidrs contains the address: allowed.
-//  5. the address is link-local (169.254.0.0/16, fe80::/10: cloud metadata lives there) and block_link_local
+//  5. the address is link-local (169.254.0.0/16, fe80::/10: cloud metadata lives there) and
+//     block_link_local is on [default], or a cloud metadata service's (metadataAddrs) and block_metadata
 //     is on [default], or loopback (127.0.0.0/8, ::1, and the unspecified 0.0.0.0 and ::, which connect to
 //     the local host) and block_loopback is on, or private (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16,
 //     100.64.0.0/10, fc00::/7) and block_private is on: refused.
@@ -18,7 +19,10 @@
 //
 // Deny beats allow; allow lists open holes in the block_* categories, never in the deny lists. Multicast
 // and broadcast addresses are always refused: nothing the gateway dials lives there. An IPv4 address
-// written as IPv6 (::ffff:169.254.169.254) is checked as the IPv4 address.
+// written as IPv6 is checked as the IPv4 address: IPv4-mapped (::ffff:169.254.169.254), IPv4-compatible
+// (::127.0.0.1), IPv4-translated (::ffff:0:a.b.c.d) and NAT64 (64:ff9b::/96, 64:ff9b:1::/48), whose
+// translator would connect to the IPv4 address on the gateway's behalf. Only an allow rule naming the IPv6
+// form itself lets such an address through without the IPv4 address's check.
 //
 // A name is checked twice: its name rules when the config loads (no DNS then), and every address DNS
 // returns at connect time, by Dialer, which then connects to the address it checked - there is no second
@@ -36,6 +40,7 @@ import (
 
 // Config is the [egress] section of rolter.toml.
 type Config struct {
+	BlockMetadata  bool     `toml:"block_metadata" json:"block_metadata"`
 	BlockLinkLocal bool     `toml:"block_link_local" json:"block_link_local"`
 	BlockLoopback  bool     `toml:"block_loopback" json:"block_loopback"`
 	BlockPrivate   bool     `toml:"block_private" json:"block_private"`
@@ -43,10 +48,38 @@ type Config struct {
 	DenyHosts      []string `toml:"deny_hosts" json:"deny_hosts"`
 	AllowCIDRs     []string `toml:"allow_cidrs" json:"allow_cidrs"`
 	DenyCIDRs      []string `toml:"deny_cidrs" json:"deny_cidrs"`
+	// KVBindPorts are the ports an org's provider (made through the control plane) may bind a KV-event
+	// socket on (kv_events mode "bind"); empty: an org's provider cannot bind. The file's providers bind
+	// where the operator says.
+	KVBindPorts []int `toml:"kv_bind_ports" json:"kv_bind_ports"`
 }
 
-// DefaultConfig is the policy of a config without [egress]: link-local addresses refused, nothing else.
-func DefaultConfig() Config { return Config{BlockLinkLocal: true} }
+// DefaultConfig is the policy of a config without [egress]: cloud metadata and link-local addresses
+// refused, nothing else.
+func DefaultConfig() Config { return Config{BlockMetadata: true, BlockLinkLocal: true} }
+
+// metadataAddrs are the cloud metadata (and platform agent) services at fixed addresses, refused by
+// block_metadata. Those in 169.254.0.0/16 are link-local too, listed so that turning block_link_local off
+// keeps them refused.
+var metadataAddrs = []netip.Addr{
+	netip.MustParseAddr("169.254.169.254"), // AWS, GCP, Azure, OCI, OpenStack, DigitalOcean, Hetzner, ... IMDS
+	netip.MustParseAddr("169.254.170.2"),   // AWS ECS task metadata and credentials
+	netip.MustParseAddr("169.254.0.23"),    // Tencent Cloud metadata
+	netip.MustParseAddr("fd00:ec2::254"),   // AWS IMDS over IPv6 (Nitro)
+	netip.MustParseAddr("fd20:ce::254"),    // GCP metadata server over IPv6
+	netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud metadata
+	netip.MustParseAddr("192.0.0.192"),     // Oracle Cloud metadata
+	netip.MustParseAddr("168.63.129.16"),   // Azure WireServer (platform agent, host's certificates)
+}
+
+func isMetadata(a netip.Addr) bool {
+	for _, m := range metadataAddrs {
+		if a == m {
+			return true
+		}
+	}
+	return false
+}
 
 // Policy decides which addresses the gateway may connect to. It is immutable and safe for concurrent use.
 type Policy struct {
@@ -108,6 +141,11 @@ func New(cfg Config) (*Policy, error) {
 	p.denyHosts = hosts("deny_hosts", cfg.DenyHosts)
 	p.allowCIDRs = cidrs("allow_cidrs", cfg.AllowCIDRs)
 	p.denyCIDRs = cidrs("deny_cidrs", cfg.DenyCIDRs)
+	for _, port := range cfg.KVBindPorts {
+		if port < 1 || port > 65535 {
+			errs = append(errs, fmt.Errorf("cannot use kv_bind_ports entry %d: want a port between 1 and 65535", port))
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -192,7 +230,6 @@ func (p *Policy) CheckAddr(name string, a netip.Addr) error {
 	if host == "" {
 		host = a.String()
 	}
-	refuse := func(rule string) error { return &Refusal{Host: host, Addr: a, Rule: rule} }
 	lower := strings.ToLower(strings.TrimSuffix(name, "."))
 	if name != "" {
 		for _, h := range p.denyHosts {
@@ -201,35 +238,90 @@ func (p *Policy) CheckAddr(name string, a netip.Addr) error {
 			}
 		}
 	}
+	rule, allowed := p.decide(lower, a)
+	if rule == "" && !allowed {
+		// The IPv6 form is no allow rule's: the IPv4 address it reaches decides.
+		v4s, n := embeddedIPv4(a)
+		for _, v4 := range v4s[:n] {
+			if r, _ := p.decide(lower, v4); r != "" {
+				rule = r + " (IPv4 " + v4.String() + " embedded in IPv6)"
+				break
+			}
+		}
+	}
+	if rule != "" {
+		return &Refusal{Host: host, Addr: a, Rule: rule}
+	}
+	return nil
+}
+
+// decide applies the address rules (deny_cidrs, allow_hosts with lower, allow_cidrs, the block_*
+// categories) to a: the refusing rule, or "" and whether an allow rule let it through.
+func (p *Policy) decide(lower string, a netip.Addr) (rule string, allowed bool) {
 	for _, pr := range p.denyCIDRs {
 		if pr.Contains(a) {
-			return refuse("deny_cidrs " + pr.String())
+			return "deny_cidrs " + pr.String(), false
 		}
 	}
 	if a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
-		return refuse("multicast and broadcast addresses are never dialled")
+		return "multicast and broadcast addresses are never dialled", false
 	}
-	if name != "" {
+	if lower != "" {
 		for _, h := range p.allowHosts {
 			if h.match(lower) {
-				return nil
+				return "", true
 			}
 		}
 	}
 	for _, pr := range p.allowCIDRs {
 		if pr.Contains(a) {
-			return nil
+			return "", true
 		}
 	}
 	switch {
 	case p.cfg.BlockLinkLocal && (a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast()):
-		return refuse("block_link_local (169.254.0.0/16, fe80::/10: cloud metadata services live there)")
+		return "block_link_local (169.254.0.0/16, fe80::/10: cloud metadata services live there)", false
+	case p.cfg.BlockMetadata && isMetadata(a):
+		return "block_metadata (a cloud metadata service)", false
 	case p.cfg.BlockLoopback && (a.IsLoopback() || a.IsUnspecified()):
-		return refuse("block_loopback")
+		return "block_loopback", false
 	case p.cfg.BlockPrivate && (a.IsPrivate() || cgnat.Contains(a)):
-		return refuse("block_private")
+		return "block_private", false
 	}
-	return nil
+	return "", false
+}
+
+// IPv6 prefixes that carry an IPv4 address in their last 32 bits (RFC 4291 IPv4-compatible, RFC 6145
+// IPv4-translated, RFC 6052 and RFC 8215 NAT64).
+var (
+	v4Compatible = netip.MustParsePrefix("::/96")
+	v4Translated = netip.MustParsePrefix("::ffff:0:0:0/96")
+	nat64        = netip.MustParsePrefix("64:ff9b::/96")
+	nat64Local   = netip.MustParsePrefix("64:ff9b:1::/48")
+)
+
+// embeddedIPv4 returns the IPv4 addresses an IPv6 address a may stand for (IPv4-mapped addresses are
+// unmapped before): none, or the last 32 bits; in 64:ff9b:1::/48, whose NAT64 prefix length the operator
+// picks, also the RFC 6052 layout of a /48 prefix (bits 48-63 and 72-87).
+func embeddedIPv4(a netip.Addr) (out [2]netip.Addr, n int) {
+	if !a.Is6() {
+		return out, 0
+	}
+	b := a.As16()
+	last := netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+	switch {
+	case v4Compatible.Contains(a):
+		// :: and ::1 are IPv6's own unspecified and loopback addresses.
+		if a.IsUnspecified() || a.IsLoopback() {
+			return out, 0
+		}
+		out[0], n = last, 1
+	case v4Translated.Contains(a), nat64.Contains(a):
+		out[0], n = last, 1
+	case nat64Local.Contains(a):
+		out[0], out[1], n = last, netip.AddrFrom4([4]byte{b[6], b[7], b[9], b[10]}), 2
+	}
+	return out, n
 }
 
 // cgnat is the shared address space of carrier-grade NAT (RFC 6598), private in practice.

@@ -67,7 +67,7 @@ func TestOrderOfEvaluation(t *testing.T) {
 	f("VLLM.Internal.", "192.168.1.1", "")            // names compare without case and the root dot
 }
 
-// TestDefaults: the default policy refuses link-local only.
+// TestDefaults: the default policy refuses cloud metadata and link-local addresses only.
 func TestDefaults(t *testing.T) {
 	p := mustPolicy(t, DefaultConfig())
 	for _, a := range []string{"127.0.0.1", "10.0.0.1", "192.168.0.1", "8.8.8.8", "::1"} {
@@ -87,6 +87,75 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestDefaultsRefuseMetadata: the well-known metadata addresses outside link-local are refused by the
+// default policy (before, only 169.254.0.0/16 and fe80::/10 were), whatever their IPv6 spelling, and stay
+// refused with block_link_local off; an allow rule still opens them.
+func TestDefaultsRefuseMetadata(t *testing.T) {
+	def := mustPolicy(t, DefaultConfig())
+	noLL := mustPolicy(t, Config{BlockMetadata: true})
+	for _, a := range []string{"fd00:ec2::254", "100.100.100.200", "192.0.0.192", "168.63.129.16", "fd20:ce::254",
+		"::ffff:100.100.100.200", "64:ff9b::6464:64c8", "::100.100.100.200"} {
+		for _, p := range []*Policy{def, noLL} {
+			err := p.CheckHost(a)
+			if err == nil || !strings.Contains(err.Error(), "block_metadata") {
+				t.Fatalf("%s: %v, want a block_metadata refusal", a, err)
+			}
+		}
+	}
+	for _, a := range []string{"169.254.169.254", "169.254.170.2", "169.254.0.23"} {
+		if err := noLL.CheckHost(a); err == nil || !strings.Contains(err.Error(), "block_metadata") {
+			t.Fatalf("%s with block_link_local off: %v, want a block_metadata refusal", a, err)
+		}
+	}
+	open := mustPolicy(t, Config{BlockMetadata: true, AllowCIDRs: []string{"100.100.100.200"}})
+	if err := open.CheckHost("100.100.100.200"); err != nil {
+		t.Fatalf("allow_cidrs does not open block_metadata: %s", err)
+	}
+	if err := mustPolicy(t, Config{}).CheckHost("fd00:ec2::254"); err != nil {
+		t.Fatalf("block_metadata off still refuses: %s", err)
+	}
+}
+
+// TestEmbeddedIPv4: an IPv6 address that carries an IPv4 address (IPv4-compatible, IPv4-mapped,
+// IPv4-translated, NAT64 64:ff9b::/96 and 64:ff9b:1::/48) is checked as that IPv4 address: before, the
+// strict policy let ::127.0.0.1 and 64:ff9b::7f00:1 through.
+func TestEmbeddedIPv4(t *testing.T) {
+	strict := mustPolicy(t, Config{BlockMetadata: true, BlockLinkLocal: true, BlockLoopback: true, BlockPrivate: true})
+	f := func(p *Policy, addr, wantRule string) {
+		t.Helper()
+		err := p.CheckHost(addr)
+		var r *Refusal
+		switch {
+		case wantRule == "" && err != nil:
+			t.Fatalf("%s: refused (%s), want allowed", addr, err)
+		case wantRule != "" && !errors.As(err, &r):
+			t.Fatalf("%s: allowed, want refused by %s", addr, wantRule)
+		case wantRule != "" && !strings.HasPrefix(r.Rule, wantRule):
+			t.Fatalf("%s: refused by %q, want %s", addr, r.Rule, wantRule)
+		}
+	}
+	f(strict, "::127.0.0.1", "block_loopback")            // IPv4-compatible
+	f(strict, "64:ff9b::7f00:1", "block_loopback")        // NAT64 well-known prefix
+	f(strict, "64:ff9b::127.0.0.1", "block_loopback")     //
+	f(strict, "64:ff9b:1::7f00:1", "block_loopback")      // NAT64 local-use prefix, /96 layout
+	f(strict, "64:ff9b:1:7f00:0:100::", "block_loopback") // and /48 layout
+	f(strict, "::ffff:127.0.0.1", "block_loopback")       // IPv4-mapped
+	f(strict, "::ffff:0:7f00:1", "block_loopback")        // IPv4-translated
+	f(strict, "::10.0.0.1", "block_private")              //
+	f(strict, "64:ff9b::a00:1", "block_private")          //
+	f(strict, "64:ff9b::c0a8:101", "block_private")       // 192.168.1.1
+	f(strict, "64:ff9b::a9fe:a9fe", "block_link_local")   // 169.254.169.254
+	f(strict, "::169.254.1.1", "block_link_local")        //
+	f(strict, "64:ff9b::808:808", "")                     // 8.8.8.8 through NAT64 is fine
+	f(strict, "::", "block_loopback")                     // IPv6's own unspecified and loopback
+	f(strict, "::1", "block_loopback")                    //
+	deny := mustPolicy(t, Config{DenyCIDRs: []string{"203.0.113.0/24"}})
+	f(deny, "64:ff9b::cb00:7107", "deny_cidrs") // deny_cidrs too
+	nat := mustPolicy(t, Config{BlockPrivate: true, AllowCIDRs: []string{"64:ff9b::a00:0/120"}})
+	f(nat, "64:ff9b::a00:1", "")                // an allow rule on the IPv6 form itself opens it
+	f(nat, "64:ff9b::a00:101", "block_private") //
+}
+
 func TestNewRefusesBadEntries(t *testing.T) {
 	f := func(c Config, want string) {
 		t.Helper()
@@ -100,6 +169,8 @@ func TestNewRefusesBadEntries(t *testing.T) {
 	f(Config{AllowHosts: []string{"10.0.0.1"}}, "belongs in allow_cidrs")
 	f(Config{DenyHosts: []string{"a*b.com"}}, `deny_hosts entry "a*b.com"`)
 	f(Config{DenyHosts: []string{""}}, "deny_hosts")
+	f(Config{KVBindPorts: []int{0}}, "kv_bind_ports entry 0")
+	f(Config{KVBindPorts: []int{65536}}, "kv_bind_ports entry 65536")
 }
 
 // fakeResolver answers from a table that tests change between lookups.
