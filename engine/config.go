@@ -6,11 +6,14 @@ import (
 	"maps"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -550,6 +553,10 @@ type validator struct {
 	lines  keyLines
 	errs   ConfigErrors
 	policy *egress.Policy // [egress], once checked: every endpoint the gateway dials is checked against it
+	// self are the gateway's own listeners ([server] listen, [control] listen when enabled): no endpoint the
+	// gateway dials may be one of them. kvBindPorts is [egress] kv_bind_ports.
+	self        []selfListener
+	kvBindPorts []int
 }
 
 // addf records a problem with the value at key (an indexed path such as "routes[1].targets[0].provider").
@@ -561,6 +568,8 @@ func (v *validator) addf(key, format string, args ...any) {
 func (v *validator) validate(cfg *Config) {
 	v.server(&cfg.Server)
 	v.policy = v.egress(&cfg.Egress)
+	v.self = ownListeners(cfg)
+	v.kvBindPorts = cfg.Egress.KVBindPorts
 	providers := v.providers(cfg.Providers)
 	v.routes(cfg.Routes, cfg.Providers, providers)
 	v.metricsScrape(&cfg.MetricsScrape)
@@ -726,17 +735,155 @@ func (v *validator) egressURL(key, raw string) {
 	}
 }
 
-// egressZMQ checks the host of a tcp:// ZMQ endpoint the subscriber connects to.
+// egressZMQ checks the host of a tcp:// ZMQ endpoint the subscriber connects to, and that it is none of
+// the gateway's own listeners.
 func (v *validator) egressZMQ(key, endpoint string) {
 	rest, ok := strings.CutPrefix(endpoint, "tcp://")
-	if !ok || v.policy == nil {
+	if !ok {
 		return
 	}
-	host, _ := egress.SplitHostPort(rest)
+	host, port := egress.SplitHostPort(rest)
+	v.notSelf(key, endpoint, host, port)
+	if v.policy == nil {
+		return
+	}
 	if err := v.policy.CheckHost(host); err != nil {
 		v.addf(key, "%s", err)
 	}
 }
+
+// orgKVEndpoints checks the endpoints of an org's kv_events, which passed the subscriber's own rules.
+func (v *validator) orgKVEndpoints(key string, kv *KVEventsConfig) {
+	for _, e := range []struct{ key, endpoint string }{{".endpoint", kv.Endpoint}, {".replay_endpoint", kv.ReplayEndpoint}} {
+		if strings.HasPrefix(e.endpoint, "ipc://") || strings.HasPrefix(e.endpoint, "inproc://") {
+			v.addf(key+e.key, "cannot use %q: an org's provider takes tcp:// endpoints only (ipc:// and inproc:// reach inside the gateway's host)", e.endpoint)
+		}
+	}
+	if kv.Mode != "bind" {
+		return
+	}
+	rest, ok := strings.CutPrefix(kv.Endpoint, "tcp://")
+	if !ok {
+		return
+	}
+	_, port := egress.SplitHostPort(rest)
+	if n, err := strconv.Atoi(port); err != nil || !slices.Contains(v.kvBindPorts, n) {
+		v.addf(key+".endpoint", "cannot bind %q: an org's provider binds only on a port [egress] kv_bind_ports lists", kv.Endpoint)
+	}
+}
+
+// selfListener is one of the gateway's own listening addresses, host (possibly empty: every address) and
+// port, as the config names it.
+type selfListener struct {
+	key, addr, host, port string
+}
+
+// ownListeners returns the listeners of cfg: the data plane's, and the control plane's when it is on. A
+// listener on port 0 (a port picked at start) cannot be known here.
+func ownListeners(cfg *Config) []selfListener {
+	var out []selfListener
+	add := func(key, addr string) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return
+		}
+		if n, err := net.LookupPort("tcp", port); err == nil && n != 0 {
+			out = append(out, selfListener{key: key, addr: addr, host: host, port: strconv.Itoa(n)})
+		}
+	}
+	add("server.listen", cfg.Server.Listen)
+	if cfg.Control.Enabled {
+		add("control.listen", cfg.Control.Listen)
+	}
+	return out
+}
+
+// notSelfURL checks that the http(s) URL raw is none of the gateway's own listeners.
+func (v *validator) notSelfURL(key, raw string) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	v.notSelf(key, raw, u.Hostname(), port)
+}
+
+// notSelf refuses an endpoint (named by raw in the message) at host and port that is one of the gateway's
+// listeners: a provider pointing at the gateway makes every request it routes there come back to it.
+// Names other than localhost are not resolved (the check runs without DNS); the hop header stops the loops
+// of those at the first request (loop.go).
+func (v *validator) notSelf(key, raw, host, port string) {
+	n, err := net.LookupPort("tcp", port)
+	if err != nil {
+		return
+	}
+	for _, l := range v.self {
+		if l.port == strconv.Itoa(n) && l.reaches(host) {
+			v.addf(key, "cannot use %q: it is the gateway's own listener (%s %q), which would route the requests back to itself", raw, l.key, l.addr)
+			return
+		}
+	}
+}
+
+// reaches reports whether connecting to host (on the listener's port) reaches the listener: the host it
+// names, a loopback or unspecified address (or localhost) for a listener on every address or on loopback,
+// and any address of this host's interfaces for a listener on every address.
+func (l selfListener) reaches(host string) bool {
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if host == "*" {
+		host = "0.0.0.0" // ZMQ's every-address bind
+	}
+	la, lerr := netip.ParseAddr(l.host)
+	everywhere := l.host == "" || l.host == "*" || (lerr == nil && la.IsUnspecified())
+	onLoopback := isLocalhostName(l.host) || (lerr == nil && la.IsLoopback())
+	if l.host != "" && strings.EqualFold(host, l.host) {
+		return true
+	}
+	if isLocalhostName(host) {
+		return everywhere || onLoopback
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap().WithZone("")
+	switch {
+	case a.IsLoopback() || a.IsUnspecified():
+		return everywhere || onLoopback
+	case lerr == nil && a == la.Unmap().WithZone(""):
+		return true
+	}
+	return everywhere && slices.Contains(localAddrs(), a)
+}
+
+// isLocalhostName reports whether name is localhost or a name under it, loopback by definition (RFC 6761).
+func isLocalhostName(name string) bool {
+	name = strings.ToLower(strings.TrimSuffix(name, "."))
+	return name == "localhost" || strings.HasSuffix(name, ".localhost")
+}
+
+// localAddrs are the addresses of this host's interfaces, read once.
+var localAddrs = sync.OnceValue(func() []netip.Addr {
+	var out []netip.Addr
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	for _, a := range as {
+		if pn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(pn.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
+})
 
 // server checks [server].
 func (v *validator) server(s *ServerConfig) {
@@ -808,6 +955,7 @@ func (v *validator) providers(ps []ProviderConfig) map[string]int {
 			v.addf(key+".api_base", "%s", err)
 		} else {
 			v.egressURL(key+".api_base", p.APIBase)
+			v.notSelfURL(key+".api_base", p.APIBase)
 		}
 		if p.APIKeyEnv != "" && os.Getenv(p.APIKeyEnv) == "" {
 			v.addf(key+".api_key_env", "environment variable %q is not set or empty", p.APIKeyEnv)
@@ -815,11 +963,16 @@ func (v *validator) providers(ps []ProviderConfig) map[string]int {
 		for _, name := range slices.Sorted(maps.Keys(p.Headers)) {
 			if !validHeaderName(name) {
 				v.addf(key+".headers", "invalid header name %q", name)
+			} else if strings.HasPrefix(strings.ToLower(name), "x-rolter-") {
+				v.addf(key+".headers", "cannot set header %q: x-rolter-* headers are the gateway's own", name)
+			} else if why := fieldValueFault(p.Headers[name]); why != "" {
+				// The value is not quoted: it may be a credential.
+				v.addf(key+".headers", "invalid value of header %q: %s", name, why)
 			}
 		}
 		v.positiveInt(key+".max_conns", p.MaxConns)
 		if p.KVEvents != nil {
-			v.kvEvents(key+".kv_events", p.KVEvents)
+			v.kvEvents(key+".kv_events", p.KVEvents, p.Org != "")
 		}
 		if p.LMCache != nil {
 			v.lmcache(key+".lmcache", p.LMCache)
@@ -830,8 +983,10 @@ func (v *validator) providers(ps []ProviderConfig) map[string]int {
 }
 
 // kvEvents checks [providers.kv_events] by the subscriber's own rules (kvindex.SubscriberConfig.Validate),
-// so a config that passes `rolter check` is one the subscriber takes.
-func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
+// so a config that passes `rolter check` is one the subscriber takes. An org's provider (org) is held to
+// more: no ipc:// or inproc:// endpoint (they reach inside the gateway's host and process), and a bind only
+// on a port the operator lists in [egress] kv_bind_ports.
+func (v *validator) kvEvents(key string, kv *KVEventsConfig, org bool) {
 	sc := kv.subscriberConfig()
 	// stale_secs is TOML seconds: a value with no time.Duration would convert to whatever the platform
 	// makes of it, so it is refused here and kvindex sees a valid duration.
@@ -853,6 +1008,9 @@ func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
 		}
 		if kv.ReplayEndpoint != "" {
 			v.egressZMQ(key+".replay_endpoint", kv.ReplayEndpoint)
+		}
+		if org {
+			v.orgKVEndpoints(key, kv)
 		}
 	}
 	if !kvindex.Supported {
@@ -914,6 +1072,7 @@ func (v *validator) lmcache(key string, lc *LMCacheConfig) {
 		}
 		if len(errs) == 0 {
 			v.egressURL(key+".endpoint", lc.Endpoint)
+			v.notSelfURL(key+".endpoint", lc.Endpoint)
 		}
 	}
 	v.positive(key+".refresh_secs", lc.RefreshSecs)
@@ -1231,6 +1390,21 @@ func checkHTTPURL(s string) error {
 		return fmt.Errorf("URL %q must not carry a query, fragment or user info", s)
 	}
 	return nil
+}
+
+// fieldValueFault returns what makes s no RFC 9110 field value (visible characters and obs-text, with
+// spaces and tabs between them), or "". A CR or LF would end the header on the wire and start another, or a
+// second request.
+func fieldValueFault(s string) string {
+	if s != "" && (s[0] == ' ' || s[0] == '\t' || s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		return "it starts or ends with whitespace"
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return fmt.Sprintf("it holds a control character (0x%02x) at byte %d; a header value is visible characters, spaces and tabs", c, i)
+		}
+	}
+	return ""
 }
 
 func validHeaderName(s string) bool {

@@ -70,7 +70,8 @@ func TestEgressConfigRules(t *testing.T) {
 	f("deny_hosts = [\"admin.internal\"]\nallow_hosts = [\"admin.internal\"]", "http://admin.internal", "deny_hosts admin.internal")
 	f(`block_loopback = true`, "http://127.0.0.1:8000", "block_loopback")
 	f(`block_loopback = true`, "http://0.0.0.0:8000", "block_loopback")
-	f(`block_link_local = false`, "http://169.254.169.254", "")
+	f(`block_link_local = false`, "http://169.254.169.254", "block_metadata") // the metadata address stays refused
+	f("block_link_local = false\nblock_metadata = false", "http://169.254.169.254", "")
 	f(`allow_cidrs = ["10.0.0.0/33"]`, "http://10.0.0.5", `e.toml:2: egress.allow_cidrs: cannot use allow_cidrs entry "10.0.0.0/33"`)
 }
 

@@ -45,6 +45,7 @@ type Gateway struct {
 	watchDelay time.Duration
 	dial       func(string, time.Duration) (net.Conn, error)
 	resolver   egress.Resolver
+	hopID      string // this gateway's id in X-Rolter-Hop (loop.go)
 
 	snap     atomic.Pointer[Snapshot]
 	capture  atomic.Pointer[captureWriter] // [trace], nil when off (capture.go)
@@ -89,6 +90,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		watchDelay: opts.WatchDelay,
 		dial:       opts.Dial,
 		resolver:   opts.Resolver,
+		hopID:      newHopID(),
 		stop:       make(chan struct{}),
 	}
 	if g.log == nil {
@@ -384,6 +386,9 @@ func logPanic(log *slog.Logger, what string) {
 func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 	var hs reqHeaders
 	e := checkRequest(ctx, &hs)
+	if e == nil {
+		e = g.checkLoop(hs.hop)
+	}
 	if max := g.snap.Load().cfg.Server.MaxBodyBytes; e == nil && ctx.Request.Header.ContentLength() > max {
 		e = tooLarge(max)
 	}
@@ -397,7 +402,11 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 // serve dispatches by path.
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	var hs reqHeaders
-	if e := checkRequest(ctx, &hs); e != nil {
+	e := checkRequest(ctx, &hs)
+	if e == nil {
+		e = g.checkLoop(hs.hop)
+	}
+	if e != nil {
 		g.reject(ctx, e)
 		return
 	}

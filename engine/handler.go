@@ -11,6 +11,8 @@ import (
 // and normalisation of the name per lookup.
 type reqHeaders struct {
 	requestID, sessionID, tokenIDs, authorization, traceparent, connection, expect []byte
+	// hop is X-Rolter-Hop, the gateways the request passed through (loop.go).
+	hop []byte
 }
 
 // add notes header k (a name fasthttp stored in canonical form) if it is one of reqHeaders' and the first.
@@ -31,6 +33,8 @@ func (hs *reqHeaders) add(k, v []byte) {
 		dst = &hs.connection
 	case "Expect":
 		dst = &hs.expect
+	case hopHeader:
+		dst = &hs.hop
 	default:
 		return
 	}

@@ -143,7 +143,7 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 		p.checker = newHealthChecker(p, cfg.Health, p.set, env)
 	}
 	if pc.APIKeyEnv != "" {
-		p.auth = []byte("Bearer " + p.sections.APIKey)
+		p.auth = []byte("Bearer " + wireValue(p.sections.APIKey))
 	}
 	if cfg.MetricsScrape.Enabled {
 		p.newScraper(cfg, log, env.egress[useScrape])
@@ -152,7 +152,7 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 		p.lmcache = newLMCacheSource(p, log, p.set, env.egress[useLMCache])
 	}
 	for k, v := range pc.Headers {
-		p.headers = append(p.headers, [2]string{k, v})
+		p.headers = append(p.headers, [2]string{k, wireValue(v)})
 	}
 	sort.Slice(p.headers, func(a, b int) bool { return p.headers[a][0] < p.headers[b][0] })
 	for _, h := range p.headers {
@@ -215,6 +215,19 @@ func (p *Provider) Load() int64 {
 
 // Inflight returns the gateway's own in-flight count for the provider.
 func (p *Provider) Inflight() int64 { return p.inflight.Load() }
+
+// wireValue returns s with every control character but HTAB replaced by a space. The validator refuses
+// such header values; this holds for a config that was not validated, or a variable's value, so that no
+// configured value can end its header line and start another header or request on the wire.
+func wireValue(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
 
 // setsHeader reports whether the provider's configured headers include name (case-insensitively).
 func (p *Provider) setsHeader(name []byte) bool {

@@ -156,6 +156,16 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 	if c.status >= 400 {
 		c.watch.setVictim(nil)
 		e := c.readUpstreamError(conn, t)
+		if c.status == fasthttp.StatusLoopDetected {
+			// A gateway upstream saw the request come back (loop.go): so would every retry. Passed on as
+			// this gateway's own answer, and no failure of the target's health.
+			e = loopDetected("the request came back to a gateway it passed through: a provider of this route reaches the gateway itself")
+			c.watch.disarm()
+			c.done(t, failNone, 0)
+			c.setDecisionHeaders(ctx)
+			writeError(ctx, e)
+			return outDone, attemptResult{}
+		}
 		if c.status >= 500 || c.status == fasthttp.StatusTooManyRequests {
 			if ra := retryAfterMs(&resp.Header); ra > 0 && c.status == fasthttp.StatusTooManyRequests {
 				// Relayed, but never longer than the gateway itself would wait on a 429.
@@ -448,6 +458,14 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) er
 	bw.Write(c.path)
 	bw.WriteString(" HTTP/1.1\r\nHost: ")
 	bw.WriteString(p.up.hostHeader)
+	// The hop list goes on with this gateway's id (loop.go), first, so that it is the X-Rolter-Hop the next
+	// gateway reads; the client's is skipped below with the other x-rolter-* headers.
+	bw.WriteString("\r\n" + hopHeader + ": ")
+	if len(c.hdr.hop) > 0 {
+		bw.Write(c.hdr.hop)
+		bw.WriteString(", ")
+	}
+	bw.WriteString(c.g.hopID)
 	bw.WriteString("\r\n")
 	hasCT := false
 	var xff []byte
