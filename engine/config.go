@@ -713,7 +713,7 @@ func (v *validator) egress(c *egress.Config) *egress.Policy {
 	p, err := egress.New(*c)
 	for _, e := range unjoin(err) {
 		key := "egress"
-		for _, k := range []string{"allow_hosts", "deny_hosts", "allow_cidrs", "deny_cidrs"} {
+		for _, k := range []string{"allow_hosts", "deny_hosts", "allow_cidrs", "deny_cidrs", "kv_bind_ports"} {
 			if strings.HasPrefix(e.Error(), "cannot use "+k+" ") {
 				key += "." + k
 			}

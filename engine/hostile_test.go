@@ -281,3 +281,78 @@ func TestHopChain(t *testing.T) {
 	f("aaaa, " + b.g.hopID + ", cccc")
 	f(strings.Repeat("x, ", maxHops-1) + "x")
 }
+
+// TestOrgKVEndpoints: an org's provider (one the control plane made) cannot name ipc:// or inproc://
+// KV-event endpoints, and binds only on a port [egress] kv_bind_ports lists; the file's providers can do
+// both.
+func TestOrgKVEndpoints(t *testing.T) {
+	if !kvindex.Supported {
+		t.Skip("kv_events needs cgo")
+	}
+	f := func(org string, kv KVEventsConfig, bindPorts []int, want string) {
+		t.Helper()
+		cfg := DefaultConfig()
+		cfg.Egress.KVBindPorts = bindPorts
+		cfg.Providers = []ProviderConfig{{Org: org, Name: "p", APIBase: "http://127.0.0.1:9", KVEvents: &kv}}
+		errs := ValidateConfig(cfg)
+		switch {
+		case want == "" && len(errs) > 0:
+			t.Fatalf("org %q %+v: %s", org, kv, errs)
+		case want != "" && (len(errs) == 0 || !strings.Contains(errs.Error(), want)):
+			t.Fatalf("org %q %+v: %v, want %q", org, kv, errs, want)
+		}
+	}
+	f("org_a", KVEventsConfig{Endpoint: "ipc:///tmp/engine.sock"}, nil, `providers[0].kv_events.endpoint: cannot use "ipc:///tmp/engine.sock": an org's provider takes tcp:// endpoints only`)
+	f("org_a", KVEventsConfig{Endpoint: "inproc://kv"}, nil, `cannot use "inproc://kv"`)
+	f("org_a", KVEventsConfig{Endpoint: "tcp://127.0.0.1:5557", ReplayEndpoint: "ipc:///tmp/replay"}, nil, `providers[0].kv_events.replay_endpoint: cannot use "ipc:///tmp/replay"`)
+	f("org_a", KVEventsConfig{Endpoint: "tcp://*:5557", Mode: "bind"}, nil, `providers[0].kv_events.endpoint: cannot bind "tcp://*:5557": an org's provider binds only on a port [egress] kv_bind_ports lists`)
+	f("org_a", KVEventsConfig{Endpoint: "tcp://*:5557", Mode: "bind"}, []int{5558}, `cannot bind "tcp://*:5557"`)
+	f("org_a", KVEventsConfig{Endpoint: "tcp://*:5557", Mode: "bind"}, []int{5557}, "")
+	f("org_a", KVEventsConfig{Endpoint: "tcp://127.0.0.1:5557"}, nil, "")
+	f("", KVEventsConfig{Endpoint: "ipc:///tmp/engine.sock"}, nil, "")
+	f("", KVEventsConfig{Endpoint: "tcp://*:5557", Mode: "bind"}, nil, "")
+	cfg := DefaultConfig()
+	cfg.Egress.KVBindPorts = []int{0}
+	if errs := ValidateConfig(cfg); !strings.Contains(errs.Error(), "kv_bind_ports entry 0") {
+		t.Fatalf("kv_bind_ports = [0]: %v", errs)
+	}
+}
+
+// TestKVBindInUseRefused: a config whose KV-event bind endpoint another listener holds (here the
+// gateway's own data-plane port) is refused when it is applied, at start and by reload, and the running
+// config keeps serving; before, it was accepted and the bind retried forever.
+func TestKVBindInUseRefused(t *testing.T) {
+	if !kvindex.Supported {
+		t.Skip("kv_events needs cgo")
+	}
+	up := newFakeUpstream(t, okJSON)
+	gw := startGateway(t, gatewayConfig("round_robin", "", up.URL))
+	// A provider of its own name: the reload replaces p0 rather than changing it.
+	text := fmt.Sprintf(`[server]
+listen = "127.0.0.1:0"
+[[providers]]
+name = "pk"
+api_base = %q
+[providers.kv_events]
+endpoint = "tcp://%s"
+mode = "bind"
+[[routes]]
+model = "m"
+strategy = "precise_cache_aware"
+[[routes.targets]]
+provider = "pk"
+`, up.URL, gw.addr)
+	cfg, err := ParseConfig([]byte(text), "bind.toml")
+	if err != nil {
+		t.Fatalf("bad test config: %s\n%s", err, text)
+	}
+	if _, err := New(cfg, Options{Logger: quietLog()}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("New: %v, want the bind refused as in use", err)
+	}
+	if err := gw.g.Reload(cfg); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("Reload: %v, want the bind refused as in use", err)
+	}
+	if resp, body := post(t, gw.URL+"/v1/chat/completions", chatBody("m", "hi", false)); resp.StatusCode != 200 {
+		t.Fatalf("the running config stopped serving: %d %s", resp.StatusCode, body)
+	}
+}

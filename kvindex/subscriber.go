@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -173,6 +176,11 @@ func (s *Subscriber) Add(t int, cfg SubscriberConfig) (*Stream, error) {
 	w := &worker{s: s, target: t, cfg: cfg, q: newMsgQueue(cfg.maxQueueBytes(), s.queueMessages)}
 	rd := s.sharedReader(&cfg)
 	fresh := rd == nil
+	if fresh && cfg.Mode == "bind" && !s.holdsEndpoint(cfg.Endpoint) {
+		if err := bindable(cfg.Endpoint); err != nil {
+			return nil, fmt.Errorf("cannot add kv events subscription for target %d: %w", t, err)
+		}
+	}
 	if fresh {
 		rd = &reader{s: s, cfg: cfg, shared: cfg.Mode == "bind", retry: make(chan struct{}, 1)}
 		rd.cfg.Topic = ""
@@ -201,6 +209,45 @@ func (s *Subscriber) Add(t int, cfg SubscriberConfig) (*Stream, error) {
 		}
 	}
 	return w.st, nil
+}
+
+// holdsEndpoint reports whether one of the subscriber's sockets has endpoint: a bind there that fails
+// because that socket holds the address is retried until it closes. Called with s.mu held.
+func (s *Subscriber) holdsEndpoint(endpoint string) bool {
+	for rd := range s.readers {
+		if rd.cfg.Endpoint == endpoint {
+			return true
+		}
+	}
+	return false
+}
+
+// bindable refuses a tcp:// bind endpoint whose address another process (or another listener of this
+// one) holds: the socket would retry its bind forever, and the subscription would never receive. It binds
+// the address itself and lets it go. Endpoints it cannot map to a TCP address (an interface name, port *)
+// are left to libzmq.
+func bindable(endpoint string) error {
+	hostport, ok := strings.CutPrefix(endpoint, "tcp://")
+	if !ok {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil || port == "*" || port == "0" {
+		return nil
+	}
+	if host == "*" {
+		host = ""
+	} else if _, err := netip.ParseAddr(host); host != "" && err != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("cannot bind %q: the address is in use", endpoint)
+	}
+	if err == nil {
+		_ = ln.Close()
+	}
+	return nil
 }
 
 // sharedReader returns the live bind-mode socket cfg can join, or nil. Called with s.mu held.

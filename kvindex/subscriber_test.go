@@ -765,3 +765,40 @@ func TestSubscriberFramesAndTopics(t *testing.T) {
 		t.Fatalf("unexpected stats %+v", stats)
 	}
 }
+
+// TestSubscriberRefusesBindInUse: a bind on an address another listener holds is refused when it is added,
+// instead of retrying forever without receiving; one this subscriber's own socket holds is still taken (a
+// reload's new socket waits for the old one to close).
+func TestSubscriberRefusesBindInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s := newTestSubscriber(t, NewIndex(3))
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	for _, ep := range []string{"tcp://" + ln.Addr().String(), "tcp://*:" + port} {
+		if _, err := s.Add(0, SubscriberConfig{Endpoint: ep, Mode: "bind"}); err == nil || !strings.Contains(err.Error(), "in use") {
+			t.Fatalf("bind on %s, which another listener holds: %v, want refused as in use", ep, err)
+		}
+	}
+	if s.Stream(0) != nil {
+		t.Fatal("a refused subscription has a stream")
+	}
+	free := "tcp://127.0.0.1:" + freePort(t)
+	if _, err := s.Add(0, SubscriberConfig{Endpoint: free, Mode: "bind", Topic: "a"}); err != nil {
+		t.Fatalf("free address: %s", err)
+	}
+	s.Start(context.Background())
+	waitFor(t, "the bind", func() bool {
+		c, err := net.Dial("tcp", strings.TrimPrefix(free, "tcp://"))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	// Another socket of this subscriber on the same address (other settings, so not shared): allowed.
+	if _, err := s.Add(1, SubscriberConfig{Endpoint: free, Mode: "bind", Topic: "b", MaxBlocks: 7}); err != nil {
+		t.Fatalf("an address this subscriber holds: %s", err)
+	}
+}
