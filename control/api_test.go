@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -310,18 +311,24 @@ func newEnv(t *testing.T, dir string) *env {
 // newEnvAt is newEnv with the store at path: a file, or a PostgreSQL URL.
 func newEnvAt(t *testing.T, path string) *env {
 	t.Helper()
+	return newEnvOn(t, path, "127.0.0.1:0")
+}
+
+// newEnvOn is newEnvAt with the gateway listening on listen, which the file's [server] listen names.
+func newEnvOn(t *testing.T, path, listen string) *env {
+	t.Helper()
 	dir := filepath.Dir(path)
 	if isPostgres(path) {
 		dir = t.TempDir()
 	}
 	e := &env{t: t, dir: dir, path: path, S: newUpstream(t), A: newUpstream(t), B: newUpstream(t), logs: &syncBuffer{}}
-	e.file.Store(parseFile(t, fileConfigText(e.S.URL)))
+	e.file.Store(parseFile(t, strings.Replace(fileConfigText(e.S.URL), `"127.0.0.1:0"`, strconv.Quote(listen), 1)))
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	gw, err := engine.New(e.file.Load(), engine.Options{Logger: log, Version: "test", Resolver: fakeDNS{"kv.test": "169.254.169.254"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
 	}
