@@ -50,6 +50,9 @@ type Options struct {
 	// Listen is the address the control plane's listener binds (its host decides whether open mode is
 	// allowed); the Server does not listen itself.
 	Listen string
+	// Hosts are further names the control plane answers to in the Host header ([control] hosts); its
+	// listen address, and localhost on loopback, need not be listed (guard.go).
+	Hosts []string
 	// Version is the gateway's version, shown by GET /api/v1/info and the dashboard; "" is "dev".
 	Version string
 	Logger  *slog.Logger
@@ -82,6 +85,8 @@ type Server struct {
 	pepper [32]byte // the store's: secrets are hashed as SHA-256(pepper || secret)
 
 	mux       *http.ServeMux
+	handler   http.Handler // mux behind the guard
+	hosts     *hostSet     // the names the control plane answers to (guard.go)
 	endpoints []endpoint
 
 	// mu serialises writes and reloads: a write validates, stores and applies against the state it read,
@@ -140,7 +145,9 @@ func NewServer(opts Options) (*Server, error) {
 	} else {
 		s.admin = sha256.Sum256([]byte(opts.AdminToken))
 	}
+	s.hosts = newHostSet(opts.Listen, opts.Hosts)
 	s.routes()
+	s.handler = s.guard(s.mux)
 	return s, nil
 }
 
@@ -159,7 +166,8 @@ func isLoopback(listen string) bool {
 }
 
 // Handler returns the control plane's handler: the API under /api/v1/ and the dashboard under /dashboard/.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Every request first passes the guard: the control plane's own names and origin only, JSON writes only.
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Reload composes the live file config with the store and applies it. The caller calls it at start and
 // after the file changed (SIGHUP); it returns every problem of the composed config, each named by where it

@@ -289,7 +289,7 @@ type tab struct {
 	requests []string
 }
 
-func newTab(t *testing.T, origin string) *tab {
+func newTab(t *testing.T, origin string, flags ...chromedp.ExecAllocatorOption) *tab {
 	t.Helper()
 	exe := browserPath(t)
 	shots := os.Getenv("ROLTER_SCREENSHOTS")
@@ -308,6 +308,7 @@ func newTab(t *testing.T, origin string) *tab {
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("lang", "en-US"),
 	)
+	opts = append(opts, flags...)
 	// The whole browser session is bounded: a hung step fails the test instead of stalling the suite.
 	base, cancelBase := context.WithTimeout(context.Background(), 55*time.Second)
 	alloc, cancelAlloc := chromedp.NewExecAllocator(base, opts...)

@@ -110,6 +110,36 @@ type ControlConfig struct {
 	Listen        string `toml:"listen" json:"listen"`
 	Store         string `toml:"store" json:"store"`
 	AdminTokenEnv string `toml:"admin_token_env" json:"admin_token_env"`
+	// Hosts are the names, besides the listen address (and localhost, 127.0.0.1 and [::1] on loopback), the
+	// control plane answers to in the Host header: a name it is reached by through a proxy or DNS. A request
+	// for any other name is refused, so a DNS name an attacker points at the gateway (DNS rebinding) cannot
+	// make a browser talk to it as that name's origin. "name" matches any port, "name:port" that port.
+	Hosts []string `toml:"hosts" json:"hosts"`
+	// MaxConns caps the control plane's connections; connections beyond it are closed at once. The cap is
+	// taken out of the socket budget when the control plane is enabled, so the data plane keeps its share
+	// whatever the control plane's listener is sent.
+	MaxConns int `toml:"max_conns" json:"max_conns"`
+	// The control plane's http.Server timeouts: a request's head and body (read), its handling and answer
+	// (write), and a keep-alive connection between requests (idle).
+	ReadTimeoutSecs  float64 `toml:"read_timeout_secs" json:"read_timeout_secs"`
+	WriteTimeoutSecs float64 `toml:"write_timeout_secs" json:"write_timeout_secs"`
+	IdleTimeoutSecs  float64 `toml:"idle_timeout_secs" json:"idle_timeout_secs"`
+}
+
+// ControlConns is how many connections of the socket budget the control plane takes: its max_conns when
+// it is enabled, else none.
+func (c *ControlConfig) ControlConns() int {
+	if !c.Enabled {
+		return 0
+	}
+	return c.MaxConns
+}
+
+// equal reports whether c and o are the same [control] section.
+func (c *ControlConfig) equal(o *ControlConfig) bool {
+	return c.Enabled == o.Enabled && c.Listen == o.Listen && c.Store == o.Store && c.AdminTokenEnv == o.AdminTokenEnv &&
+		slices.Equal(c.Hosts, o.Hosts) && c.MaxConns == o.MaxConns && c.ReadTimeoutSecs == o.ReadTimeoutSecs &&
+		c.WriteTimeoutSecs == o.WriteTimeoutSecs && c.IdleTimeoutSecs == o.IdleTimeoutSecs
 }
 
 // ClusterConfig is [cluster]: the NATS server through which the gateway replicas of one fleet share their
@@ -370,7 +400,8 @@ func DefaultConfig() *Config {
 		Timeouts: TimeoutsConfig{ConnectSecs: 5, HeadersSecs: 600, IdleSecs: 120},
 		Queue:    QueueConfig{WaitTimeoutSecs: 5, RetryAfterSecs: 1},
 		Egress:   egress.DefaultConfig(),
-		Control:  ControlConfig{Listen: "127.0.0.1:8081", Store: "rolter.db", AdminTokenEnv: "ROLTER_ADMIN_TOKEN"},
+		Control: ControlConfig{Listen: "127.0.0.1:8081", Store: "rolter.db", AdminTokenEnv: "ROLTER_ADMIN_TOKEN",
+			MaxConns: 64, ReadTimeoutSecs: 10, WriteTimeoutSecs: 60, IdleTimeoutSecs: 60},
 		Cluster: ClusterConfig{Subject: "rolter", PublishIntervalMs: 20, MaxEntries: 1 << 20, EvidenceTTLSecs: 600,
 			QueueSize: 4096},
 		Trace:   TraceConfig{MaxBytes: 100 << 20, Keep: 5, BlockBytes: capture.DefaultBlockBytes, QueueSize: 4096},
@@ -650,6 +681,46 @@ func (v *validator) control(c *ControlConfig) {
 	if c.AdminTokenEnv == "" {
 		v.addf("control.admin_token_env", "missing environment variable name")
 	}
+	for _, h := range c.Hosts {
+		if !validControlHost(h) {
+			v.addf("control.hosts", "cannot use %q: want a host name or IP address, with an optional :port", h)
+		}
+	}
+	if c.MaxConns < 1 || c.MaxConns > 65536 {
+		v.addf("control.max_conns", "must be between 1 and 65536, got %d", c.MaxConns)
+	}
+	v.positive("control.read_timeout_secs", c.ReadTimeoutSecs)
+	v.positive("control.write_timeout_secs", c.WriteTimeoutSecs)
+	v.positive("control.idle_timeout_secs", c.IdleTimeoutSecs)
+}
+
+// validControlHost reports whether h is a Host header value [control] hosts can list: a DNS name or an IP
+// address (IPv6 in brackets when a port follows), with an optional port.
+func validControlHost(h string) bool {
+	host := h
+	if hp, port, err := net.SplitHostPort(h); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return false
+		}
+		host = hp
+	}
+	if _, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")); err == nil {
+		return true
+	}
+	if host == "" || len(host) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(host, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // cluster checks [cluster]; the NATS servers' hosts go through the egress policy like every address the

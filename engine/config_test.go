@@ -529,3 +529,44 @@ func TestRouteTargetsDistinctProviders(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestControlValidation: [control]'s connection cap, timeouts and host names, and that a reload changing
+// any of them is refused (the control plane's listener is made once, at start).
+func TestControlValidation(t *testing.T) {
+	f := func(ctl, want string) {
+		t.Helper()
+		_, err := ParseConfig([]byte("[control]\n"+ctl), "ctl.toml")
+		if want == "" {
+			if err != nil {
+				t.Fatalf("%q: unexpected error: %s", ctl, err)
+			}
+			return
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%q: got %v, want %q", ctl, err, want)
+		}
+	}
+	f(`hosts = ["rolter.example.com", "gw:8443", "10.0.0.5", "[fd00::1]:8081"]`, "")
+	f("max_conns = 1\nread_timeout_secs = 0.5", "")
+	f(`hosts = ["http://evil.example"]`, `ctl.toml:2: control.hosts: cannot use "http://evil.example"`)
+	f(`hosts = ["a..b"]`, `control.hosts: cannot use "a..b"`)
+	f(`hosts = ["gw:0"]`, `control.hosts: cannot use "gw:0"`)
+	f(`max_conns = 0`, "ctl.toml:2: control.max_conns: must be between 1 and 65536, got 0")
+	f(`read_timeout_secs = 0`, "control.read_timeout_secs: must be > 0, got 0")
+	f(`write_timeout_secs = -1`, "control.write_timeout_secs: must be > 0, got -1")
+	f(`idle_timeout_secs = 0`, "control.idle_timeout_secs: must be > 0, got 0")
+
+	a, b := DefaultConfig().Control, DefaultConfig().Control
+	if !a.equal(&b) {
+		t.Fatal("the default [control] differs from itself")
+	}
+	b.Hosts = []string{"gw"}
+	if a.equal(&b) {
+		t.Fatal("[control] hosts changed but equal reports no change")
+	}
+	b = a
+	b.MaxConns++
+	if a.equal(&b) {
+		t.Fatal("[control] max_conns changed but equal reports no change")
+	}
+}

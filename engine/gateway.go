@@ -58,7 +58,9 @@ type Gateway struct {
 	global   *telemetry.Global
 	// conns is the socket budget client and upstream connections share (conns.go, derived from the
 	// open-file limit); clients admits client connections under it and [server] max_conns (listener.go).
-	conns   *connBudget
+	conns *connBudget
+	// control is the control plane's connection cap, kept out of the socket budget (ControlListener).
+	control int
 	clients *connLimiter
 
 	stop chan struct{}
@@ -103,7 +105,8 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	g.global = telemetry.NewGlobal(opts.Version, time.Now(), g.draining.Load)
 
 	s := &cfg.Server
-	g.clients = newConnLimiter(s, g.log, g.global)
+	g.control = cfg.Control.ControlConns()
+	g.clients = newConnLimiter(s, g.control, g.log, g.global)
 	if opts.Linger > 0 {
 		g.clients.linger = opts.Linger
 	}
@@ -274,7 +277,7 @@ func (g *Gateway) Reload(cfg *Config) (err error) {
 	if err := restartOnly(&cur.cfg.Server, &cfg.Server); err != nil {
 		return err
 	}
-	if cur.cfg.Control != cfg.Control {
+	if !cur.cfg.Control.equal(&cfg.Control) {
 		return errors.New("cannot reload: [control] changed, which needs a restart")
 	}
 	if cur.cfg.Cluster != cfg.Cluster {

@@ -58,19 +58,22 @@ const (
 	rejectReclaimed
 )
 
-// connLimits derives the socket budget and the client connection cap from the open-file limit nofile:
+// connLimits derives the socket budget and the client connection cap from the open-file limit nofile and
+// the control plane's connection cap control ([control] max_conns when it is enabled, else 0):
 //
-//	budget   = max(nofile - 64, 32)
+//	budget   = max(nofile - 64 - control, 32)
 //	maxConns = max(budget / 2, 16)    when [server] max_conns is 0, else max_conns
 //
-// The 64 reserved descriptors are fdReserve. Half of the budget is left to upstream connections, which take
-// from the same budget (Gateway.conns). Examples: 128 -> 64 and 32; 256 -> 192 and 96; 1024 -> 960 and
-// 480; 1048576 -> 1048512 and 524256. An unlimited or unknown (0) limit counts as 2^31-1.
-func connLimits(nofile uint64, maxConns int) (budget int64, clients int) {
+// The 64 reserved descriptors are fdReserve. The control plane's connections are its own listener's
+// (ControlListener), so whatever is sent to it the data plane keeps the rest. Half of the budget is left to
+// upstream connections, which take from the same budget (Gateway.conns). Examples without a control plane:
+// 128 -> 64 and 32; 256 -> 192 and 96; 1024 -> 960 and 480; 1048576 -> 1048512 and 524256. An unlimited or
+// unknown (0) limit counts as 2^31-1.
+func connLimits(nofile uint64, maxConns, control int) (budget int64, clients int) {
 	if nofile == 0 || nofile > math.MaxInt32 {
 		nofile = math.MaxInt32
 	}
-	budget = max(int64(nofile)-fdReserve, minConnBudget)
+	budget = max(int64(nofile)-fdReserve-int64(control), minConnBudget)
 	clients = maxConns
 	if clients <= 0 {
 		clients = int(max(budget/2, minMaxConns))
@@ -174,14 +177,14 @@ type connLimiter struct {
 
 // newConnLimiter raises the open-file limit, derives the socket budget and max_conns from it (connLimits),
 // and logs the outcome once.
-func newConnLimiter(s *ServerConfig, log *slog.Logger, global *telemetry.Global) *connLimiter {
+func newConnLimiter(s *ServerConfig, control int, log *slog.Logger, global *telemetry.Global) *connLimiter {
 	lim := raiseOpenFileLimit()
 	if lim.err != nil {
 		log.Warn("cannot adjust the open-file limit", "err", lim.err)
 	}
-	budget, clients := connLimits(lim.soft, s.MaxConns)
+	budget, clients := connLimits(lim.soft, s.MaxConns, control)
 	log.Info("open-file limit", "limit", lim.soft, "hard", lim.hard, "raised", lim.raised,
-		"max_conns", clients, "max_conns_per_ip", s.MaxConnsPerIP, "socket_budget", budget)
+		"max_conns", clients, "max_conns_per_ip", s.MaxConnsPerIP, "socket_budget", budget, "control_conns", control)
 	if int64(clients) > budget {
 		log.Warn("server.max_conns is above the socket budget the open-file limit allows; the budget applies first",
 			"max_conns", clients, "socket_budget", budget)

@@ -36,12 +36,16 @@ import (
 )
 
 func TestConnLimits(t *testing.T) {
+	g := func(nofile uint64, maxConns, control int, wantBudget int64, wantClients int) {
+		t.Helper()
+		budget, clients := connLimits(nofile, maxConns, control)
+		if budget != wantBudget || clients != wantClients {
+			t.Fatalf("connLimits(%d, %d, %d) = %d, %d; want %d, %d", nofile, maxConns, control, budget, clients, wantBudget, wantClients)
+		}
+	}
 	f := func(nofile uint64, maxConns int, wantBudget int64, wantClients int) {
 		t.Helper()
-		budget, clients := connLimits(nofile, maxConns)
-		if budget != wantBudget || clients != wantClients {
-			t.Fatalf("connLimits(%d, %d) = %d, %d; want %d, %d", nofile, maxConns, budget, clients, wantBudget, wantClients)
-		}
+		g(nofile, maxConns, 0, wantBudget, wantClients)
 	}
 	f(128, 0, 64, 32)
 	f(256, 0, 192, 96)
@@ -54,6 +58,10 @@ func TestConnLimits(t *testing.T) {
 	f(1024, 5000, 960, 5000)
 	f(0, 0, 1<<31-1-64, (1<<31-1-64)/2)          // unknown
 	f(^uint64(0), 0, 1<<31-1-64, (1<<31-1-64)/2) // RLIM_INFINITY
+	// The control plane's cap comes out of the budget.
+	g(256, 0, 64, 128, 64)
+	g(1024, 0, 64, 896, 448)
+	g(128, 0, 64, 32, 16) // floors
 }
 
 func TestConnRejectReasons(t *testing.T) {

@@ -253,6 +253,13 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 	if err := gw.g.Reload(cfg); err == nil || !strings.Contains(err.Error(), "[cluster] changed") {
 		t.Fatalf("reload adding [cluster]: %v", err)
 	}
+	control := strings.Replace(text, "[server]\n", "[control]\nhosts = [\"gw.example\"]\n[server]\n", 1)
+	if cfg, err = ParseConfig([]byte(control), "ctl.toml"); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.g.Reload(cfg); err == nil || !strings.Contains(err.Error(), "[control] changed") {
+		t.Fatalf("reload changing [control] hosts: %v", err)
+	}
 	if g := gw.g.Snapshot().Generation(); g != gen {
 		t.Fatalf("generation %d after refused reloads, want %d", g, gen)
 	}
@@ -260,8 +267,8 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 		t.Fatalf("after refused reloads: %d %s", resp.StatusCode, got)
 	}
 	m := metricsText(t, gw)
-	if !strings.Contains(m, `rolter_config_reloads_total{result="failed"} 3`) {
-		t.Fatalf("/metrics does not count the three refused reloads:\n%s", grepLines(m, "rolter_config"))
+	if !strings.Contains(m, `rolter_config_reloads_total{result="failed"} 4`) {
+		t.Fatalf("/metrics does not count the four refused reloads:\n%s", grepLines(m, "rolter_config"))
 	}
 }
 

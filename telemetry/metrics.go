@@ -106,6 +106,10 @@ const (
 	mAcceptErrors   = "rolter_accept_errors_total"               // failed accepts, retried with backoff
 	mEgressRefused  = "rolter_egress_refused_total"              // {use} connections the egress policy refused
 
+	// Control-plane connections (engine ControlListener).
+	mControlConns    = "rolter_control_connections"                // gauge, open
+	mControlRejected = "rolter_control_connections_rejected_total" // closed on arrival at [control] max_conns
+
 	// Config reloads (engine Gateway.Reload).
 	mReloads        = "rolter_config_reloads_total"                         // {result} ok | failed
 	mGeneration     = "rolter_config_generation"                            // gauge: 1 at start, +1 per reload
@@ -432,6 +436,9 @@ type Global struct {
 	clientRejected *lazyCounters
 	acceptErrors   *metrics.Counter
 	egressRefused  *lazyCounters
+
+	controlConns    atomic.Int64
+	controlRejected *metrics.Counter
 }
 
 // ClientRejectReasons are the reasons of rolter_client_connections_rejected_total: a connection refused on
@@ -486,6 +493,8 @@ func NewGlobal(version string, start time.Time, draining func() bool) *Global {
 	g.egressRefused = newLazyCounters(s.s, mEgressRefused, "", "use", EgressUses)
 	s.Gauge(mClientConns, "", func() float64 { return float64(g.clientConns.Load()) })
 	s.Gauge(mClientParked, "", func() float64 { return float64(g.clientParked.Load()) })
+	g.controlRejected = s.Counter(mControlRejected, "")
+	s.Gauge(mControlConns, "", func() float64 { return float64(g.controlConns.Load()) })
 	return g
 }
 
@@ -502,6 +511,12 @@ func (g *Global) ClientParked(delta int64) { g.clientParked.Add(delta) }
 
 // ClientRejected counts a client connection the listener closed, by index into ClientRejectReasons.
 func (g *Global) ClientRejected(reason int) { g.clientRejected.Inc(reason) }
+
+// ControlConns adds delta to the control plane's open connections. Safe for concurrent use.
+func (g *Global) ControlConns(delta int64) { g.controlConns.Add(delta) }
+
+// ControlRejected counts a control-plane connection closed on arrival at [control] max_conns.
+func (g *Global) ControlRejected() { g.controlRejected.Inc() }
 
 // AcceptError counts a failed accept.
 func (g *Global) AcceptError() { g.acceptErrors.Inc() }

@@ -65,6 +65,7 @@ func (cp *controlPlane) start(g *engine.Gateway) error {
 		State:      g.State,
 		AdminToken: os.Getenv(c.AdminTokenEnv),
 		Listen:     c.Listen,
+		Hosts:      c.Hosts,
 		Version:    version,
 		Logger:     cp.log,
 		Generation: cp.gen,
@@ -76,12 +77,22 @@ func (cp *controlPlane) start(g *engine.Gateway) error {
 	if err != nil {
 		return fmt.Errorf("cannot listen for the control plane on %s: %w", c.Listen, err)
 	}
+	// The listener has its own cap, set aside from the socket budget the data plane counts on.
+	ln = g.ControlListener(ln)
 	cp.srv, cp.ln = srv, ln
 	// Every accepted change of another gateway on the same store (PostgreSQL), and anything this one
 	// missed, is applied here through the same compose + Reload path (issue 21).
 	cp.follow = control.NewFollower(srv, control.FollowerOptions{Address: advertised(ln.Addr()), Logger: cp.log})
 	cp.follow.Start()
-	cp.http = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	// Every phase of a connection has a deadline, so nothing a client does or leaves undone holds one of
+	// the max_conns places for long.
+	cp.http = &http.Server{
+		Handler:        srv.Handler(),
+		ReadTimeout:    secs(c.ReadTimeoutSecs),
+		WriteTimeout:   secs(c.WriteTimeoutSecs),
+		IdleTimeout:    secs(c.IdleTimeoutSecs),
+		MaxHeaderBytes: 64 << 10,
+	}
 	go func() {
 		if err := cp.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			cp.log.Error("control plane stopped", "err", err)
@@ -136,3 +147,6 @@ func (cp *controlPlane) stop() {
 		cp.log.Error("cannot close the control plane's store", "err", err)
 	}
 }
+
+// secs is a config duration in seconds.
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
