@@ -135,3 +135,24 @@ func TestOrgRoutesAlwaysNeedAKey(t *testing.T) {
 		t.Fatal("a request reached the upstream")
 	}
 }
+
+// TestDataPlaneKeyNeverForwarded: a client that sends its org's data-plane key to a public route (one of
+// the file's, whose provider has no api_key_env, so the client's Authorization is passed on) does not
+// hand the key to that upstream; an Authorization that is no data-plane key still passes.
+func TestDataPlaneKeyNeverForwarded(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGatewayConfig(t, keyedConfig(t, up.URL), Options{})
+	f := func(auth, wantUpstream string) {
+		t.Helper()
+		resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody("pub", "x", false), "Authorization", auth)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%q: status %d: %s", auth, resp.StatusCode, got)
+		}
+		if _, h := up.last(); h.Get("Authorization") != wantUpstream {
+			t.Fatalf("%q: the upstream saw Authorization %q, want %q", auth, h.Get("Authorization"), wantUpstream)
+		}
+	}
+	f("Bearer sk-one", "")
+	f("bearer sk-two", "")
+	f("Bearer engine-own-key", "Bearer engine-own-key")
+}
