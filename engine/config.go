@@ -107,7 +107,30 @@ type ControlConfig struct {
 	Listen        string `toml:"listen" json:"listen"`
 	Store         string `toml:"store" json:"store"`
 	AdminTokenEnv string `toml:"admin_token_env" json:"admin_token_env"`
+	// Quotas bound what each org holds, whoever writes it through the API.
+	Quotas QuotaConfig `toml:"quotas" json:"quotas"`
 }
+
+// QuotaConfig is [control.quotas]: what one org may hold. The operator sets it in the file; nothing written
+// through the API can raise it, and the superadmin's writes into an org count too. 0 allows none.
+type QuotaConfig struct {
+	// RoutingMemoryBytes bounds the routing memory the explicit trie ceilings (max_trie_nodes,
+	// max_trie_bytes) of the org's routes take together, every target counted (trieCost). The routes of
+	// all orgs and the file together never take more than server.routing_memory_bytes.
+	RoutingMemoryBytes int `toml:"routing_memory_bytes" json:"routing_memory_bytes"`
+	Routes             int `toml:"routes" json:"routes"`
+	Providers          int `toml:"providers" json:"providers"`
+	// TargetsPerRoute bounds the targets of one route, Targets those of all the org's routes together.
+	TargetsPerRoute int `toml:"targets_per_route" json:"targets_per_route"`
+	Targets         int `toml:"targets" json:"targets"`
+	// Keys and Tokens bound the org's data-plane keys and admin tokens that are not revoked.
+	Keys   int `toml:"keys" json:"keys"`
+	Tokens int `toml:"tokens" json:"tokens"`
+}
+
+// DefaultQuotas are [control.quotas]'s defaults.
+var DefaultQuotas = QuotaConfig{RoutingMemoryBytes: 64 << 20, Routes: 64, Providers: 64, TargetsPerRoute: 16, Targets: 256,
+	Keys: 64, Tokens: 16}
 
 // ClusterConfig is [cluster]: the NATS server through which the gateway replicas of one fleet share their
 // routing evidence and in-flight counts (docs/architecture.md, "Many gateways"). No NATSURL: off.
@@ -367,7 +390,7 @@ func DefaultConfig() *Config {
 		Timeouts: TimeoutsConfig{ConnectSecs: 5, HeadersSecs: 600, IdleSecs: 120},
 		Queue:    QueueConfig{WaitTimeoutSecs: 5, RetryAfterSecs: 1},
 		Egress:   egress.DefaultConfig(),
-		Control:  ControlConfig{Listen: "127.0.0.1:8081", Store: "rolter.db", AdminTokenEnv: "ROLTER_ADMIN_TOKEN"},
+		Control:  ControlConfig{Listen: "127.0.0.1:8081", Store: "rolter.db", AdminTokenEnv: "ROLTER_ADMIN_TOKEN", Quotas: DefaultQuotas},
 		Cluster: ClusterConfig{Subject: "rolter", PublishIntervalMs: 20, MaxEntries: 1 << 20, EvidenceTTLSecs: 600,
 			QueueSize: 4096},
 		Trace:   TraceConfig{MaxBytes: 100 << 20, Keep: 5, BlockBytes: capture.DefaultBlockBytes, QueueSize: 4096},
@@ -451,6 +474,9 @@ type ConfigError struct {
 	Line int
 	Key  string
 	Msg  string
+	// Quota says the problem is a budget the operator set being exceeded (server.routing_memory_bytes,
+	// [control.quotas]): the control plane answers it as quota_exceeded.
+	Quota bool
 }
 
 func (e *ConfigError) Error() string {
@@ -563,6 +589,7 @@ func (v *validator) validate(cfg *Config) {
 	v.policy = v.egress(&cfg.Egress)
 	providers := v.providers(cfg.Providers)
 	v.routes(cfg.Routes, cfg.Providers, providers)
+	v.routingMemory(cfg)
 	v.metricsScrape(&cfg.MetricsScrape)
 	v.health(&cfg.Health)
 	v.cooldown(&cfg.Cooldown)
@@ -641,6 +668,59 @@ func (v *validator) control(c *ControlConfig) {
 	if c.AdminTokenEnv == "" {
 		v.addf("control.admin_token_env", "missing environment variable name")
 	}
+	q := &c.Quotas
+	for _, f := range []struct {
+		key string
+		n   int
+	}{{"routing_memory_bytes", q.RoutingMemoryBytes}, {"routes", q.Routes}, {"providers", q.Providers},
+		{"targets_per_route", q.TargetsPerRoute}, {"targets", q.Targets}, {"keys", q.Keys}, {"tokens", q.Tokens}} {
+		v.nonNegativeInt("control.quotas."+f.key, f.n)
+	}
+}
+
+// routingMemory checks that the explicit trie ceilings of the routes, every target counted, fit
+// server.routing_memory_bytes all together and [control.quotas] routing_memory_bytes per org: a route's
+// own ceilings are taken as they are (trieShare gives the other routes what is left), so without this
+// check one route could reserve any amount. The routes are summed in order - the file's first, then the
+// orgs' - and the route that goes over is the one refused.
+func (v *validator) routingMemory(cfg *Config) {
+	budget, quota := cfg.Server.RoutingMemoryBytes, cfg.Control.Quotas.RoutingMemoryBytes
+	total := 0
+	byOrg := map[string]int{}
+	for i := range cfg.Routes {
+		rc := &cfg.Routes[i]
+		cost := routeTrieCost(rc)
+		if cost == 0 {
+			continue
+		}
+		key := fmt.Sprintf("routes[%d].params.max_trie_bytes", i)
+		if rc.Params.MaxTrieBytes == nil {
+			key = fmt.Sprintf("routes[%d].params.max_trie_nodes", i)
+		}
+		total += cost
+		if total > budget {
+			v.quotaf(key, "the trie ceilings of route %q take %d bytes of routing memory (%d targets); with the other routes' that is %d bytes, over server.routing_memory_bytes (%d)",
+				rc.Model, cost, len(rc.Targets), total, budget)
+			total -= cost
+			continue
+		}
+		if rc.Org == "" {
+			continue
+		}
+		if byOrg[rc.Org]+cost > quota {
+			v.quotaf(key, "the trie ceilings of route %q take %d bytes of routing memory (%d targets); with the org's other routes that is %d bytes, over the org's quota ([control.quotas] routing_memory_bytes, %d)",
+				rc.Model, cost, len(rc.Targets), byOrg[rc.Org]+cost, quota)
+			total -= cost
+			continue
+		}
+		byOrg[rc.Org] += cost
+	}
+}
+
+// quotaf records a problem that is a budget being exceeded (ConfigError.Quota).
+func (v *validator) quotaf(key, format string, args ...any) {
+	v.addf(key, format, args...)
+	v.errs[len(v.errs)-1].Quota = true
 }
 
 // cluster checks [cluster]; the NATS servers' hosts go through the egress policy like every address the

@@ -246,6 +246,7 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		return se
 	}
 	trieNodes, trieBytes := trieShare(cfg)
+	env.trieNodes, env.trieBytes = trieNodes, trieBytes
 	for _, rc := range cfg.Routes {
 		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy), modelBytes: []byte(rc.Model), org: rc.Org}
 		rs := seriesFor("route\x00"+rc.Model+"\x00"+rc.Strategy, func(set *telemetry.Set, se *series) {
@@ -524,9 +525,9 @@ func (g *Gateway) egressDialer(p *egress.Policy, use int) *egress.Dialer {
 	}}
 }
 
-// trieShare returns the default ceilings of one target's prefix trie: an equal share of
-// [server] routing_memory_bytes for every target of a route that keeps tries and does not set both ceilings
-// itself. A trie costs about 58 bytes per node plus 1.2 bytes per stored prompt byte (trie package
+// trieShare returns the default ceilings of one target's prefix trie: an equal share of what the explicit
+// ceilings leave of [server] routing_memory_bytes (the validator keeps them within it) for every target of a
+// route that keeps tries and does not set both ceilings itself, and every trie of a shadow strategy. A trie costs about 58 bytes per node plus 1.2 bytes per stored prompt byte (trie package
 // benchmarks), so a share S allows 0.4 S stored bytes and 0.5 S / 64 nodes: at most about 0.95 S in all.
 // With the 512 MiB default and 8 targets that is 26.8 MB of prompt text and 524,288 nodes per target. The
 // node count never goes above the seed page's 1 million.
@@ -544,7 +545,7 @@ func trieShare(cfg *Config) (nodes, bytes int) {
 			}
 		}
 	}
-	share := cfg.Server.RoutingMemoryBytes / max(n, 1)
+	share := max(cfg.Server.RoutingMemoryBytes-explicitTrieCost(cfg), 0) / max(n, 1)
 	nodes = min(max(share/2/64, 16), defaultMaxTrieNodes)
 	bytes = max(share*2/5, 1024)
 	return nodes, bytes
@@ -572,4 +573,36 @@ func (s *Snapshot) describe() string {
 		parts = append(parts, fmt.Sprintf("%s(%s, %d targets)", r.Model, r.StrategyName, len(r.Targets)))
 	}
 	return strings.Join(parts, " ")
+}
+
+// trieCost is the routing memory that one trie with the given explicit ceilings (nil: not set) may take:
+// trieShare's rule backwards (a share S allows S/128 nodes and 0.4 S stored bytes). The values are
+// clamped first so that no ceiling overflows.
+func trieCost(nodes, bytes *int) int {
+	c := 0
+	if nodes != nil {
+		c = max(c, min(max(*nodes, 0), 1<<40)*128)
+	}
+	if bytes != nil {
+		c = max(c, min(max(*bytes, 0), 1<<50)/2*5)
+	}
+	return c
+}
+
+// routeTrieCost is the routing memory the explicit trie ceilings of rc take, one trie per target; 0 for a
+// route that sets none or keeps no tries.
+func routeTrieCost(rc *RouteConfig) int {
+	if !strategies[rc.Strategy].usesTries {
+		return 0
+	}
+	return trieCost(rc.Params.MaxTrieNodes, rc.Params.MaxTrieBytes) * len(rc.Targets)
+}
+
+// explicitTrieCost is the routing memory the explicit trie ceilings of every route of cfg take together.
+func explicitTrieCost(cfg *Config) int {
+	n := 0
+	for i := range cfg.Routes {
+		n += routeTrieCost(&cfg.Routes[i])
+	}
+	return n
 }
