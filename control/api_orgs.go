@@ -241,6 +241,9 @@ func (s *Server) createCredential(k *credentialKind) func(http.ResponseWriter, *
 		ctx := context.WithoutCancel(r.Context())
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if err := s.checkCredentialQuota(ctx, k, org); err != nil {
+			return err
+		}
 		cr, err := k.create(s.store, ctx, c.actor, org, name, s.secretHash(secret), secret[:secretPrefixLen])
 		if errors.Is(err, ErrNotFound) {
 			return errOrgNotFound(org)
@@ -264,6 +267,33 @@ func (s *Server) createCredential(k *credentialKind) func(http.ResponseWriter, *
 		}{viewCredential(cr), secret})
 		return nil
 	}
+}
+
+// checkCredentialQuota refuses a new key or token of an org that has its quota of them (not revoked).
+// s.mu is held: two writes of this gateway cannot both pass on the same count.
+func (s *Server) checkCredentialQuota(ctx context.Context, k *credentialKind, org string) error {
+	q := s.file().Control.Quotas
+	limit := q.Keys
+	if k == tokenCredentials {
+		limit = q.Tokens
+	}
+	crs, err := k.list(s.store, ctx, org)
+	if errors.Is(err, ErrNotFound) {
+		return errOrgNotFound(org)
+	}
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, cr := range crs {
+		if cr.Revoked.IsZero() {
+			n++
+		}
+	}
+	if n >= limit {
+		return errQuota("org %q has %d %ss that are not revoked, its quota: revoke one first", org, n, k.object)
+	}
+	return nil
 }
 
 // revokeCredential revokes a key or token. A revoked key stops working before the answer. A revocation is

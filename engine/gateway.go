@@ -272,7 +272,8 @@ func (g *Gateway) Reload(cfg *Config) (err error) {
 	if err := restartOnly(&cur.cfg.Server, &cfg.Server); err != nil {
 		return err
 	}
-	if cur.cfg.Control != cfg.Control {
+	// The quotas are read by the control plane at every write: they change on reload.
+	if a, b := cur.cfg.Control, cfg.Control; a.Enabled != b.Enabled || a.Listen != b.Listen || a.Store != b.Store || a.AdminTokenEnv != b.AdminTokenEnv {
 		return errors.New("cannot reload: [control] changed, which needs a restart")
 	}
 	if cur.cfg.Cluster != cfg.Cluster {
