@@ -190,6 +190,9 @@ func (s *Server) applyState(st *State) error {
 	if err != nil {
 		return fmt.Errorf("cannot compose the config: %w", err)
 	}
+	for _, sr := range o.Suspended {
+		s.log.Warn("an org's route is suspended: rolter.toml routes its model", "org", sr.Org, "model", sr.Name)
+	}
 	if errs := engine.ValidateConfig(cfg); len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {

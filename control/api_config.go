@@ -75,6 +75,8 @@ type providerView struct {
 type routeView struct {
 	engine.RouteConfig
 	meta
+	// Suspended says why the route is not served ("" when it is): rolter.toml routes its model (Compose).
+	Suspended string `json:"suspended,omitempty"`
 }
 
 // readOnlyFields are the fields of meta: shown, never taken.
@@ -301,7 +303,7 @@ func (s *Server) listObjects(k *objectKind) func(http.ResponseWriter, *http.Requ
 			if err != nil {
 				return err
 			}
-			out = append(out, v)
+			out = append(out, s.withSuspension(v))
 		}
 		writeJSON(w, http.StatusOK, listOf(out))
 		return nil
@@ -335,9 +337,19 @@ func (s *Server) getObject(k *objectKind) func(http.ResponseWriter, *http.Reques
 			return err
 		}
 		w.Header().Set("ETag", etag(o.version))
-		writeJSON(w, http.StatusOK, v)
+		writeJSON(w, http.StatusOK, s.withSuspension(v))
 		return nil
 	}
+}
+
+// withSuspension marks a route view that rolter.toml's routes set aside (Compose).
+func (s *Server) withSuspension(v any) any {
+	rv, ok := v.(routeView)
+	if ok && slices.ContainsFunc(s.file().Routes, func(rc engine.RouteConfig) bool { return rc.Model == rv.Model }) {
+		rv.Suspended = suspendedReason
+		return rv
+	}
+	return v
 }
 
 // createObject is POST .../providers and .../routes: the body names the object; one that exists is 409.

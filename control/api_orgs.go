@@ -407,6 +407,35 @@ type stateView struct {
 	// ReplicasError says why the replicas could not be read (the store is unreachable): the rest of the
 	// answer is this gateway's own and stays true.
 	ReplicasError string `json:"replicas_error,omitempty"`
+	// SuspendedRoutes are the org routes not served because rolter.toml routes their model (Compose).
+	SuspendedRoutes []suspendedView `json:"suspended_routes"`
+}
+
+// suspendedView is an org route set aside (openapi.json's SuspendedRoute).
+type suspendedView struct {
+	Org    string `json:"org"`
+	Model  string `json:"model"`
+	Reason string `json:"reason"`
+}
+
+// suspendedReason is why an org's route is set aside, in the state and in the route's own view.
+const suspendedReason = "rolter.toml routes this model: the file wins, and the route is not served until the file drops it"
+
+// suspended returns the routes of the store that rolter.toml's routes set aside, of org only unless org
+// is "" (every org).
+func (s *Server) suspended(ctx context.Context, org string) ([]suspendedView, error) {
+	st, err := s.store.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	file := s.file()
+	out := []suspendedView{}
+	for _, r := range st.Routes {
+		if (org == "" || r.OrgID == org) && slices.ContainsFunc(file.Routes, func(rc engine.RouteConfig) bool { return rc.Model == r.Model }) {
+			out = append(out, suspendedView{Org: r.OrgID, Model: r.Model, Reason: suspendedReason})
+		}
+	}
+	return out, nil
 }
 
 // replicaView is one gateway on the store (openapi.json's Replica).
@@ -447,6 +476,15 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request, c *caller) err
 		}
 	}
 	v := stateView{State: st, StoreGeneration: s.applied.Load()}
+	org := ""
+	if !c.super {
+		org = c.org
+	}
+	sus, err := s.suspended(r.Context(), org)
+	if err != nil {
+		return err
+	}
+	v.SuspendedRoutes = sus
 	if c.super {
 		rs, err := s.store.Replicas(r.Context())
 		if err != nil {
