@@ -442,7 +442,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		}
 		if g.onlyGet(ctx) {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-			telemetry.WritePrometheus(ctx)
+			g.WriteMetrics(ctx, "")
 		}
 	default:
 		if len(path) > len("/v1/models/") && string(path[:len("/v1/models/")]) == "/v1/models/" {

@@ -3,6 +3,7 @@ package engine
 import (
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -49,6 +50,9 @@ type Snapshot struct {
 	keys      map[[32]byte]string
 	pepper    [32]byte
 	orgModels map[string][]byte
+	// orgLabels maps the route and target label values (escaped, unquoted) of the orgs' routes and
+	// providers to their org: the anonymous /metrics leaves their series out (WriteMetrics).
+	orgLabels map[string]string
 
 	// users is written twice per request from every core: on a cache line of its own, so that the
 	// read-mostly fields above stay shared in every core's cache.
@@ -337,6 +341,17 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 			byOrg[r.org] = append(byOrg[r.org], r)
 		}
 	}
+	s.orgLabels = map[string]string{}
+	for _, r := range s.Routes {
+		if r.org != "" {
+			s.orgLabels["route\x00"+unquote(telemetry.Label(r.Model))] = r.org
+		}
+	}
+	for _, p := range s.Providers {
+		if p.cfg.Org != "" {
+			s.orgLabels["target\x00"+unquote(telemetry.Label(p.Name))] = p.cfg.Org
+		}
+	}
 	s.models = modelsBody(public, created)
 	s.orgModels = map[string][]byte{}
 	for org, rs := range byOrg {
@@ -605,4 +620,36 @@ func explicitTrieCost(cfg *Config) int {
 		n += routeTrieCost(&cfg.Routes[i])
 	}
 	return n
+}
+
+// unquote takes the quotes off a label value telemetry.Label made.
+func unquote(l string) string { return l[1 : len(l)-1] }
+
+// MetricsAll is the scope of WriteMetrics that writes every series.
+const MetricsAll = "*"
+
+// WriteMetrics writes the gateway's metrics in the Prometheus text format, as scope sees them: every
+// series for MetricsAll; for an org id, only the series labelled with that org's routes and providers;
+// for "" (the anonymous GET /metrics of the data plane), every series but those, so that a scrape names no
+// org's route or provider. Safe for concurrent use.
+func (g *Gateway) WriteMetrics(w io.Writer, scope string) {
+	if scope == MetricsAll {
+		telemetry.WritePrometheus(w)
+		return
+	}
+	labels := g.snap.Load().orgLabels
+	var key []byte
+	telemetry.WritePrometheusKeeping(w, func(sample []byte) bool {
+		org := ""
+		for _, name := range [...]string{"route", "target"} {
+			if v, ok := telemetry.LabelValue(sample, name); ok {
+				key = append(append(append(key[:0], name...), 0), v...)
+				if o, ok := labels[string(key)]; ok {
+					org = o
+					break
+				}
+			}
+		}
+		return org == scope
+	})
 }
