@@ -2,6 +2,7 @@ package control
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -115,4 +116,40 @@ func TestCountQuotas(t *testing.T) {
 
 	e.mkToken(org)
 	quota(e.su("POST", "/api/v1/orgs/"+org+"/tokens", map[string]string{"name": "third"}), "2 tokens")
+}
+
+// TestMetricsEndpoint: GET /api/v1/metrics shows an org token its org's series only, and the superadmin
+// every series, while the data plane's anonymous /metrics names no org's route.
+func TestMetricsEndpoint(t *testing.T) {
+	e := newEnv(t, "")
+	org := e.mkOrg("tenant")
+	token, _ := e.mkToken(org)
+	want(t, e.api.do("POST", "/api/v1/orgs/"+org+"/routes", token, route("private-model", "shared")), 201, "")
+	e.wantChat("private-model", e.orgKey(org), 200, "")
+	e.wantChat("pub", "", 200, "")
+	other := e.mkOrg("other")
+	otherToken, _ := e.mkToken(other)
+	get := func(tok string) string {
+		r := e.api.do("GET", "/api/v1/metrics", tok, nil)
+		want(t, r, 200, "")
+		return string(r.body)
+	}
+	if got := get(token); !strings.Contains(got, `route="private-model"`) || strings.Contains(got, `route="pub"`) {
+		t.Fatalf("the org's metrics:\n%s", got)
+	}
+	if got := get(otherToken); strings.Contains(got, "private-model") {
+		t.Fatal("another org's token sees the org's series")
+	}
+	if got := get(rootToken); !strings.Contains(got, `route="private-model"`) || !strings.Contains(got, `route="pub"`) {
+		t.Fatal("the superadmin's metrics lack series")
+	}
+	resp, err := http.Get(e.gwURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if strings.Contains(string(b), "private-model") {
+		t.Fatal("the anonymous scrape names the org's route")
+	}
 }
