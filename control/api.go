@@ -101,6 +101,8 @@ type Server struct {
 	// until the store moves on, and any successful apply clears it.
 	refused    int64
 	refusedErr string
+	// setAside are the org routes the config that serves leaves out (Origins.Suspended).
+	setAside atomic.Pointer[[]Origin]
 }
 
 // NewServer returns the control plane for opts. It refuses an empty AdminToken unless opts.Listen is a
@@ -191,7 +193,7 @@ func (s *Server) applyLocked(ctx context.Context) error {
 }
 
 // applyState composes the file config with st and applies it. s.mu is held.
-func (s *Server) applyState(st *State) error {
+func (s *Server) applyState(st *State) (err error) {
 	cfg, o, err := Compose(s.file(), st)
 	if err != nil {
 		return fmt.Errorf("cannot compose the config: %w", err)
@@ -199,6 +201,11 @@ func (s *Server) applyState(st *State) error {
 	for _, sr := range o.Suspended {
 		s.log.Warn("an org's route is suspended: rolter.toml routes its model", "org", sr.Org, "model", sr.Name)
 	}
+	defer func() {
+		if err == nil {
+			s.setAside.Store(&o.Suspended)
+		}
+	}()
 	if errs := engine.ValidateConfig(cfg); len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {

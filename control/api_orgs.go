@@ -421,21 +421,18 @@ type suspendedView struct {
 // suspendedReason is why an org's route is set aside, in the state and in the route's own view.
 const suspendedReason = "rolter.toml routes this model: the file wins, and the route is not served until the file drops it"
 
-// suspended returns the routes of the store that rolter.toml's routes set aside, of org only unless org
-// is "" (every org).
-func (s *Server) suspended(ctx context.Context, org string) ([]suspendedView, error) {
-	st, err := s.store.Load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	file := s.file()
+// suspended returns the org routes the serving config sets aside (Compose), of org only unless org is ""
+// (every org). It reads no store: the state is the gateway's own, answered while the store is down too.
+func (s *Server) suspended(org string) []suspendedView {
 	out := []suspendedView{}
-	for _, r := range st.Routes {
-		if (org == "" || r.OrgID == org) && slices.ContainsFunc(file.Routes, func(rc engine.RouteConfig) bool { return rc.Model == r.Model }) {
-			out = append(out, suspendedView{Org: r.OrgID, Model: r.Model, Reason: suspendedReason})
+	if p := s.setAside.Load(); p != nil {
+		for _, o := range *p {
+			if org == "" || o.Org == org {
+				out = append(out, suspendedView{Org: o.Org, Model: o.Name, Reason: suspendedReason})
+			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // replicaView is one gateway on the store (openapi.json's Replica).
@@ -480,11 +477,7 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request, c *caller) err
 	if !c.super {
 		org = c.org
 	}
-	sus, err := s.suspended(r.Context(), org)
-	if err != nil {
-		return err
-	}
-	v.SuspendedRoutes = sus
+	v.SuspendedRoutes = s.suspended(org)
 	if c.super {
 		rs, err := s.store.Replicas(r.Context())
 		if err != nil {
