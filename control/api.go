@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -44,6 +45,9 @@ type Options struct {
 	Apply func(*engine.Config) error
 	// State returns the gateway's live state (engine.Gateway.State).
 	State func() engine.State
+	// Metrics writes the gateway's metrics for a scope (engine.Gateway.WriteMetrics); nil: GET
+	// /api/v1/metrics answers none.
+	Metrics func(w io.Writer, scope string)
 	// AdminToken is the superadmin's bearer token. Empty: the control plane runs open (every caller without
 	// a token is the superadmin), which is refused unless Listen is a loopback address.
 	AdminToken string
@@ -71,11 +75,12 @@ type Options struct {
 //
 // Server is safe for concurrent use: reads go to the store concurrently, writes and reloads are serialised.
 type Server struct {
-	store *Store
-	file  func() *engine.Config
-	apply func(*engine.Config) error
-	state func() engine.State
-	log   *slog.Logger
+	store   *Store
+	file    func() *engine.Config
+	apply   func(*engine.Config) error
+	state   func() engine.State
+	metrics func(w io.Writer, scope string)
+	log     *slog.Logger
 
 	version   string
 	dashboard *dashboard // the embedded web UI at /dashboard/ (dashboard.go)
@@ -101,6 +106,8 @@ type Server struct {
 	// until the store moves on, and any successful apply clears it.
 	refused    int64
 	refusedErr string
+	// setAside are the org routes the config that serves leaves out (Origins.Suspended).
+	setAside atomic.Pointer[[]Origin]
 }
 
 // NewServer returns the control plane for opts. It refuses an empty AdminToken unless opts.Listen is a
@@ -113,12 +120,13 @@ func NewServer(opts Options) (*Server, error) {
 		return nil, errors.New("cannot create the control plane: File, Apply and State are required")
 	}
 	s := &Server{
-		store:  opts.Store,
-		file:   opts.File,
-		apply:  opts.Apply,
-		state:  opts.State,
-		log:    opts.Logger,
-		pepper: opts.Store.Pepper(),
+		store:   opts.Store,
+		file:    opts.File,
+		apply:   opts.Apply,
+		state:   opts.State,
+		metrics: opts.Metrics,
+		log:     opts.Logger,
+		pepper:  opts.Store.Pepper(),
 	}
 	if s.version = opts.Version; s.version == "" {
 		s.version = "dev"
@@ -193,11 +201,19 @@ func (s *Server) applyLocked(ctx context.Context) error {
 }
 
 // applyState composes the file config with st and applies it. s.mu is held.
-func (s *Server) applyState(st *State) error {
+func (s *Server) applyState(st *State) (err error) {
 	cfg, o, err := Compose(s.file(), st)
 	if err != nil {
 		return fmt.Errorf("cannot compose the config: %w", err)
 	}
+	for _, sr := range o.Suspended {
+		s.log.Warn("an org's route is suspended: rolter.toml routes its model", "org", sr.Org, "model", sr.Name)
+	}
+	defer func() {
+		if err == nil {
+			s.setAside.Store(&o.Suspended)
+		}
+	}()
 	if errs := engine.ValidateConfig(cfg); len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {
@@ -272,6 +288,7 @@ func (s *Server) routes() {
 		{"GET", "/api/v1/openapi.json", public, s.getOpenAPI},
 		{"GET", "/api/v1/info", anyone, s.getInfo},
 		{"GET", "/api/v1/state", anyone, s.getState},
+		{"GET", "/api/v1/metrics", anyone, s.getMetrics},
 		{"GET", "/api/v1/audit", superOnly, s.getAudit},
 		{"GET", "/api/v1/orgs", anyone, s.listOrgs},
 		{"POST", "/api/v1/orgs", superOnly, s.createOrg},
@@ -394,6 +411,22 @@ func (s *Server) getOpenAPI(w http.ResponseWriter, r *http.Request, _ *caller) e
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-cache")
 	_, _ = w.Write(openAPI)
+	return nil
+}
+
+// getMetrics is the gateway's metrics in the Prometheus text format: every series for the superadmin,
+// only its org's routes' and providers' for an org token. The data plane's anonymous /metrics leaves
+// the orgs' out (their labels name them).
+func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request, c *caller) error {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	if s.metrics == nil {
+		return nil
+	}
+	scope := c.org
+	if c.super {
+		scope = engine.MetricsAll
+	}
+	s.metrics(w, scope)
 	return nil
 }
 

@@ -75,6 +75,8 @@ type providerView struct {
 type routeView struct {
 	engine.RouteConfig
 	meta
+	// Suspended says why the route is not served ("" when it is): rolter.toml routes its model (Compose).
+	Suspended string `json:"suspended,omitempty"`
 }
 
 // readOnlyFields are the fields of meta: shown, never taken.
@@ -301,7 +303,7 @@ func (s *Server) listObjects(k *objectKind) func(http.ResponseWriter, *http.Requ
 			if err != nil {
 				return err
 			}
-			out = append(out, v)
+			out = append(out, s.withSuspension(v))
 		}
 		writeJSON(w, http.StatusOK, listOf(out))
 		return nil
@@ -335,9 +337,19 @@ func (s *Server) getObject(k *objectKind) func(http.ResponseWriter, *http.Reques
 			return err
 		}
 		w.Header().Set("ETag", etag(o.version))
-		writeJSON(w, http.StatusOK, v)
+		writeJSON(w, http.StatusOK, s.withSuspension(v))
 		return nil
 	}
+}
+
+// withSuspension marks a route view that rolter.toml's routes set aside (Compose).
+func (s *Server) withSuspension(v any) any {
+	rv, ok := v.(routeView)
+	if ok && slices.ContainsFunc(s.file().Routes, func(rc engine.RouteConfig) bool { return rc.Model == rv.Model }) {
+		rv.Suspended = suspendedReason
+		return rv
+	}
+	return v
 }
 
 // createObject is POST .../providers and .../routes: the body names the object; one that exists is 409.
@@ -517,7 +529,11 @@ func (s *Server) storeObject(ctx context.Context, c *caller, k *objectKind, org,
 	if err := cond.check(what, exists, version); err != nil {
 		return false, storedObject{}, nil, err
 	}
-	if err := s.checkChange(file, st, k.with(st, org, name, config), k.plural, org, name); err != nil {
+	next := k.with(st, org, name, config)
+	if err := checkQuotas(file.Control.Quotas, k, next, org, name, exists); err != nil {
+		return false, storedObject{}, nil, err
+	}
+	if err := s.checkChange(file, st, next, k.plural, org, name); err != nil {
 		return false, storedObject{}, nil, err
 	}
 	// Written onto the state just checked: a write of another gateway since is errStale, and the change is
@@ -568,11 +584,11 @@ func (s *Server) applyFailed(org string, err, undo error) error {
 // problems of other objects that st did not have are what the change breaks (409). Problems st has already
 // are not the change's doing and do not refuse it.
 func (s *Server) checkChange(file *engine.Config, st, next *State, kind, org, name string) error {
-	_, before, err := problems(file, st, kind, org, name)
+	_, before, _, err := problems(file, st, kind, org, name)
 	if err != nil {
 		return err
 	}
-	own, after, err := problems(file, next, kind, org, name)
+	own, after, quota, err := problems(file, next, kind, org, name)
 	if err != nil {
 		return err
 	}
@@ -582,6 +598,9 @@ func (s *Server) checkChange(file *engine.Config, st, next *State, kind, org, na
 			msgs[i] = f.Field + ": " + f.Message
 		}
 		e := errorf(http.StatusBadRequest, "invalid_config", "%s", strings.Join(msgs, "; "))
+		if quota {
+			e = errorf(http.StatusForbidden, "quota_exceeded", "%s", strings.Join(msgs, "; "))
+		}
 		e.fields = own
 		return e
 	}
@@ -600,12 +619,70 @@ func (s *Server) checkChange(file *engine.Config, st, next *State, kind, org, na
 }
 
 // problems composes st with file, validates it, and splits the problems into those of the object (kind,
-// org, name) and the others.
-func problems(file *engine.Config, st *State, kind, org, name string) ([]FieldError, []string, error) {
+// org, name) and the others; quota says some of the object's are quotas exceeded.
+func problems(file *engine.Config, st *State, kind, org, name string) (own []FieldError, other []string, quota bool, _ error) {
 	cfg, o, err := Compose(file, st)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	own, other := FieldErrors(engine.ValidateConfig(cfg), o, kind, org, name)
-	return own, other, nil
+	errs := engine.ValidateConfig(cfg)
+	own, other = FieldErrors(errs, o, kind, org, name)
+	var quotas engine.ConfigErrors
+	for _, e := range errs {
+		if e.Quota {
+			quotas = append(quotas, e)
+		}
+	}
+	ownQuotas, _ := FieldErrors(quotas, o, kind, org, name)
+	return own, other, len(ownQuotas) > 0, nil
+}
+
+// errQuota is the answer to a write that would take an org over one of its quotas ([control.quotas]).
+func errQuota(format string, args ...any) *apiError {
+	return errorf(http.StatusForbidden, "quota_exceeded", format+"; the operator sets the quotas in rolter.toml's [control.quotas]", args...)
+}
+
+// checkQuotas checks the counts of [control.quotas] on next, the store with org's object name written:
+// a new provider or route must fit the org's count, and a route's targets the per-route and the org's
+// total. An object that exists may be replaced or deleted whatever the counts, so that an org over a
+// quota the operator lowered can still shrink. The routing memory quota is the validator's
+// (engine.ValidateConfig), as it counts the file's routes too.
+func checkQuotas(q engine.QuotaConfig, k *objectKind, next *State, org, name string, exists bool) error {
+	switch k {
+	case providerKind:
+		n := 0
+		for _, p := range next.Providers {
+			if p.OrgID == org {
+				n++
+			}
+		}
+		if !exists && n > q.Providers {
+			return errQuota("org %q has %d providers, its quota", org, q.Providers)
+		}
+	case routeKind:
+		n, targets, own := 0, 0, 0
+		for _, r := range next.Routes {
+			if r.OrgID != org {
+				continue
+			}
+			n++
+			var rc engine.RouteConfig
+			if decodeStrict(r.Config, &rc) != nil {
+				continue // the validator says why
+			}
+			targets += len(rc.Targets)
+			if r.Model == name {
+				own = len(rc.Targets)
+			}
+		}
+		switch {
+		case !exists && n > q.Routes:
+			return errQuota("org %q has %d routes, its quota", org, q.Routes)
+		case own > q.TargetsPerRoute:
+			return errQuota("route %q has %d targets, over the quota of %d per route", name, own, q.TargetsPerRoute)
+		case own > 0 && targets > q.Targets:
+			return errQuota("the routes of org %q would have %d targets, over its quota of %d", org, targets, q.Targets)
+		}
+	}
+	return nil
 }

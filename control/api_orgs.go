@@ -241,6 +241,9 @@ func (s *Server) createCredential(k *credentialKind) func(http.ResponseWriter, *
 		ctx := context.WithoutCancel(r.Context())
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if err := s.checkCredentialQuota(ctx, k, org); err != nil {
+			return err
+		}
 		cr, err := k.create(s.store, ctx, c.actor, org, name, s.secretHash(secret), secret[:secretPrefixLen])
 		if errors.Is(err, ErrNotFound) {
 			return errOrgNotFound(org)
@@ -264,6 +267,33 @@ func (s *Server) createCredential(k *credentialKind) func(http.ResponseWriter, *
 		}{viewCredential(cr), secret})
 		return nil
 	}
+}
+
+// checkCredentialQuota refuses a new key or token of an org that has its quota of them (not revoked).
+// s.mu is held: two writes of this gateway cannot both pass on the same count.
+func (s *Server) checkCredentialQuota(ctx context.Context, k *credentialKind, org string) error {
+	q := s.file().Control.Quotas
+	limit := q.Keys
+	if k == tokenCredentials {
+		limit = q.Tokens
+	}
+	crs, err := k.list(s.store, ctx, org)
+	if errors.Is(err, ErrNotFound) {
+		return errOrgNotFound(org)
+	}
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, cr := range crs {
+		if cr.Revoked.IsZero() {
+			n++
+		}
+	}
+	if n >= limit {
+		return errQuota("org %q has %d %ss that are not revoked, its quota: revoke one first", org, n, k.object)
+	}
+	return nil
 }
 
 // revokeCredential revokes a key or token. A revoked key stops working before the answer. A revocation is
@@ -377,6 +407,32 @@ type stateView struct {
 	// ReplicasError says why the replicas could not be read (the store is unreachable): the rest of the
 	// answer is this gateway's own and stays true.
 	ReplicasError string `json:"replicas_error,omitempty"`
+	// SuspendedRoutes are the org routes not served because rolter.toml routes their model (Compose).
+	SuspendedRoutes []suspendedView `json:"suspended_routes"`
+}
+
+// suspendedView is an org route set aside (openapi.json's SuspendedRoute).
+type suspendedView struct {
+	Org    string `json:"org"`
+	Model  string `json:"model"`
+	Reason string `json:"reason"`
+}
+
+// suspendedReason is why an org's route is set aside, in the state and in the route's own view.
+const suspendedReason = "rolter.toml routes this model: the file wins, and the route is not served until the file drops it"
+
+// suspended returns the org routes the serving config sets aside (Compose), of org only unless org is ""
+// (every org). It reads no store: the state is the gateway's own, answered while the store is down too.
+func (s *Server) suspended(org string) []suspendedView {
+	out := []suspendedView{}
+	if p := s.setAside.Load(); p != nil {
+		for _, o := range *p {
+			if org == "" || o.Org == org {
+				out = append(out, suspendedView{Org: o.Org, Model: o.Name, Reason: suspendedReason})
+			}
+		}
+	}
+	return out
 }
 
 // replicaView is one gateway on the store (openapi.json's Replica).
@@ -417,6 +473,11 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request, c *caller) err
 		}
 	}
 	v := stateView{State: st, StoreGeneration: s.applied.Load()}
+	org := ""
+	if !c.super {
+		org = c.org
+	}
+	v.SuspendedRoutes = s.suspended(org)
 	if c.super {
 		rs, err := s.store.Replicas(r.Context())
 		if err != nil {

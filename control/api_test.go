@@ -361,7 +361,7 @@ func (e *env) open(log *slog.Logger) {
 		e.replica = fmt.Sprintf("test-gw-%d", envs.Add(1))
 	}
 	srv, err := NewServer(Options{
-		Store: st, File: e.file.Load, Apply: e.gw.Reload, State: e.gw.State,
+		Store: st, File: e.file.Load, Apply: e.gw.Reload, State: e.gw.State, Metrics: e.gw.WriteMetrics,
 		AdminToken: rootToken, Listen: "127.0.0.1:0", Logger: log, ReplicaID: e.replica,
 	})
 	if err != nil {
@@ -1372,16 +1372,26 @@ func TestAPIReload(t *testing.T) {
 	e.wantChat("pub2", "", 200, "shared")
 	e.wantChat("m", e.orgKey(a), 200, "")
 
-	// The file drops the shared provider the org's route uses, and routes the org's model.
-	text = strings.Replace(fileConfigText(e.B.URL), `"shared"`, `"other"`, 2) + "[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"other\"\n"
+	// The file routes the org's model: the file wins, and the org's route is set aside.
+	text = fileConfigText(e.S.URL) + "[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"shared\"\n"
+	e.file.Store(parseFile(t, text))
+	if err := e.srv.Reload(); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	e.wantChat("m", "", 200, "shared")
+	e.wantChat("pub2", "", 404, "")
+
+	// The file drops the shared provider the org's route uses, and no longer routes the org's model: the
+	// org's route comes back, and cannot serve.
+	text = strings.Replace(fileConfigText(e.B.URL), `"shared"`, `"other"`, 2)
 	e.file.Store(parseFile(t, text))
 	err := e.srv.Reload()
-	for _, part := range []string{`org ` + a + ` route "m".targets[1].provider: unknown provider "shared"`, `duplicate route for model "m"`} {
+	for _, part := range []string{`org ` + a + ` route "m".targets[1].provider: unknown provider "shared"`} {
 		if err == nil || !strings.Contains(err.Error(), part) {
 			t.Fatalf("Reload: %v, want it to contain %q", err, part)
 		}
 	}
-	e.wantChat("pub2", "", 200, "shared")
+	e.wantChat("m", "", 200, "shared")
 }
 
 // TestAPIUnknownPaths: what no endpoint serves is answered in the API's error shape (openapi.json's Error,

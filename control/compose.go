@@ -23,13 +23,17 @@ type Origin struct {
 type Origins struct {
 	Providers []Origin
 	Routes    []Origin
+	// Suspended are the org routes left out because rolter.toml routes their model: the file wins, so
+	// that an operator's reload never fails on a name an org took first.
+	Suspended []Origin
 }
 
 // engineName is the name an org's provider has in the gateway's config: orgs never collide.
 func engineName(org, name string) string { return org + "/" + name }
 
 // Compose returns the gateway's config: the file's, plus every org's providers, routes and data-plane keys
-// from the store state st. An org route's target names a provider of its own org, or else one of the
+// from the store state st. An org's route whose model rolter.toml routes too (the operator added it
+// later) is set aside, not served (Origins.Suspended), and comes back when the file drops the model. An org route's target names a provider of its own org, or else one of the
 // file's (shared engines). Objects are decoded strictly (unknown fields are errors). The result is not
 // validated: engine.ValidateConfig does that, one path for the file and the API alike.
 func Compose(file *engine.Config, st *State) (*engine.Config, *Origins, error) {
@@ -49,8 +53,10 @@ func Compose(file *engine.Config, st *State) (*engine.Config, *Origins, error) {
 	for _, p := range file.Providers {
 		o.Providers = append(o.Providers, Origin{Name: p.Name})
 	}
+	fileModels := make(map[string]bool, len(file.Routes))
 	for _, r := range file.Routes {
 		o.Routes = append(o.Routes, Origin{Name: r.Model})
+		fileModels[r.Model] = true
 	}
 	orgProviders := map[string]map[string]bool{}
 	for _, sp := range st.Providers {
@@ -67,6 +73,10 @@ func Compose(file *engine.Config, st *State) (*engine.Config, *Origins, error) {
 		orgProviders[sp.OrgID][sp.Name] = true
 	}
 	for _, sr := range st.Routes {
+		if fileModels[sr.Model] {
+			o.Suspended = append(o.Suspended, Origin{Org: sr.OrgID, Name: sr.Model})
+			continue
+		}
 		var rc engine.RouteConfig
 		if err := decodeStrict(sr.Config, &rc); err != nil {
 			return nil, nil, fmt.Errorf("cannot decode route %q of org %q from the store: %w", sr.Model, sr.OrgID, err)

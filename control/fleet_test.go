@@ -301,12 +301,12 @@ func TestFleetDatabaseRestart(t *testing.T) {
 }
 
 // TestFleetRefusedChange: a change one gateway accepts but another cannot serve (its own rolter.toml
-// already routes the model) leaves the other serving the generation it had, and GET /api/v1/state shows it
+// gives orgs less routing memory) leaves the other serving the generation it had, and GET /api/v1/state shows it
 // behind with the reason; the next change it can serve brings it back in line.
 func TestFleetRefusedChange(t *testing.T) {
 	dsn := testPostgres(t)
 	g1, g2 := newEnvAt(t, dsn), newEnvAt(t, dsn)
-	g2.file.Store(parseFile(t, fileConfigText(g2.S.URL)+"[[routes]]\nmodel = \"clash\"\n[[routes.targets]]\nprovider = \"shared\"\n"))
+	g2.file.Store(parseFile(t, fileConfigText(g2.S.URL)+"[control.quotas]\nrouting_memory_bytes = 1048576\n"))
 	if err := g2.srv.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,9 @@ func TestFleetRefusedChange(t *testing.T) {
 	// the store's generation, or "before" could be the one g2 was leaving.
 	before := g1.waitReplicas(converge, g1.replica, g2.replica).StoreGeneration
 
-	want(t, g1.su("POST", base+"/routes", route("clash", "p")), 201, "")
+	clash := route("clash", "p")
+	clash["strategy"], clash["params"] = "cache_aware", map[string]any{"max_trie_bytes": 1 << 20}
+	want(t, g1.su("POST", base+"/routes", clash), 201, "")
 	answered := time.Now()
 	g1.waitServes("clash", key, 200, a+"/p", answered, converge)
 	for {

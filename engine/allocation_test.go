@@ -272,3 +272,32 @@ func TestAllocsKeyedRoute(t *testing.T) {
 		t.Fatalf("%v allocs per keyed request up to the pick", a)
 	}
 }
+
+// TestAllocsPublicRouteWithKey: recognising a data-plane key sent to a public route (so that it is not
+// forwarded) adds no allocation either.
+func TestAllocsPublicRouteWithKey(t *testing.T) {
+	cfg := keyedConfig(t, "http://127.0.0.1:9")
+	g, err := New(cfg, Options{Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Shutdown(contextDone())
+	ctx := &fasthttp.RequestCtx{}
+	ctx.Request.Header.SetMethod("POST")
+	ctx.Request.Header.SetContentType("application/json")
+	ctx.Request.Header.Set("Authorization", "Bearer sk-one")
+	ctx.Request.SetRequestURI("/v1/chat/completions")
+	ctx.Request.SetBodyString(strings.Replace(chat20, `"model":"m"`, `"model":"pub"`, 1))
+	c := g.acquireCall(g.acquireSnapshot())
+	if e := readAndPrepare(c, ctx); e != nil || !c.stripAuth {
+		t.Fatalf("public request with a key: %v, strip %v", e, c.stripAuth)
+	}
+	if a := testing.AllocsPerRun(200, func() {
+		c.route = nil
+		if e := readAndPrepare(c, ctx); e != nil {
+			t.Fatal(e.message)
+		}
+	}); a != 0 {
+		t.Fatalf("%v allocs per public request with a key up to the pick", a)
+	}
+}

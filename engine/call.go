@@ -304,6 +304,12 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 			return modelNotFound(info.model)
 		}
 		c.stripAuth = true
+	} else if len(c.hdr.authorization) > 0 && len(c.snap.keys) > 0 {
+		// A public route passes the client's Authorization to an engine without api_key_env (it may be
+		// the engine's own key), but a data-plane key is the gateway's secret: it never goes upstream.
+		var ok bool
+		_, ok, c.authBuf = c.snap.keyOrg(c.hdr.authorization, c.authBuf)
+		c.stripAuth = ok
 	}
 	c.modelAt[0], c.modelAt[1] = info.modelStart, info.modelEnd
 	c.route = r

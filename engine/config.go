@@ -124,6 +124,8 @@ type ControlConfig struct {
 	ReadTimeoutSecs  float64 `toml:"read_timeout_secs" json:"read_timeout_secs"`
 	WriteTimeoutSecs float64 `toml:"write_timeout_secs" json:"write_timeout_secs"`
 	IdleTimeoutSecs  float64 `toml:"idle_timeout_secs" json:"idle_timeout_secs"`
+	// Quotas bound what each org holds, whoever writes it through the API.
+	Quotas QuotaConfig `toml:"quotas" json:"quotas"`
 }
 
 // ControlConns is how many connections of the socket budget the control plane takes: its max_conns when
@@ -135,12 +137,34 @@ func (c *ControlConfig) ControlConns() int {
 	return c.MaxConns
 }
 
-// equal reports whether c and o are the same [control] section.
+// equal reports whether c and o are the same [control] section, but for the quotas: the control plane
+// reads them at every write, so they change on reload.
 func (c *ControlConfig) equal(o *ControlConfig) bool {
 	return c.Enabled == o.Enabled && c.Listen == o.Listen && c.Store == o.Store && c.AdminTokenEnv == o.AdminTokenEnv &&
 		slices.Equal(c.Hosts, o.Hosts) && c.MaxConns == o.MaxConns && c.ReadTimeoutSecs == o.ReadTimeoutSecs &&
 		c.WriteTimeoutSecs == o.WriteTimeoutSecs && c.IdleTimeoutSecs == o.IdleTimeoutSecs
 }
+
+// QuotaConfig is [control.quotas]: what one org may hold. The operator sets it in the file; nothing written
+// through the API can raise it, and the superadmin's writes into an org count too. 0 allows none.
+type QuotaConfig struct {
+	// RoutingMemoryBytes bounds the routing memory the explicit trie ceilings (max_trie_nodes,
+	// max_trie_bytes) of the org's routes take together, every target counted (trieCost). The routes of
+	// all orgs and the file together never take more than server.routing_memory_bytes.
+	RoutingMemoryBytes int `toml:"routing_memory_bytes" json:"routing_memory_bytes"`
+	Routes             int `toml:"routes" json:"routes"`
+	Providers          int `toml:"providers" json:"providers"`
+	// TargetsPerRoute bounds the targets of one route, Targets those of all the org's routes together.
+	TargetsPerRoute int `toml:"targets_per_route" json:"targets_per_route"`
+	Targets         int `toml:"targets" json:"targets"`
+	// Keys and Tokens bound the org's data-plane keys and admin tokens that are not revoked.
+	Keys   int `toml:"keys" json:"keys"`
+	Tokens int `toml:"tokens" json:"tokens"`
+}
+
+// DefaultQuotas are [control.quotas]'s defaults.
+var DefaultQuotas = QuotaConfig{RoutingMemoryBytes: 64 << 20, Routes: 64, Providers: 64, TargetsPerRoute: 16, Targets: 256,
+	Keys: 64, Tokens: 16}
 
 // ClusterConfig is [cluster]: the NATS server through which the gateway replicas of one fleet share their
 // routing evidence and in-flight counts (docs/architecture.md, "Many gateways"). No NATSURL: off.
@@ -401,7 +425,7 @@ func DefaultConfig() *Config {
 		Queue:    QueueConfig{WaitTimeoutSecs: 5, RetryAfterSecs: 1},
 		Egress:   egress.DefaultConfig(),
 		Control: ControlConfig{Listen: "127.0.0.1:8081", Store: "rolter.db", AdminTokenEnv: "ROLTER_ADMIN_TOKEN",
-			MaxConns: 64, ReadTimeoutSecs: 10, WriteTimeoutSecs: 60, IdleTimeoutSecs: 60},
+			MaxConns: 64, ReadTimeoutSecs: 10, WriteTimeoutSecs: 60, IdleTimeoutSecs: 60, Quotas: DefaultQuotas},
 		Cluster: ClusterConfig{Subject: "rolter", PublishIntervalMs: 20, MaxEntries: 1 << 20, EvidenceTTLSecs: 600,
 			QueueSize: 4096},
 		Trace:   TraceConfig{MaxBytes: 100 << 20, Keep: 5, BlockBytes: capture.DefaultBlockBytes, QueueSize: 4096},
@@ -485,6 +509,9 @@ type ConfigError struct {
 	Line int
 	Key  string
 	Msg  string
+	// Quota says the problem is a budget the operator set being exceeded (server.routing_memory_bytes,
+	// [control.quotas]): the control plane answers it as quota_exceeded.
+	Quota bool
 }
 
 func (e *ConfigError) Error() string {
@@ -603,6 +630,7 @@ func (v *validator) validate(cfg *Config) {
 	v.kvBindPorts = cfg.Egress.KVBindPorts
 	providers := v.providers(cfg.Providers)
 	v.routes(cfg.Routes, cfg.Providers, providers)
+	v.routingMemory(cfg)
 	v.metricsScrape(&cfg.MetricsScrape)
 	v.health(&cfg.Health)
 	v.cooldown(&cfg.Cooldown)
@@ -692,6 +720,59 @@ func (v *validator) control(c *ControlConfig) {
 	v.positive("control.read_timeout_secs", c.ReadTimeoutSecs)
 	v.positive("control.write_timeout_secs", c.WriteTimeoutSecs)
 	v.positive("control.idle_timeout_secs", c.IdleTimeoutSecs)
+	q := &c.Quotas
+	for _, f := range []struct {
+		key string
+		n   int
+	}{{"routing_memory_bytes", q.RoutingMemoryBytes}, {"routes", q.Routes}, {"providers", q.Providers},
+		{"targets_per_route", q.TargetsPerRoute}, {"targets", q.Targets}, {"keys", q.Keys}, {"tokens", q.Tokens}} {
+		v.nonNegativeInt("control.quotas."+f.key, f.n)
+	}
+}
+
+// routingMemory checks that the explicit trie ceilings of the routes, every target counted, fit
+// server.routing_memory_bytes all together and [control.quotas] routing_memory_bytes per org: a route's
+// own ceilings are taken as they are (trieShare gives the other routes what is left), so without this
+// check one route could reserve any amount. The routes are summed in order - the file's first, then the
+// orgs' - and the route that goes over is the one refused.
+func (v *validator) routingMemory(cfg *Config) {
+	budget, quota := cfg.Server.RoutingMemoryBytes, cfg.Control.Quotas.RoutingMemoryBytes
+	total := 0
+	byOrg := map[string]int{}
+	for i := range cfg.Routes {
+		rc := &cfg.Routes[i]
+		cost := routeTrieCost(rc)
+		if cost == 0 {
+			continue
+		}
+		key := fmt.Sprintf("routes[%d].params.max_trie_bytes", i)
+		if rc.Params.MaxTrieBytes == nil {
+			key = fmt.Sprintf("routes[%d].params.max_trie_nodes", i)
+		}
+		total += cost
+		if total > budget {
+			v.quotaf(key, "the trie ceilings of route %q take %d bytes of routing memory (%d targets); with the other routes' that is %d bytes, over server.routing_memory_bytes (%d)",
+				rc.Model, cost, len(rc.Targets), total, budget)
+			total -= cost
+			continue
+		}
+		if rc.Org == "" {
+			continue
+		}
+		if byOrg[rc.Org]+cost > quota {
+			v.quotaf(key, "the trie ceilings of route %q take %d bytes of routing memory (%d targets); with the org's other routes that is %d bytes, over the org's quota ([control.quotas] routing_memory_bytes, %d)",
+				rc.Model, cost, len(rc.Targets), byOrg[rc.Org]+cost, quota)
+			total -= cost
+			continue
+		}
+		byOrg[rc.Org] += cost
+	}
+}
+
+// quotaf records a problem that is a budget being exceeded (ConfigError.Quota).
+func (v *validator) quotaf(key, format string, args ...any) {
+	v.addf(key, format, args...)
+	v.errs[len(v.errs)-1].Quota = true
 }
 
 // validControlHost reports whether h is a Host header value [control] hosts can list: a DNS name or an IP

@@ -277,6 +277,7 @@ func (g *Gateway) Reload(cfg *Config) (err error) {
 	if err := restartOnly(&cur.cfg.Server, &cfg.Server); err != nil {
 		return err
 	}
+	// The quotas are read by the control plane at every write: they change on reload.
 	if !cur.cfg.Control.equal(&cfg.Control) {
 		return errors.New("cannot reload: [control] changed, which needs a restart")
 	}
@@ -453,7 +454,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		}
 		if g.onlyGet(ctx) {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-			telemetry.WritePrometheus(ctx)
+			g.WriteMetrics(ctx, "")
 		}
 	default:
 		if len(path) > len("/v1/models/") && string(path[:len("/v1/models/")]) == "/v1/models/" {

@@ -135,3 +135,70 @@ func TestOrgRoutesAlwaysNeedAKey(t *testing.T) {
 		t.Fatal("a request reached the upstream")
 	}
 }
+
+// TestDataPlaneKeyNeverForwarded: a client that sends its org's data-plane key to a public route (one of
+// the file's, whose provider has no api_key_env, so the client's Authorization is passed on) does not
+// hand the key to that upstream; an Authorization that is no data-plane key still passes.
+func TestDataPlaneKeyNeverForwarded(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	gw := startGatewayConfig(t, keyedConfig(t, up.URL), Options{})
+	f := func(auth, wantUpstream string) {
+		t.Helper()
+		resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody("pub", "x", false), "Authorization", auth)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%q: status %d: %s", auth, resp.StatusCode, got)
+		}
+		if _, h := up.last(); h.Get("Authorization") != wantUpstream {
+			t.Fatalf("%q: the upstream saw Authorization %q, want %q", auth, h.Get("Authorization"), wantUpstream)
+		}
+	}
+	f("Bearer sk-one", "")
+	f("bearer sk-two", "")
+	f("Bearer engine-own-key", "Bearer engine-own-key")
+}
+
+// TestAnonymousMetricsNameNoOrg: the data plane's anonymous GET /metrics leaves out every series labelled
+// with an org's route or provider; WriteMetrics shows them to their org (and everything to MetricsAll).
+func TestAnonymousMetricsNameNoOrg(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	cfg := keyedConfig(t, up.URL)
+	cfg.Providers = append(cfg.Providers, ProviderConfig{Org: "org1", Name: "org1/secret-engine", APIBase: up.URL})
+	for i := range cfg.Routes {
+		if cfg.Routes[i].Model == "m1" {
+			cfg.Routes[i].Targets = []TargetConfig{{Provider: "org1/secret-engine"}}
+		}
+	}
+	if errs := validateConfig(cfg); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	gw := startGatewayConfig(t, cfg, Options{})
+	for _, c := range [][2]string{{"m1", "Bearer sk-one"}, {"m2", "Bearer sk-two"}, {"pub", ""}} {
+		if resp, got := post(t, gw.URL+"/v1/chat/completions", chatBody(c[0], "x", false), "Authorization", c[1]); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", c[0], resp.StatusCode, got)
+		}
+	}
+	resp, err := testClient.Get(gw.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	scrape := string(b)
+	for _, name := range []string{`"m1"`, `"m2"`, `"m"`, "secret-engine"} {
+		if strings.Contains(scrape, name) {
+			t.Fatalf("the anonymous scrape names %s", name)
+		}
+	}
+	if !strings.Contains(scrape, `route="pub"`) || !strings.Contains(scrape, `target="p0"`) {
+		t.Fatalf("the anonymous scrape lost the public series:\n%s", scrape)
+	}
+	var org1, all strings.Builder
+	gw.g.WriteMetrics(&org1, "org1")
+	gw.g.WriteMetrics(&all, MetricsAll)
+	if !strings.Contains(org1.String(), `target="org1/secret-engine"`) || strings.Contains(org1.String(), `"m2"`) || strings.Contains(org1.String(), `"pub"`) {
+		t.Fatalf("org1's metrics:\n%s", org1.String())
+	}
+	if !strings.Contains(all.String(), `route="m2"`) || !strings.Contains(all.String(), `route="m1"`) {
+		t.Fatal("MetricsAll lacks the orgs' series")
+	}
+}

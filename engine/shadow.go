@@ -155,7 +155,12 @@ func newShadowSet(r *Route, names []string, prev *shadowSet, env *buildEnv) (*sh
 				}
 			}
 		}
-		st, err := strategies[name].build(sr, RouteParams{}, &quiet)
+		var params RouteParams
+		if strategies[name].usesTries {
+			// Counted by trieShare: the share, not the strategy's own default.
+			params.MaxTrieNodes, params.MaxTrieBytes = &quiet.trieNodes, &quiet.trieBytes
+		}
+		st, err := strategies[name].build(sr, params, &quiet)
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -49,6 +50,9 @@ type Snapshot struct {
 	keys      map[[32]byte]string
 	pepper    [32]byte
 	orgModels map[string][]byte
+	// orgLabels maps the route and target label values (escaped, unquoted) of the orgs' routes and
+	// providers to their org: the anonymous /metrics leaves their series out (WriteMetrics).
+	orgLabels map[string]string
 
 	// users is written twice per request from every core: on a cache line of its own, so that the
 	// read-mostly fields above stay shared in every core's cache.
@@ -246,6 +250,7 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		return se
 	}
 	trieNodes, trieBytes := trieShare(cfg)
+	env.trieNodes, env.trieBytes = trieNodes, trieBytes
 	for _, rc := range cfg.Routes {
 		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy), modelBytes: []byte(rc.Model), org: rc.Org}
 		rs := seriesFor("route\x00"+rc.Model+"\x00"+rc.Strategy, func(set *telemetry.Set, se *series) {
@@ -334,6 +339,17 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 			public = append(public, r)
 		} else {
 			byOrg[r.org] = append(byOrg[r.org], r)
+		}
+	}
+	s.orgLabels = map[string]string{}
+	for _, r := range s.Routes {
+		if r.org != "" {
+			s.orgLabels["route\x00"+unquote(telemetry.Label(r.Model))] = r.org
+		}
+	}
+	for _, p := range s.Providers {
+		if p.cfg.Org != "" {
+			s.orgLabels["target\x00"+unquote(telemetry.Label(p.Name))] = p.cfg.Org
 		}
 	}
 	s.models = modelsBody(public, created)
@@ -524,9 +540,9 @@ func (g *Gateway) egressDialer(p *egress.Policy, use int) *egress.Dialer {
 	}}
 }
 
-// trieShare returns the default ceilings of one target's prefix trie: an equal share of
-// [server] routing_memory_bytes for every target of a route that keeps tries and does not set both ceilings
-// itself. A trie costs about 58 bytes per node plus 1.2 bytes per stored prompt byte (trie package
+// trieShare returns the default ceilings of one target's prefix trie: an equal share of what the explicit
+// ceilings leave of [server] routing_memory_bytes (the validator keeps them within it) for every target of a
+// route that keeps tries and does not set both ceilings itself, and every trie of a shadow strategy. A trie costs about 58 bytes per node plus 1.2 bytes per stored prompt byte (trie package
 // benchmarks), so a share S allows 0.4 S stored bytes and 0.5 S / 64 nodes: at most about 0.95 S in all.
 // With the 512 MiB default and 8 targets that is 26.8 MB of prompt text and 524,288 nodes per target. The
 // node count never goes above the seed page's 1 million.
@@ -544,7 +560,7 @@ func trieShare(cfg *Config) (nodes, bytes int) {
 			}
 		}
 	}
-	share := cfg.Server.RoutingMemoryBytes / max(n, 1)
+	share := max(cfg.Server.RoutingMemoryBytes-explicitTrieCost(cfg), 0) / max(n, 1)
 	nodes = min(max(share/2/64, 16), defaultMaxTrieNodes)
 	bytes = max(share*2/5, 1024)
 	return nodes, bytes
@@ -572,4 +588,68 @@ func (s *Snapshot) describe() string {
 		parts = append(parts, fmt.Sprintf("%s(%s, %d targets)", r.Model, r.StrategyName, len(r.Targets)))
 	}
 	return strings.Join(parts, " ")
+}
+
+// trieCost is the routing memory that one trie with the given explicit ceilings (nil: not set) may take:
+// trieShare's rule backwards (a share S allows S/128 nodes and 0.4 S stored bytes). The values are
+// clamped first so that no ceiling overflows.
+func trieCost(nodes, bytes *int) int {
+	c := 0
+	if nodes != nil {
+		c = max(c, min(max(*nodes, 0), 1<<40)*128)
+	}
+	if bytes != nil {
+		c = max(c, min(max(*bytes, 0), 1<<50)/2*5)
+	}
+	return c
+}
+
+// routeTrieCost is the routing memory the explicit trie ceilings of rc take, one trie per target; 0 for a
+// route that sets none or keeps no tries.
+func routeTrieCost(rc *RouteConfig) int {
+	if !strategies[rc.Strategy].usesTries {
+		return 0
+	}
+	return trieCost(rc.Params.MaxTrieNodes, rc.Params.MaxTrieBytes) * len(rc.Targets)
+}
+
+// explicitTrieCost is the routing memory the explicit trie ceilings of every route of cfg take together.
+func explicitTrieCost(cfg *Config) int {
+	n := 0
+	for i := range cfg.Routes {
+		n += routeTrieCost(&cfg.Routes[i])
+	}
+	return n
+}
+
+// unquote takes the quotes off a label value telemetry.Label made.
+func unquote(l string) string { return l[1 : len(l)-1] }
+
+// MetricsAll is the scope of WriteMetrics that writes every series.
+const MetricsAll = "*"
+
+// WriteMetrics writes the gateway's metrics in the Prometheus text format, as scope sees them: every
+// series for MetricsAll; for an org id, only the series labelled with that org's routes and providers;
+// for "" (the anonymous GET /metrics of the data plane), every series but those, so that a scrape names no
+// org's route or provider. Safe for concurrent use.
+func (g *Gateway) WriteMetrics(w io.Writer, scope string) {
+	if scope == MetricsAll {
+		telemetry.WritePrometheus(w)
+		return
+	}
+	labels := g.snap.Load().orgLabels
+	var key []byte
+	telemetry.WritePrometheusKeeping(w, func(sample []byte) bool {
+		org := ""
+		for _, name := range [...]string{"route", "target"} {
+			if v, ok := telemetry.LabelValue(sample, name); ok {
+				key = append(append(append(key[:0], name...), 0), v...)
+				if o, ok := labels[string(key)]; ok {
+					org = o
+					break
+				}
+			}
+		}
+		return org == scope
+	})
 }

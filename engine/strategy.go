@@ -167,6 +167,9 @@ type buildEnv struct {
 	// prev is the route of the same model in the snapshot being replaced, if any: a strategy takes over its
 	// routing memory (tries, session bindings) for the targets that survive.
 	prev *Route
+	// trieNodes and trieBytes are the trie ceilings of a target that sets none (trieShare); a shadow's
+	// tries always take them.
+	trieNodes, trieBytes int
 }
 
 // strategies is the name -> constructor table: a plain map, no registration from init functions, so every

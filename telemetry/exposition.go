@@ -16,12 +16,54 @@ import (
 // writes set after set, repeating a family's metadata in each. The text format allows one TYPE line per
 // family and needs a family's samples together (strict parsers such as the Go client's expfmt reject the
 // rest), so the output is regrouped here. It is the /metrics handler's only writer; safe for concurrent use.
-func WritePrometheus(w io.Writer) {
+func WritePrometheus(w io.Writer) { WritePrometheusKeeping(w, nil) }
+
+// WritePrometheusKeeping is WritePrometheus writing only the samples keep returns true for (nil keeps
+// them all). keep gets one sample line, valid only during the call; a family whose samples are all left
+// out is left out whole.
+func WritePrometheusKeeping(w io.Writer, keep func(sample []byte) bool) {
 	buf := expoBufs.Get().(*bytes.Buffer)
 	buf.Reset()
 	metrics.WritePrometheus(buf, true)
-	regroup(w, buf.Bytes())
+	regroup(w, buf.Bytes(), keep)
 	expoBufs.Put(buf)
+}
+
+// LabelValue returns the raw (still escaped) value of label name in a sample line, or false.
+func LabelValue(sample []byte, name string) ([]byte, bool) {
+	open := bytes.IndexByte(sample, '{')
+	if open < 0 {
+		return nil, false
+	}
+	for i := open + 1; i < len(sample); {
+		eq := bytes.IndexByte(sample[i:], '=')
+		if eq < 0 || i+eq+1 >= len(sample) || sample[i+eq+1] != '"' {
+			return nil, false
+		}
+		n := sample[i : i+eq]
+		start := i + eq + 2
+		j := start
+		for j < len(sample) && sample[j] != '"' {
+			if sample[j] == '\\' {
+				j++
+			}
+			j++
+		}
+		if j >= len(sample) {
+			return nil, false
+		}
+		if string(n) == name {
+			return sample[start:j], true
+		}
+		i = j + 1
+		if i < len(sample) && sample[i] == ',' {
+			i++
+		}
+		if i >= len(sample) || sample[i] == '}' {
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 var expoBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -32,8 +74,9 @@ type famGroup struct {
 	samples   [][]byte
 }
 
-// regroup writes the lines of text grouped by family, families in the order they first appear.
-func regroup(w io.Writer, text []byte) {
+// regroup writes the lines of text grouped by family, families in the order they first appear, the
+// samples keep refuses left out (nil keeps all).
+func regroup(w io.Writer, text []byte, keep func([]byte) bool) {
 	var order []string
 	fams := map[string]*famGroup{}
 	get := func(name []byte) *famGroup {
@@ -86,12 +129,18 @@ func regroup(w io.Writer, text []byte) {
 				break
 			}
 		}
+		if keep != nil && !keep(line) {
+			continue
+		}
 		fam := get(name)
 		fam.samples = append(fam.samples, line)
 	}
 	var out bytes.Buffer
 	for _, name := range order {
 		f := fams[name]
+		if keep != nil && len(f.samples) == 0 {
+			continue
+		}
 		for _, l := range [][]byte{f.help, f.typ} {
 			if l != nil {
 				out.Write(l)

@@ -68,7 +68,7 @@ h_count 3
 g 5
 `
 	var b strings.Builder
-	regroup(&b, []byte(in))
+	regroup(&b, []byte(in), nil)
 	want := `# HELP a_total first
 # TYPE a_total counter
 a_total{x="1"} 1

@@ -63,6 +63,7 @@ func (cp *controlPlane) start(g *engine.Gateway) error {
 		File:       cp.file.Load,
 		Apply:      g.Reload,
 		State:      g.State,
+		Metrics:    g.WriteMetrics,
 		AdminToken: os.Getenv(c.AdminTokenEnv),
 		Listen:     c.Listen,
 		Hosts:      c.Hosts,
