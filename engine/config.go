@@ -107,6 +107,13 @@ type ControlConfig struct {
 	Listen        string `toml:"listen" json:"listen"`
 	Store         string `toml:"store" json:"store"`
 	AdminTokenEnv string `toml:"admin_token_env" json:"admin_token_env"`
+	// ProviderEnv lists the environment variables an org's provider may name in api_key_env and
+	// kv_events.curve_secret_key_env. Every other variable is the operator's alone: the file's providers
+	// read any, an org's provider naming another one is refused.
+	ProviderEnv []string `toml:"provider_env" json:"provider_env"`
+	// SecretsKeyEnv names the environment variable holding the key (32 bytes, base64) the store's org
+	// secrets are encrypted with (AES-256-GCM); "" turns the secrets endpoints off.
+	SecretsKeyEnv string `toml:"secrets_key_env" json:"secrets_key_env"`
 }
 
 // ClusterConfig is [cluster]: the NATS server through which the gateway replicas of one fleet share their
@@ -156,15 +163,55 @@ type TraceConfig struct {
 type ProviderConfig struct {
 	// Org owns a provider made through the control plane ("" for the file's); its name is then
 	// "<org id>/<name>" here, so orgs never collide.
-	Org       string            `toml:"-" json:"-"`
-	Name      string            `toml:"name" json:"name"`
-	Kind      string            `toml:"kind" json:"kind"`
-	APIBase   string            `toml:"api_base" json:"api_base"`
-	APIKeyEnv string            `toml:"api_key_env" json:"api_key_env"`
-	Headers   map[string]string `toml:"headers" json:"headers,omitempty"`
-	MaxConns  int               `toml:"max_conns" json:"max_conns"`
-	KVEvents  *KVEventsConfig   `toml:"kv_events" json:"kv_events,omitempty"`
-	LMCache   *LMCacheConfig    `toml:"lmcache" json:"lmcache,omitempty"`
+	Org       string `toml:"-" json:"-"`
+	Name      string `toml:"name" json:"name"`
+	Kind      string `toml:"kind" json:"kind"`
+	APIBase   string `toml:"api_base" json:"api_base"`
+	APIKeyEnv string `toml:"api_key_env" json:"api_key_env"`
+	// APIKeySecret (an org's provider only) names the org's secret sent as "Bearer <secret>".
+	APIKeySecret string `toml:"api_key_secret" json:"api_key_secret,omitempty"`
+	// Headers are sent upstream as they are, and shown by the API as they are: they are not secret.
+	// HeaderSecrets (an org's provider only) sends header name with the value of the org's secret it names.
+	Headers       map[string]string `toml:"headers" json:"headers,omitempty"`
+	HeaderSecrets map[string]string `toml:"header_secrets" json:"header_secrets,omitempty"`
+	MaxConns      int               `toml:"max_conns" json:"max_conns"`
+	KVEvents      *KVEventsConfig   `toml:"kv_events" json:"kv_events,omitempty"`
+	LMCache       *LMCacheConfig    `toml:"lmcache" json:"lmcache,omitempty"`
+
+	// Secrets are the values of the org's secrets that APIKeySecret and HeaderSecrets name, by name, set by
+	// the control plane from its store (control.Compose): never encoded, so no answer, print or log of a
+	// config carries them, and the engine never reads the store.
+	Secrets map[string]string `toml:"-" json:"-"`
+}
+
+// envOf returns the environment variable name as pc may read it: a provider of the file any variable, an
+// org's only one of allowed ([control] provider_env). For any other name it is "" and the environment is
+// not read, so nothing built from an org's provider depends on what such a variable holds.
+func (pc *ProviderConfig) envOf(name string, allowed []string) string {
+	if name == "" || (pc.Org != "" && !slices.Contains(allowed, name)) {
+		return ""
+	}
+	return os.Getenv(name)
+}
+
+// apiKey returns the key pc sends upstream as "Bearer <key>" (from its secret or its variable), and
+// whether it has one.
+func (pc *ProviderConfig) apiKey(allowed []string) (string, bool) {
+	switch {
+	case pc.APIKeySecret != "":
+		return pc.Secrets[pc.APIKeySecret], true
+	case pc.APIKeyEnv != "":
+		return pc.envOf(pc.APIKeyEnv, allowed), true
+	}
+	return "", false
+}
+
+// curveKey returns the CURVE secret key of pc's kv_events ("" when it has none or may not read it).
+func (pc *ProviderConfig) curveKey(allowed []string) string {
+	if pc.KVEvents == nil {
+		return ""
+	}
+	return pc.envOf(pc.KVEvents.CurveSecretKeyEnv, allowed)
 }
 
 // KVEventsConfig is a provider's vLLM KV-event stream (docs/architecture.md, "KV-event path").
@@ -561,7 +608,7 @@ func (v *validator) addf(key, format string, args ...any) {
 func (v *validator) validate(cfg *Config) {
 	v.server(&cfg.Server)
 	v.policy = v.egress(&cfg.Egress)
-	providers := v.providers(cfg.Providers)
+	providers := v.providers(cfg.Providers, cfg.Control.ProviderEnv)
 	v.routes(cfg.Routes, cfg.Providers, providers)
 	v.metricsScrape(&cfg.MetricsScrape)
 	v.health(&cfg.Health)
@@ -641,6 +688,35 @@ func (v *validator) control(c *ControlConfig) {
 	if c.AdminTokenEnv == "" {
 		v.addf("control.admin_token_env", "missing environment variable name")
 	}
+	if c.SecretsKeyEnv != "" && !validEnvName(c.SecretsKeyEnv) {
+		v.addf("control.secrets_key_env", "invalid environment variable name %q", c.SecretsKeyEnv)
+	}
+	for i, name := range c.ProviderEnv {
+		key := fmt.Sprintf("control.provider_env[%d]", i)
+		switch {
+		case !validEnvName(name):
+			v.addf(key, "invalid environment variable name %q", name)
+		case name == c.AdminTokenEnv || name == c.SecretsKeyEnv:
+			// The control plane's own keys: an org's provider naming one would send it to any api_base.
+			v.addf(key, "cannot give %q to orgs: it holds a key of the control plane", name)
+		case slices.Index(c.ProviderEnv, name) < i:
+			v.addf(key, "%q is listed twice", name)
+		}
+	}
+}
+
+// validEnvName reports whether s is a portable environment variable name: letters, digits and '_', not
+// starting with a digit.
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r == '_' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // cluster checks [cluster]; the NATS servers' hosts go through the egress policy like every address the
@@ -789,7 +865,7 @@ func (v *validator) server(s *ServerConfig) {
 }
 
 // providers checks [[providers]] and returns the index of each provider name (its first, if repeated).
-func (v *validator) providers(ps []ProviderConfig) map[string]int {
+func (v *validator) providers(ps []ProviderConfig, allowed []string) map[string]int {
 	byName := make(map[string]int, len(ps))
 	for i := range ps {
 		p := &ps[i]
@@ -809,9 +885,7 @@ func (v *validator) providers(ps []ProviderConfig) map[string]int {
 		} else {
 			v.egressURL(key+".api_base", p.APIBase)
 		}
-		if p.APIKeyEnv != "" && os.Getenv(p.APIKeyEnv) == "" {
-			v.addf(key+".api_key_env", "environment variable %q is not set or empty", p.APIKeyEnv)
-		}
+		v.providerAuth(key, p, allowed)
 		for _, name := range slices.Sorted(maps.Keys(p.Headers)) {
 			if !validHeaderName(name) {
 				v.addf(key+".headers", "invalid header name %q", name)
@@ -819,28 +893,106 @@ func (v *validator) providers(ps []ProviderConfig) map[string]int {
 		}
 		v.positiveInt(key+".max_conns", p.MaxConns)
 		if p.KVEvents != nil {
-			v.kvEvents(key+".kv_events", p.KVEvents)
+			v.kvEvents(key+".kv_events", p, allowed)
 		}
 		if p.LMCache != nil {
 			v.lmcache(key+".lmcache", p.LMCache)
 		}
 	}
-	v.kvSharedBinds(ps)
+	v.kvSharedBinds(ps, allowed)
 	return byName
+}
+
+// providerAuth checks where provider p's credentials come from: an environment variable (any for the
+// file's providers, one of allowed for an org's), or, for an org's provider, the org's secrets.
+func (v *validator) providerAuth(key string, p *ProviderConfig, allowed []string) {
+	if p.APIKeyEnv != "" {
+		v.providerEnv(key+".api_key_env", p, p.APIKeyEnv, allowed)
+		if p.APIKeySecret != "" {
+			v.addf(key+".api_key_secret", "cannot use both api_key_env and api_key_secret")
+		}
+	}
+	if p.Org == "" {
+		const fileSecrets = "secrets are an org's, set through the control plane; a provider of the file reads api_key_env"
+		if p.APIKeySecret != "" {
+			v.addf(key+".api_key_secret", fileSecrets)
+		}
+		if len(p.HeaderSecrets) > 0 {
+			v.addf(key+".header_secrets", fileSecrets)
+		}
+		return
+	}
+	if p.APIKeySecret != "" {
+		v.secret(key+".api_key_secret", p, p.APIKeySecret)
+	}
+	_, hasKey := p.apiKey(allowed)
+	for _, h := range slices.Sorted(maps.Keys(p.HeaderSecrets)) {
+		hk := key + ".header_secrets"
+		switch {
+		case !validHeaderName(h):
+			v.addf(hk, "invalid header name %q", h)
+		case slices.ContainsFunc(slices.Collect(maps.Keys(p.Headers)), func(o string) bool { return strings.EqualFold(o, h) }):
+			v.addf(hk, "header %q is set by headers too", h)
+		case hasKey && strings.EqualFold(h, "authorization"):
+			v.addf(hk, "header %q is the API key's: use api_key_secret alone", h)
+		default:
+			v.secret(hk, p, p.HeaderSecrets[h])
+		}
+	}
+}
+
+// providerEnv checks the environment variable name that provider p reads. An org's provider naming a
+// variable the operator did not list is refused with one message, the same whether the variable is set or
+// not, and without reading it: an org learns nothing of the gateway's environment.
+func (v *validator) providerEnv(key string, p *ProviderConfig, name string, allowed []string) {
+	if p.Org != "" && !slices.Contains(allowed, name) {
+		v.addf(key, "cannot use environment variable %q: an org's provider reads only the variables of [control] provider_env", name)
+		return
+	}
+	if p.envOf(name, allowed) == "" {
+		v.addf(key, "environment variable %q is not set or empty", name)
+	}
+}
+
+// secret checks that the org of provider p has the secret name, with a value a header can carry. The
+// value never goes into a message.
+func (v *validator) secret(key string, p *ProviderConfig, name string) {
+	val, ok := p.Secrets[name]
+	switch {
+	case !ok:
+		v.addf(key, "no secret %q: set it first with PUT /api/v1/orgs/{org}/secrets/%s", name, name)
+	case !HeaderSafe(val):
+		v.addf(key, "cannot send secret %q in a header: it is empty or holds a control character", name)
+	}
+}
+
+// HeaderSafe reports whether s can be sent as a header value: not empty, and no control character but
+// HTAB (RFC 9110, section 5.5), so a value never ends a header or the request.
+func HeaderSafe(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // kvEvents checks [providers.kv_events] by the subscriber's own rules (kvindex.SubscriberConfig.Validate),
 // so a config that passes `rolter check` is one the subscriber takes.
-func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
-	sc := kv.subscriberConfig()
+func (v *validator) kvEvents(key string, p *ProviderConfig, allowed []string) {
+	kv := p.KVEvents
+	if kv.CurveSecretKeyEnv != "" {
+		v.providerEnv(key+".curve_secret_key_env", p, kv.CurveSecretKeyEnv, allowed)
+	}
+	sc := kv.subscriberConfig(p.curveKey(allowed))
 	// stale_secs is TOML seconds: a value with no time.Duration would convert to whatever the platform
 	// makes of it, so it is refused here and kvindex sees a valid duration.
 	if !validSecs(kv.StaleSecs) {
 		v.addf(key+".stale_secs", "must be a finite number of seconds within ±%.0f, got %v", maxSecs, kv.StaleSecs)
 		sc.StaleAfter = 0
-	}
-	if kv.CurveSecretKeyEnv != "" && sc.CurveSecretKey == "" {
-		v.addf(key+".curve_secret_key_env", "environment variable %q is not set or empty", kv.CurveSecretKeyEnv)
 	}
 	errs := unjoin(sc.Validate())
 	for _, err := range errs {
@@ -864,11 +1016,11 @@ func (v *validator) kvEvents(key string, kv *KVEventsConfig) {
 // that bind one endpoint share one socket and are told apart by topic, so each needs a distinct non-empty
 // topic and all the same publisher policy. Before, four providers binding one address passed and three
 // retried "address already in use" forever (issue 17).
-func (v *validator) kvSharedBinds(ps []ProviderConfig) {
+func (v *validator) kvSharedBinds(ps []ProviderConfig, allowed []string) {
 	cfgs := make([]*kvindex.SubscriberConfig, len(ps))
 	for i := range ps {
 		if kv := ps[i].KVEvents; kv != nil {
-			sc := kv.subscriberConfig()
+			sc := kv.subscriberConfig(ps[i].curveKey(allowed))
 			cfgs[i] = &sc
 		}
 	}
@@ -881,8 +1033,9 @@ func (v *validator) kvSharedBinds(ps []ProviderConfig) {
 	}
 }
 
-// subscriberConfig is c as the KV-event subscriber takes it (kvState.source subscribes with the same).
-func (c *KVEventsConfig) subscriberConfig() kvindex.SubscriberConfig {
+// subscriberConfig is c as the KV-event subscriber takes it, with the CURVE secret key curveKey read from
+// the variable c names (ProviderConfig.curveKey); kvState.source subscribes with the same.
+func (c *KVEventsConfig) subscriberConfig(curveKey string) kvindex.SubscriberConfig {
 	sc := kvindex.SubscriberConfig{
 		Endpoint:          c.Endpoint,
 		Topic:             c.Topic,
@@ -892,9 +1045,7 @@ func (c *KVEventsConfig) subscriberConfig() kvindex.SubscriberConfig {
 		MaxBlocks:         c.MaxBlocks,
 		AllowedPublishers: c.AllowedPublishers,
 		CurveClientKeys:   c.CurveClientKeys,
-	}
-	if c.CurveSecretKeyEnv != "" {
-		sc.CurveSecretKey = os.Getenv(c.CurveSecretKeyEnv)
+		CurveSecretKey:    curveKey,
 	}
 	return sc
 }

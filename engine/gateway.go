@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -272,7 +273,7 @@ func (g *Gateway) Reload(cfg *Config) (err error) {
 	if err := restartOnly(&cur.cfg.Server, &cfg.Server); err != nil {
 		return err
 	}
-	if cur.cfg.Control != cfg.Control {
+	if !reflect.DeepEqual(cur.cfg.Control, cfg.Control) {
 		return errors.New("cannot reload: [control] changed, which needs a restart")
 	}
 	if cur.cfg.Cluster != cfg.Cluster {
