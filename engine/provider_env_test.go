@@ -52,6 +52,24 @@ func TestOrgProviderEnv(t *testing.T) {
 	// A listed variable is the operator's to tell about.
 	f([]string{"TEST_NEVER_SET"}, "TEST_NEVER_SET", "providers[1].api_key_env: environment variable \"VAR\" is not set or empty")
 
+	// Secrets: named ones only, values a header can carry, never beside the same header or the API key.
+	g := func(edit func(*ProviderConfig), want string) {
+		t.Helper()
+		if got := orgProviderErrors(t, nil, "UNUSED_NAME", edit); got != want {
+			t.Fatalf("got\n%s\nwant\n%s", got, want)
+		}
+	}
+	g(func(pc *ProviderConfig) { pc.APIKeySecret, pc.Secrets = "k", map[string]string{"k": "v"} }, "")
+	g(func(pc *ProviderConfig) { pc.APIKeySecret = "k" }, "providers[1].api_key_secret: no secret \"k\": set it first with PUT /api/v1/orgs/{org}/secrets/k")
+	g(func(pc *ProviderConfig) { pc.APIKeySecret, pc.Secrets = "k", map[string]string{"k": "a\r\nb"} },
+		"providers[1].api_key_secret: cannot send secret \"k\" in a header: it is empty or holds a control character")
+	g(func(pc *ProviderConfig) {
+		pc.Headers, pc.HeaderSecrets, pc.Secrets = map[string]string{"x-api-key": "a"}, map[string]string{"X-Api-Key": "k"}, map[string]string{"k": "v"}
+	}, "providers[1].header_secrets: header \"X-Api-Key\" is set by headers too")
+	g(func(pc *ProviderConfig) {
+		pc.APIKeySecret, pc.HeaderSecrets, pc.Secrets = "k", map[string]string{"Authorization": "k"}, map[string]string{"k": "v"}
+	}, "providers[1].header_secrets: header \"Authorization\" is the API key's: use api_key_secret alone")
+
 	// The file's providers read any variable.
 	cfg, err := ParseConfig([]byte(gatewayConfig("round_robin", "", "http://127.0.0.1:9")), "t.toml")
 	if err != nil {
@@ -61,6 +79,12 @@ func TestOrgProviderEnv(t *testing.T) {
 	if errs := validateConfig(cfg); len(errs) > 0 {
 		t.Fatalf("a file provider with api_key_env: %s", errs)
 	}
+	cfg.Providers[0].APIKeySecret = "k"
+	cfg.Providers[0].HeaderSecrets = map[string]string{"X-Api-Key": "k"}
+	if errs := validateConfig(cfg); len(errs) != 3 || !strings.Contains(errs[1].Error(), "secrets are an org's") || !strings.Contains(errs[2].Error(), "secrets are an org's") {
+		t.Fatalf("a file provider naming secrets: %v", errs)
+	}
+	cfg.Providers[0].APIKeySecret, cfg.Providers[0].HeaderSecrets = "", nil
 	cfg.Control.ProviderEnv = []string{"ROLTER_ADMIN_TOKEN"}
 	if errs := validateConfig(cfg); len(errs) != 1 || !strings.Contains(errs[0].Error(), `cannot give "ROLTER_ADMIN_TOKEN" to orgs`) {
 		t.Fatalf("provider_env listing admin_token_env: %v", errs)
