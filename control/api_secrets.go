@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -64,7 +65,7 @@ func decodeSecret(w http.ResponseWriter, r *http.Request) (string, error) {
 		return "", err
 	}
 	if len(sb.Value) > maxSecretLen || !engine.HeaderSafe(sb.Value) {
-		return "", fieldError("value", "want 1 to 8192 bytes without control characters (it is sent in a header)")
+		return "", fieldError("value", fmt.Sprintf("want 1 to %d bytes without control characters (it is sent in a header)", maxSecretLen))
 	}
 	return sb.Value, nil
 }

@@ -163,20 +163,21 @@ type TraceConfig struct {
 type ProviderConfig struct {
 	// Org owns a provider made through the control plane ("" for the file's); its name is then
 	// "<org id>/<name>" here, so orgs never collide.
-	Org       string `toml:"-" json:"-"`
-	Name      string `toml:"name" json:"name"`
-	Kind      string `toml:"kind" json:"kind"`
-	APIBase   string `toml:"api_base" json:"api_base"`
-	APIKeyEnv string `toml:"api_key_env" json:"api_key_env"`
-	// APIKeySecret (an org's provider only) names the org's secret sent as "Bearer <secret>".
-	APIKeySecret string `toml:"api_key_secret" json:"api_key_secret,omitempty"`
-	// Headers are sent upstream as they are, and shown by the API as they are: they are not secret.
-	// HeaderSecrets (an org's provider only) sends header name with the value of the org's secret it names.
-	Headers       map[string]string `toml:"headers" json:"headers,omitempty"`
+	Org       string            `toml:"-" json:"-"`
+	Name      string            `toml:"name" json:"name"`
+	Kind      string            `toml:"kind" json:"kind"`
+	APIBase   string            `toml:"api_base" json:"api_base"`
+	APIKeyEnv string            `toml:"api_key_env" json:"api_key_env"`
+	Headers   map[string]string `toml:"headers" json:"headers,omitempty"`
+	MaxConns  int               `toml:"max_conns" json:"max_conns"`
+	KVEvents  *KVEventsConfig   `toml:"kv_events" json:"kv_events,omitempty"`
+	LMCache   *LMCacheConfig    `toml:"lmcache" json:"lmcache,omitempty"`
+
+	// Headers above are sent upstream as they are, and shown by the API as they are: they are not secret.
+	// An org's provider sends its secrets instead with APIKeySecret (the org secret sent as "Bearer
+	// <secret>") and HeaderSecrets (header name -> the org secret sent as its value).
+	APIKeySecret  string            `toml:"api_key_secret" json:"api_key_secret,omitempty"`
 	HeaderSecrets map[string]string `toml:"header_secrets" json:"header_secrets,omitempty"`
-	MaxConns      int               `toml:"max_conns" json:"max_conns"`
-	KVEvents      *KVEventsConfig   `toml:"kv_events" json:"kv_events,omitempty"`
-	LMCache       *LMCacheConfig    `toml:"lmcache" json:"lmcache,omitempty"`
 
 	// Secrets are the values of the org's secrets that APIKeySecret and HeaderSecrets name, by name, set by
 	// the control plane from its store (control.Compose): never encoded, so no answer, print or log of a
