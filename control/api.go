@@ -310,6 +310,9 @@ func (s *Server) routes() {
 		{"GET", "/api/v1/orgs/{org}/tokens", superOnly, s.listCredentials(tokenCredentials)},
 		{"POST", "/api/v1/orgs/{org}/tokens", superOnly, s.createCredential(tokenCredentials)},
 		{"DELETE", "/api/v1/orgs/{org}/tokens/{id}", superOnly, s.revokeCredential(tokenCredentials)},
+		{"GET", "/api/v1/orgs/{org}/secrets", orgScoped, s.listSecrets},
+		{"PUT", "/api/v1/orgs/{org}/secrets/{name}", orgScoped, s.putSecret},
+		{"DELETE", "/api/v1/orgs/{org}/secrets/{name}", orgScoped, s.deleteSecret},
 		{"GET", "/api/v1/orgs/{org}/audit", orgScoped, s.getOrgAudit},
 	}
 	s.mux = http.NewServeMux()

@@ -252,6 +252,8 @@ type env struct {
 	closeAPI func()
 	keys     map[string]string // org id -> a data-plane key made by orgKey
 	replica  string            // the control plane's replica id
+	// secretsKey is given to the store at each open (nil: secrets are off).
+	secretsKey []byte
 }
 
 // envs numbers the envs, for their replica ids.
@@ -311,18 +313,31 @@ func newEnv(t *testing.T, dir string) *env {
 // newEnvAt is newEnv with the store at path: a file, or a PostgreSQL URL.
 func newEnvAt(t *testing.T, path string) *env {
 	t.Helper()
-	return newEnvOn(t, path, "127.0.0.1:0")
+	return newEnvFor(t, path, "127.0.0.1:0", "", nil)
 }
 
 // newEnvOn is newEnvAt with the gateway listening on listen, which the file's [server] listen names.
 func newEnvOn(t *testing.T, path, listen string) *env {
 	t.Helper()
+	return newEnvFor(t, path, listen, "", nil)
+}
+
+// newEnvWith is newEnvAt with extra appended to the file config, and the store's secrets key (nil: none).
+func newEnvWith(t *testing.T, path, extra string, secretsKey []byte) *env {
+	t.Helper()
+	return newEnvFor(t, path, "127.0.0.1:0", extra, secretsKey)
+}
+
+// newEnvFor is newEnvAt with the gateway listening on listen, extra appended to the file config, and the
+// store's secrets key (nil: none).
+func newEnvFor(t *testing.T, path, listen, extra string, secretsKey []byte) *env {
+	t.Helper()
 	dir := filepath.Dir(path)
 	if isPostgres(path) {
 		dir = t.TempDir()
 	}
-	e := &env{t: t, dir: dir, path: path, S: newUpstream(t), A: newUpstream(t), B: newUpstream(t), logs: &syncBuffer{}}
-	e.file.Store(parseFile(t, strings.Replace(fileConfigText(e.S.URL), `"127.0.0.1:0"`, strconv.Quote(listen), 1)))
+	e := &env{t: t, dir: dir, path: path, S: newUpstream(t), A: newUpstream(t), B: newUpstream(t), logs: &syncBuffer{}, secretsKey: secretsKey}
+	e.file.Store(parseFile(t, strings.Replace(fileConfigText(e.S.URL), `"127.0.0.1:0"`, strconv.Quote(listen), 1)+extra))
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	gw, err := engine.New(e.file.Load(), engine.Options{Logger: log, Version: "test", Resolver: fakeDNS{"kv.test": "169.254.169.254"}})
 	if err != nil {
@@ -356,6 +371,11 @@ func (e *env) open(log *slog.Logger) {
 	st, err := Open(e.path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if e.secretsKey != nil {
+		if err := st.UseSecretsKey(e.secretsKey); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if e.replica == "" {
 		e.replica = fmt.Sprintf("test-gw-%d", envs.Add(1))

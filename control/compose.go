@@ -32,8 +32,9 @@ type Origins struct {
 func engineName(org, name string) string { return org + "/" + name }
 
 // Compose returns the gateway's config: the file's, plus every org's providers, routes and data-plane keys
-// from the store state st. An org's route whose model rolter.toml routes too (the operator added it
-// later) is set aside, not served (Origins.Suspended), and comes back when the file drops the model. An org route's target names a provider of its own org, or else one of the
+// from the store state st, each org provider with the values of the org secrets it names. An org's route
+// whose model rolter.toml routes too (the operator added it later) is set aside, not served
+// (Origins.Suspended), and comes back when the file drops the model. An org route's target names a provider of its own org, or else one of the
 // file's (shared engines). Objects are decoded strictly (unknown fields are errors). The result is not
 // validated: engine.ValidateConfig does that, one path for the file and the API alike.
 func Compose(file *engine.Config, st *State) (*engine.Config, *Origins, error) {
@@ -59,12 +60,17 @@ func Compose(file *engine.Config, st *State) (*engine.Config, *Origins, error) {
 		fileModels[r.Model] = true
 	}
 	orgProviders := map[string]map[string]bool{}
+	secrets := map[[2]string]string{}
+	for _, sv := range st.Secrets {
+		secrets[[2]string{sv.OrgID, sv.Name}] = sv.Value
+	}
 	for _, sp := range st.Providers {
 		var pc engine.ProviderConfig
 		if err := decodeStrict(sp.Config, &pc); err != nil {
 			return nil, nil, fmt.Errorf("cannot decode provider %q of org %q from the store: %w", sp.Name, sp.OrgID, err)
 		}
 		pc.Name, pc.Org = engineName(sp.OrgID, sp.Name), sp.OrgID
+		pc.Secrets = providerSecrets(&pc, secrets)
 		cfg.Providers = append(cfg.Providers, pc)
 		o.Providers = append(o.Providers, Origin{Org: sp.OrgID, Name: sp.Name})
 		if orgProviders[sp.OrgID] == nil {
@@ -96,6 +102,29 @@ func Compose(file *engine.Config, st *State) (*engine.Config, *Origins, error) {
 		cfg.Keys = append(cfg.Keys, engine.DataKey{Org: k.OrgID, Hash: k.Hash})
 	}
 	return &cfg, o, nil
+}
+
+// providerSecrets returns the values of the secrets of its own org that pc names (api_key_secret,
+// header_secrets), by name; a name the org has no secret of is absent (the validator says so). A provider
+// gets only what it names, and only from its org.
+func providerSecrets(pc *engine.ProviderConfig, secrets map[[2]string]string) map[string]string {
+	names := make([]string, 0, 1+len(pc.HeaderSecrets))
+	if pc.APIKeySecret != "" {
+		names = append(names, pc.APIKeySecret)
+	}
+	for _, name := range pc.HeaderSecrets {
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(names))
+	for _, name := range names {
+		if v, ok := secrets[[2]string{pc.Org, name}]; ok {
+			out[name] = v
+		}
+	}
+	return out
 }
 
 // copyProvider copies p deeply enough that setting its defaults does not write into p.

@@ -45,6 +45,7 @@ func TestStorePostgres(t *testing.T) {
 		{"ConcurrentPut", TestStoreConcurrentPut},
 		{"ConcurrentWriters", TestStoreConcurrentWriters},
 		{"Replicas", TestStoreReplicas},
+		{"Secrets", TestStoreSecrets},
 	} {
 		t.Run(tc.name, tc.f)
 	}

@@ -6,6 +6,7 @@ package control
 import (
 	"bytes"
 	"context"
+	"crypto/cipher"
 	"crypto/rand"
 	"database/sql"
 	"embed"
@@ -114,7 +115,7 @@ type AuditEntry struct {
 	Actor      string // "superadmin" or a token id
 	OrgID      string // the org written to
 	Action     string // "create", "replace", "delete" or "revoke"
-	Object     string // "org", "provider", "route", "key" or "token"
+	Object     string // "org", "provider", "route", "key", "token" or "secret"
 	Name       string // the object's name: org name, provider name, model, key or token id
 	Detail     string // e.g. "version 3"
 }
@@ -128,6 +129,8 @@ type State struct {
 	Providers  []Provider
 	Routes     []Route
 	Keys       []KeyHash // the non-revoked ones
+	// Secrets are the orgs' secrets, decrypted, sorted by org and name: only Compose reads them.
+	Secrets []SecretValue
 }
 
 // Store is the control plane's persistent state: one SQLite file, or one PostgreSQL database that every
@@ -142,6 +145,8 @@ type Store struct {
 	pg     *pgx.ConnConfig // nil for SQLite
 	pepper [32]byte
 	now    func() time.Time // time.Now but in tests
+	// secrets seals the values of org secrets (secrets.go); nil without a secrets key.
+	secrets cipher.AEAD
 
 	// pinned: writes commit only onto generation atGeneration (at).
 	pinned       bool
@@ -1298,6 +1303,9 @@ func (s *Store) Load(ctx context.Context) (*State, error) {
 		}
 		for _, r := range rs {
 			st.Routes = append(st.Routes, r.route())
+		}
+		if st.Secrets, err = s.loadSecrets(ctx, tx); err != nil {
+			return err
 		}
 		rows, err := tx.QueryContext(ctx, "SELECT hash, id, org_id FROM keys WHERE revoked IS NULL ORDER BY org_id, id")
 		if err != nil {

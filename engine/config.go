@@ -126,6 +126,13 @@ type ControlConfig struct {
 	IdleTimeoutSecs  float64 `toml:"idle_timeout_secs" json:"idle_timeout_secs"`
 	// Quotas bound what each org holds, whoever writes it through the API.
 	Quotas QuotaConfig `toml:"quotas" json:"quotas"`
+	// ProviderEnv lists the environment variables an org's provider may name in api_key_env and
+	// kv_events.curve_secret_key_env. Every other variable is the operator's alone: the file's providers
+	// read any, an org's provider naming another one is refused.
+	ProviderEnv []string `toml:"provider_env" json:"provider_env"`
+	// SecretsKeyEnv names the environment variable holding the key (32 bytes, base64) the store's org
+	// secrets are encrypted with (AES-256-GCM); "" turns the secrets endpoints off.
+	SecretsKeyEnv string `toml:"secrets_key_env" json:"secrets_key_env"`
 }
 
 // ControlConns is how many connections of the socket budget the control plane takes: its max_conns when
@@ -142,7 +149,8 @@ func (c *ControlConfig) ControlConns() int {
 func (c *ControlConfig) equal(o *ControlConfig) bool {
 	return c.Enabled == o.Enabled && c.Listen == o.Listen && c.Store == o.Store && c.AdminTokenEnv == o.AdminTokenEnv &&
 		slices.Equal(c.Hosts, o.Hosts) && c.MaxConns == o.MaxConns && c.ReadTimeoutSecs == o.ReadTimeoutSecs &&
-		c.WriteTimeoutSecs == o.WriteTimeoutSecs && c.IdleTimeoutSecs == o.IdleTimeoutSecs
+		c.WriteTimeoutSecs == o.WriteTimeoutSecs && c.IdleTimeoutSecs == o.IdleTimeoutSecs &&
+		slices.Equal(c.ProviderEnv, o.ProviderEnv) && c.SecretsKeyEnv == o.SecretsKeyEnv
 }
 
 // QuotaConfig is [control.quotas]: what one org may hold. The operator sets it in the file; nothing written
@@ -222,6 +230,47 @@ type ProviderConfig struct {
 	MaxConns  int               `toml:"max_conns" json:"max_conns"`
 	KVEvents  *KVEventsConfig   `toml:"kv_events" json:"kv_events,omitempty"`
 	LMCache   *LMCacheConfig    `toml:"lmcache" json:"lmcache,omitempty"`
+
+	// Headers above are sent upstream as they are, and shown by the API as they are: they are not secret.
+	// An org's provider sends its secrets instead with APIKeySecret (the org secret sent as "Bearer
+	// <secret>") and HeaderSecrets (header name -> the org secret sent as its value).
+	APIKeySecret  string            `toml:"api_key_secret" json:"api_key_secret,omitempty"`
+	HeaderSecrets map[string]string `toml:"header_secrets" json:"header_secrets,omitempty"`
+
+	// Secrets are the values of the org's secrets that APIKeySecret and HeaderSecrets name, by name, set by
+	// the control plane from its store (control.Compose): never encoded, so no answer, print or log of a
+	// config carries them, and the engine never reads the store.
+	Secrets map[string]string `toml:"-" json:"-"`
+}
+
+// envOf returns the environment variable name as pc may read it: a provider of the file any variable, an
+// org's only one of allowed ([control] provider_env). For any other name it is "" and the environment is
+// not read, so nothing built from an org's provider depends on what such a variable holds.
+func (pc *ProviderConfig) envOf(name string, allowed []string) string {
+	if name == "" || (pc.Org != "" && !slices.Contains(allowed, name)) {
+		return ""
+	}
+	return os.Getenv(name)
+}
+
+// apiKey returns the key pc sends upstream as "Bearer <key>" (from its secret or its variable), and
+// whether it has one.
+func (pc *ProviderConfig) apiKey(allowed []string) (string, bool) {
+	switch {
+	case pc.APIKeySecret != "":
+		return pc.Secrets[pc.APIKeySecret], true
+	case pc.APIKeyEnv != "":
+		return pc.envOf(pc.APIKeyEnv, allowed), true
+	}
+	return "", false
+}
+
+// curveKey returns the CURVE secret key of pc's kv_events ("" when it has none or may not read it).
+func (pc *ProviderConfig) curveKey(allowed []string) string {
+	if pc.KVEvents == nil {
+		return ""
+	}
+	return pc.envOf(pc.KVEvents.CurveSecretKeyEnv, allowed)
 }
 
 // KVEventsConfig is a provider's vLLM KV-event stream (docs/architecture.md, "KV-event path").
@@ -628,7 +677,7 @@ func (v *validator) validate(cfg *Config) {
 	v.policy = v.egress(&cfg.Egress)
 	v.self = ownListeners(cfg)
 	v.kvBindPorts = cfg.Egress.KVBindPorts
-	providers := v.providers(cfg.Providers)
+	providers := v.providers(cfg.Providers, cfg.Control.ProviderEnv)
 	v.routes(cfg.Routes, cfg.Providers, providers)
 	v.routingMemory(cfg)
 	v.metricsScrape(&cfg.MetricsScrape)
@@ -728,6 +777,35 @@ func (v *validator) control(c *ControlConfig) {
 		{"targets_per_route", q.TargetsPerRoute}, {"targets", q.Targets}, {"keys", q.Keys}, {"tokens", q.Tokens}} {
 		v.nonNegativeInt("control.quotas."+f.key, f.n)
 	}
+	if c.SecretsKeyEnv != "" && !validEnvName(c.SecretsKeyEnv) {
+		v.addf("control.secrets_key_env", "invalid environment variable name %q", c.SecretsKeyEnv)
+	}
+	for i, name := range c.ProviderEnv {
+		key := fmt.Sprintf("control.provider_env[%d]", i)
+		switch {
+		case !validEnvName(name):
+			v.addf(key, "invalid environment variable name %q", name)
+		case name == c.AdminTokenEnv || name == c.SecretsKeyEnv:
+			// The control plane's own keys: an org's provider naming one would send it to any api_base.
+			v.addf(key, "cannot give %q to orgs: it holds a key of the control plane", name)
+		case slices.Index(c.ProviderEnv, name) < i:
+			v.addf(key, "%q is listed twice", name)
+		}
+	}
+}
+
+// validEnvName reports whether s is a portable environment variable name: letters, digits and '_', not
+// starting with a digit.
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r == '_' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // routingMemory checks that the explicit trie ceilings of the routes, every target counted, fit
@@ -1088,7 +1166,7 @@ func (v *validator) server(s *ServerConfig) {
 }
 
 // providers checks [[providers]] and returns the index of each provider name (its first, if repeated).
-func (v *validator) providers(ps []ProviderConfig) map[string]int {
+func (v *validator) providers(ps []ProviderConfig, allowed []string) map[string]int {
 	byName := make(map[string]int, len(ps))
 	for i := range ps {
 		p := &ps[i]
@@ -1109,9 +1187,7 @@ func (v *validator) providers(ps []ProviderConfig) map[string]int {
 			v.egressURL(key+".api_base", p.APIBase)
 			v.notSelfURL(key+".api_base", p.APIBase)
 		}
-		if p.APIKeyEnv != "" && os.Getenv(p.APIKeyEnv) == "" {
-			v.addf(key+".api_key_env", "environment variable %q is not set or empty", p.APIKeyEnv)
-		}
+		v.providerAuth(key, p, allowed)
 		for _, name := range slices.Sorted(maps.Keys(p.Headers)) {
 			if !validHeaderName(name) {
 				v.addf(key+".headers", "invalid header name %q", name)
@@ -1124,30 +1200,108 @@ func (v *validator) providers(ps []ProviderConfig) map[string]int {
 		}
 		v.positiveInt(key+".max_conns", p.MaxConns)
 		if p.KVEvents != nil {
-			v.kvEvents(key+".kv_events", p.KVEvents, p.Org != "")
+			v.kvEvents(key+".kv_events", p, allowed)
 		}
 		if p.LMCache != nil {
 			v.lmcache(key+".lmcache", p.LMCache)
 		}
 	}
-	v.kvSharedBinds(ps)
+	v.kvSharedBinds(ps, allowed)
 	return byName
 }
 
+// providerAuth checks where provider p's credentials come from: an environment variable (any for the
+// file's providers, one of allowed for an org's), or, for an org's provider, the org's secrets.
+func (v *validator) providerAuth(key string, p *ProviderConfig, allowed []string) {
+	if p.APIKeyEnv != "" {
+		v.providerEnv(key+".api_key_env", p, p.APIKeyEnv, allowed)
+		if p.APIKeySecret != "" {
+			v.addf(key+".api_key_secret", "cannot use both api_key_env and api_key_secret")
+		}
+	}
+	if p.Org == "" {
+		const fileSecrets = "secrets are an org's, set through the control plane; a provider of the file reads api_key_env"
+		if p.APIKeySecret != "" {
+			v.addf(key+".api_key_secret", fileSecrets)
+		}
+		if len(p.HeaderSecrets) > 0 {
+			v.addf(key+".header_secrets", fileSecrets)
+		}
+		return
+	}
+	if p.APIKeySecret != "" {
+		v.secret(key+".api_key_secret", p, p.APIKeySecret)
+	}
+	_, hasKey := p.apiKey(allowed)
+	for _, h := range slices.Sorted(maps.Keys(p.HeaderSecrets)) {
+		hk := key + ".header_secrets"
+		switch {
+		case !validHeaderName(h):
+			v.addf(hk, "invalid header name %q", h)
+		case slices.ContainsFunc(slices.Collect(maps.Keys(p.Headers)), func(o string) bool { return strings.EqualFold(o, h) }):
+			v.addf(hk, "header %q is set by headers too", h)
+		case hasKey && strings.EqualFold(h, "authorization"):
+			v.addf(hk, "header %q is the API key's: use api_key_secret alone", h)
+		default:
+			v.secret(hk, p, p.HeaderSecrets[h])
+		}
+	}
+}
+
+// providerEnv checks the environment variable name that provider p reads. An org's provider naming a
+// variable the operator did not list is refused with one message, the same whether the variable is set or
+// not, and without reading it: an org learns nothing of the gateway's environment.
+func (v *validator) providerEnv(key string, p *ProviderConfig, name string, allowed []string) {
+	if p.Org != "" && !slices.Contains(allowed, name) {
+		v.addf(key, "cannot use environment variable %q: an org's provider reads only the variables of [control] provider_env", name)
+		return
+	}
+	if p.envOf(name, allowed) == "" {
+		v.addf(key, "environment variable %q is not set or empty", name)
+	}
+}
+
+// secret checks that the org of provider p has the secret name, with a value a header can carry. The
+// value never goes into a message.
+func (v *validator) secret(key string, p *ProviderConfig, name string) {
+	val, ok := p.Secrets[name]
+	switch {
+	case !ok:
+		v.addf(key, "no secret %q: set it first with PUT /api/v1/orgs/{org}/secrets/%s", name, name)
+	case !HeaderSafe(val):
+		v.addf(key, "cannot send secret %q in a header: it is empty or holds a control character", name)
+	}
+}
+
+// HeaderSafe reports whether s can be sent as a header value: not empty, and no control character but
+// HTAB (RFC 9110, section 5.5), so a value never ends a header or the request.
+func HeaderSafe(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // kvEvents checks [providers.kv_events] by the subscriber's own rules (kvindex.SubscriberConfig.Validate),
-// so a config that passes `rolter check` is one the subscriber takes. An org's provider (org) is held to
-// more: no ipc:// or inproc:// endpoint (they reach inside the gateway's host and process), and a bind only
-// on a port the operator lists in [egress] kv_bind_ports.
-func (v *validator) kvEvents(key string, kv *KVEventsConfig, org bool) {
-	sc := kv.subscriberConfig()
+// so a config that passes `rolter check` is one the subscriber takes. An org's provider is held to more: no
+// ipc:// or inproc:// endpoint (they reach inside the gateway's host and process), and a bind only on a
+// port the operator lists in [egress] kv_bind_ports.
+func (v *validator) kvEvents(key string, p *ProviderConfig, allowed []string) {
+	kv := p.KVEvents
+	if kv.CurveSecretKeyEnv != "" {
+		v.providerEnv(key+".curve_secret_key_env", p, kv.CurveSecretKeyEnv, allowed)
+	}
+	sc := kv.subscriberConfig(p.curveKey(allowed))
 	// stale_secs is TOML seconds: a value with no time.Duration would convert to whatever the platform
 	// makes of it, so it is refused here and kvindex sees a valid duration.
 	if !validSecs(kv.StaleSecs) {
 		v.addf(key+".stale_secs", "must be a finite number of seconds within ±%.0f, got %v", maxSecs, kv.StaleSecs)
 		sc.StaleAfter = 0
-	}
-	if kv.CurveSecretKeyEnv != "" && sc.CurveSecretKey == "" {
-		v.addf(key+".curve_secret_key_env", "environment variable %q is not set or empty", kv.CurveSecretKeyEnv)
 	}
 	errs := unjoin(sc.Validate())
 	for _, err := range errs {
@@ -1161,7 +1315,7 @@ func (v *validator) kvEvents(key string, kv *KVEventsConfig, org bool) {
 		if kv.ReplayEndpoint != "" {
 			v.egressZMQ(key+".replay_endpoint", kv.ReplayEndpoint)
 		}
-		if org {
+		if p.Org != "" {
 			v.orgKVEndpoints(key, kv)
 		}
 	}
@@ -1174,11 +1328,11 @@ func (v *validator) kvEvents(key string, kv *KVEventsConfig, org bool) {
 // that bind one endpoint share one socket and are told apart by topic, so each needs a distinct non-empty
 // topic and all the same publisher policy. Before, four providers binding one address passed and three
 // retried "address already in use" forever (issue 17).
-func (v *validator) kvSharedBinds(ps []ProviderConfig) {
+func (v *validator) kvSharedBinds(ps []ProviderConfig, allowed []string) {
 	cfgs := make([]*kvindex.SubscriberConfig, len(ps))
 	for i := range ps {
 		if kv := ps[i].KVEvents; kv != nil {
-			sc := kv.subscriberConfig()
+			sc := kv.subscriberConfig(ps[i].curveKey(allowed))
 			cfgs[i] = &sc
 		}
 	}
@@ -1191,8 +1345,9 @@ func (v *validator) kvSharedBinds(ps []ProviderConfig) {
 	}
 }
 
-// subscriberConfig is c as the KV-event subscriber takes it (kvState.source subscribes with the same).
-func (c *KVEventsConfig) subscriberConfig() kvindex.SubscriberConfig {
+// subscriberConfig is c as the KV-event subscriber takes it, with the CURVE secret key curveKey read from
+// the variable c names (ProviderConfig.curveKey); kvState.source subscribes with the same.
+func (c *KVEventsConfig) subscriberConfig(curveKey string) kvindex.SubscriberConfig {
 	sc := kvindex.SubscriberConfig{
 		Endpoint:          c.Endpoint,
 		Topic:             c.Topic,
@@ -1202,9 +1357,7 @@ func (c *KVEventsConfig) subscriberConfig() kvindex.SubscriberConfig {
 		MaxBlocks:         c.MaxBlocks,
 		AllowedPublishers: c.AllowedPublishers,
 		CurveClientKeys:   c.CurveClientKeys,
-	}
-	if c.CurveSecretKeyEnv != "" {
-		sc.CurveSecretKey = os.Getenv(c.CurveSecretKeyEnv)
+		CurveSecretKey:    curveKey,
 	}
 	return sc
 }

@@ -54,9 +54,9 @@ func newKVState(log *slog.Logger) (*kvState, error) {
 	return &kvState{ix: ix, sub: sub, log: log, cancel: cancel, current: map[string]*kvSource{}}, nil
 }
 
-// source returns the subscription of provider name with settings c: the current one when its settings are
+// source returns the subscription of provider name with settings c and CURVE key curveKey: the current one when its settings are
 // the same, else a new one (subscribed at once, under a free id). fresh says it was made now.
-func (kv *kvState) source(name string, c *KVEventsConfig) (src *kvSource, fresh bool, err error) {
+func (kv *kvState) source(name string, c *KVEventsConfig, curveKey string) (src *kvSource, fresh bool, err error) {
 	if cur := kv.current[name]; cur != nil && reflect.DeepEqual(cur.cfg, *c) {
 		return cur, false, nil
 	}
@@ -71,7 +71,7 @@ func (kv *kvState) source(name string, c *KVEventsConfig) (src *kvSource, fresh 
 		return nil, false, fmt.Errorf("at most %d KV-event sources can be live at once (reloads still draining count too)", kvindex.MaxTargets)
 	}
 	// The same conversion the config was validated with: what passed `rolter check` is what runs.
-	st, err := kv.sub.Add(id, c.subscriberConfig())
+	st, err := kv.sub.Add(id, c.subscriberConfig(curveKey))
 	if err != nil {
 		return nil, false, fmt.Errorf("cannot subscribe to the KV events of provider %q: %w", name, err)
 	}

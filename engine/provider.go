@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"reflect"
 	"sort"
 	"strconv"
@@ -83,7 +82,7 @@ type providerSections struct {
 	Breaker       BreakerConfig
 	MetricsScrape ScrapeConfig
 	Egress        egress.Config
-	APIKey        string // the value of api_key_env, read when the config was loaded
+	APIKey        string // the value of api_key_secret or api_key_env, read when the config was loaded
 }
 
 func sectionsOf(pc *ProviderConfig, cfg *Config) providerSections {
@@ -93,9 +92,7 @@ func sectionsOf(pc *ProviderConfig, cfg *Config) providerSections {
 	}
 	// max_ejection_percent is applied to every provider by the snapshot (fleetHealth), not per provider.
 	s.Health.MaxEjectionPercent = 0
-	if pc.APIKeyEnv != "" {
-		s.APIKey = os.Getenv(pc.APIKeyEnv)
-	}
+	s.APIKey, _ = pc.apiKey(cfg.Control.ProviderEnv)
 	return s
 }
 
@@ -142,7 +139,7 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 	if cfg.Health.Enabled {
 		p.checker = newHealthChecker(p, cfg.Health, p.set, env)
 	}
-	if pc.APIKeyEnv != "" {
+	if _, ok := pc.apiKey(cfg.Control.ProviderEnv); ok {
 		p.auth = []byte("Bearer " + wireValue(p.sections.APIKey))
 	}
 	if cfg.MetricsScrape.Enabled {
@@ -153,6 +150,9 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 	}
 	for k, v := range pc.Headers {
 		p.headers = append(p.headers, [2]string{k, wireValue(v)})
+	}
+	for k, name := range pc.HeaderSecrets {
+		p.headers = append(p.headers, [2]string{k, pc.Secrets[name]})
 	}
 	sort.Slice(p.headers, func(a, b int) bool { return p.headers[a][0] < p.headers[b][0] })
 	for _, h := range p.headers {

@@ -227,7 +227,7 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 			if err != nil {
 				return nil, fmt.Errorf("cannot subscribe to the KV events of provider %q: %w", tc.Provider, err)
 			}
-			src, fresh, err := g.kv.source(tc.Provider, kc)
+			src, fresh, err := g.kv.source(tc.Provider, kc, s.providers[tc.Provider].cfg.curveKey(cfg.Control.ProviderEnv))
 			if err != nil {
 				return nil, err
 			}

@@ -162,9 +162,10 @@ func (c *SubscriberConfig) validatePolicy(errs []error) []error {
 		if scheme == "inproc" {
 			errs = append(errs, fmt.Errorf("cannot use curve_secret_key with endpoint %q: inproc connections skip the security handshake", c.Endpoint))
 		}
-		// The key itself never goes into an error: config errors are logged and printed.
+		// Neither the key nor anything about it (its length, which character is wrong) goes into an error:
+		// config errors are logged, printed and answered to the org whose provider names the variable.
 		if _, err := decodeCurveKey(c.CurveSecretKey); err != nil {
-			errs = append(errs, fmt.Errorf("cannot use curve_secret_key: %w", err))
+			errs = append(errs, fmt.Errorf("cannot use curve_secret_key: want %d characters of Z85 (a %d-byte key)", z85KeyLen, curveKeyLen))
 		} else if !curveAvailable() {
 			errs = append(errs, errors.New("cannot use curve_secret_key: this libzmq has no CURVE support (it was built without libsodium)"))
 		}

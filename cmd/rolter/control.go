@@ -35,6 +35,10 @@ func openControl(file *engine.Config, log *slog.Logger) (*controlPlane, *engine.
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := useSecretsKey(store, file.Control.SecretsKeyEnv); err != nil {
+		store.Close()
+		return nil, nil, err
+	}
 	st, err := store.Load(context.Background())
 	if err != nil {
 		store.Close()
@@ -53,6 +57,22 @@ func openControl(file *engine.Config, log *slog.Logger) (*controlPlane, *engine.
 	cp := &controlPlane{store: store, gen: st.Generation, log: log}
 	cp.file.Store(file)
 	return cp, cfg, nil
+}
+
+// useSecretsKey gives the store the key of its org secrets from the environment variable env names ("":
+// secrets are off).
+func useSecretsKey(store *control.Store, env string) error {
+	if env == "" {
+		return nil
+	}
+	key, err := control.ParseSecretsKey(os.Getenv(env))
+	if err == nil {
+		err = store.UseSecretsKey(key)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot read [control] secrets_key_env %q: %w", env, err)
+	}
+	return nil
 }
 
 // start serves /api/v1 and the dashboard (/dashboard/) for gateway g on [control] listen.
