@@ -400,7 +400,7 @@ func DefaultConfig() *Config {
 		Egress:   egress.DefaultConfig(),
 		Control:  ControlConfig{Listen: "127.0.0.1:8081", Store: "rolter.db", AdminTokenEnv: "ROLTER_ADMIN_TOKEN"},
 		Cluster: ClusterConfig{Subject: "rolter", PublishIntervalMs: 20, MaxEntries: 1 << 20, EvidenceTTLSecs: 600,
-			QueueSize: 4096, MaxPeers: 64, MaxPeerInflight: 1024, PeerEvidencePerSec: 20000},
+			QueueSize: 4096, MaxPeers: 64, MaxPeerInflight: 1024, PeerEvidencePerSec: 50000},
 		Trace:   TraceConfig{MaxBytes: 100 << 20, Keep: 5, BlockBytes: capture.DefaultBlockBytes, QueueSize: 4096},
 		Log:     accesslog.DefaultConfig(),
 		Tracing: tracing.DefaultConfig(),
