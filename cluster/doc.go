@@ -116,5 +116,8 @@
 // table, 293 ns per request (37 ns per engine; BenchmarkHeld); Routed of a 96-checkpoint key, 60 ns
 // (BenchmarkRouted/queued), 16 ns when the queue is full; the publisher, 148 ns per record
 // (BenchmarkFlushEvidence); applying a received 32 KiB message, 35-45 ns per checkpoint
-// (BenchmarkApplyEvidence). None of them allocates (allocation_test.go).
+// (BenchmarkApplyEvidence). With a key, verifying a 32 KiB message's envelope is one SHA-256 pass: 30 us
+// here, against 786 us to apply it, both measured while other work shared the 2 vCPUs (BenchmarkOpenEnvelope;
+// the bare path measured the same before and after the envelopes came). None of them allocates
+// (allocation_test.go).
 package cluster
