@@ -25,7 +25,8 @@ import (
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
-// Gateway is what a Cluster needs of the gateway it serves; *engine.Gateway is one.
+// Gateway is what a Cluster needs of the gateway it serves; *engine.Gateway is one. A Gateway that also has
+// MaxConns(func(provider string, n int64)) caps each peer's in-flight claim on a provider at its max_conns.
 type Gateway interface {
 	SetPeers(p engine.Peers)
 	SetPeerLoads(loads map[string]int64)
