@@ -2,7 +2,10 @@
 
 package cluster
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // The request path's contract: Held and Routed allocate nothing, with room in the queue or none; nor does
 // applying a received message.
@@ -49,5 +52,30 @@ func TestApplyEvidenceAllocs(t *testing.T) {
 	})
 	if n != 0 {
 		t.Fatalf("applyEvidence allocates %v times per message; want 0", n)
+	}
+}
+
+// Verifying an envelope (the MAC, the timestamp, the sender's bounds) allocates nothing either, nor does
+// refusing a forged one.
+func TestApplySealedEvidenceAllocs(t *testing.T) {
+	c := newKeyedCluster(testConfig(), 1, testKey)
+	sender := newKeyedCluster(testConfig(), 2, testKey)
+	msg := sender.appendBatchHeader(nil)
+	for i := 0; len(msg) < batchBytes; i++ {
+		msg = appendRecord(msg, uint64(i%8), chain(uint64(i), 32))
+	}
+	ts := time.Now().UnixNano()
+	sender.signers[signPublisher].seal(kindEvidence, msg, ts)
+	forged := append([]byte(nil), msg...)
+	forged[authHeader-1] ^= 1
+	n := testing.AllocsPerRun(100, func() {
+		ts++
+		sender.signers[signPublisher].seal(kindEvidence, msg, ts)
+		if err, ferr := c.applyEvidence(msg), c.applyEvidence(forged); err != nil || refusalOf(ferr) != refuseBadMAC {
+			t.Fatalf("wrong verdict: %v, forged %v", err, ferr)
+		}
+	})
+	if n != 0 {
+		t.Fatalf("applyEvidence of an envelope allocates %v times per message; want 0", n)
 	}
 }

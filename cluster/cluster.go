@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -24,7 +25,8 @@ import (
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
-// Gateway is what a Cluster needs of the gateway it serves; *engine.Gateway is one.
+// Gateway is what a Cluster needs of the gateway it serves; *engine.Gateway is one. A Gateway that also has
+// MaxConns(func(provider string, n int64)) caps each peer's in-flight claim on a provider at its max_conns.
 type Gateway interface {
 	SetPeers(p engine.Peers)
 	SetPeerLoads(loads map[string]int64)
@@ -115,10 +117,24 @@ type Cluster struct {
 	reconnectLogged atomic.Bool
 	lastWarn        atomic.Int64 // unix nanoseconds of the last message-caused warning
 
+	// With a shared key: the MACs of the publisher and of each subscription's handler (each has its own,
+	// a hash is not safe for concurrent use); all nil without one.
+	signers [numKinds + 1]*signer
+	// evPeers is the evidence handler's own: each sender's last timestamp and rate bucket.
+	evPeers         *evidencePeers
+	maxPeerInflight int64
+	refused         [numRefusals]atomic.Uint64
+	authLogged      atomic.Bool // the servers' refusal of the credentials was logged since the last connect
+
 	// Owned by the publisher goroutine.
 	batch  []byte
+	hdr    int   // the batch header's bytes: envelope or version byte, then the replica id
+	lastTS int64 // the last envelope's timestamp, for strictly increasing ones
 	recent [dedupSlots]uint64
 }
+
+// The signers' slots: one per kind for its handler, and the publisher's.
+const signPublisher = numKinds
 
 // record is one Routed call: an engine and the checkpoints of the key sent to it.
 type record struct {
@@ -141,6 +157,9 @@ type Stats struct {
 	Malformed                      uint64 // messages dropped
 	PublishFailed                  uint64 // messages not sent (NATS down, or refused)
 	SlowConsumer                   uint64 // messages nats.go dropped because a handler fell behind
+	// Refused counts the messages (and in-flight claims, inflight_capped) refused by reason: unauthenticated,
+	// bad_mac, stale, replayed, too_many_peers, rate_limited, inflight_capped.
+	Refused map[string]uint64
 }
 
 // Start connects the gateway to the other replicas: it installs itself as g's Peers, publishes g's routed
@@ -162,10 +181,24 @@ func Start(cfg engine.ClusterConfig, egressCfg egress.Config, g Gateway, log *sl
 	if log == nil {
 		log = slog.Default()
 	}
+	var key []byte
+	if cfg.KeyEnv != "" {
+		if key = []byte(os.Getenv(cfg.KeyEnv)); len(key) < engine.MinClusterKeyBytes {
+			return nil, fmt.Errorf("cannot start cluster: environment variable %s must hold a key of at least %d bytes",
+				cfg.KeyEnv, engine.MinClusterKeyBytes)
+		}
+	}
+	auth, err := natsAuth(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot start cluster: %w", err)
+	}
 	var idb [8]byte
 	_, _ = crand.Read(idb[:]) // never fails (crypto/rand, Go 1.24)
-	c := newCluster(cfg, g, binary.LittleEndian.Uint64(idb[:]))
+	c := newCluster(cfg, g, binary.LittleEndian.Uint64(idb[:]), key)
 	c.log = log.With("component", "cluster", "replica", c.name)
+	if key == nil {
+		c.log.Warn("cluster messages are not authenticated: any client that can publish on the subject can steer routing; set [cluster] key_env")
+	}
 
 	dialer := natsDialer{d: &egress.Dialer{Policy: policy}, timeout: dialTimeout}
 	if cg, ok := g.(interface {
@@ -174,7 +207,7 @@ func Start(cfg engine.ClusterConfig, egressCfg egress.Config, g Gateway, log *sl
 		// A real gateway's dialer also counts what it refuses (rolter_egress_refused_total{use="cluster"}).
 		dialer.d = cg.ClusterDialer(policy)
 	}
-	c.nc, err = nats.Connect(cfg.NATSURL,
+	opts := append([]nats.Option{
 		nats.Name(c.name),
 		nats.NoEcho(),
 		nats.RetryOnFailedConnect(true),
@@ -195,12 +228,13 @@ func Start(cfg engine.ClusterConfig, egressCfg egress.Config, g Gateway, log *sl
 		nats.ReconnectHandler(c.onReconnect),
 		nats.ReconnectErrHandler(c.onReconnectErr),
 		nats.ErrorHandler(c.onAsyncError),
-	)
+	}, auth...)
+	c.nc, err = nats.Connect(cfg.NATSURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to NATS %q: %w", redact(cfg.NATSURL), err)
 	}
 	c.send = c.publish
-	c.loads.setKnown(c.ownInflight()) // before the first load message arrives
+	c.loads.setKnown(c.claimCaps(c.ownInflight())) // before the first load message arrives
 	handlers := [numKinds]nats.MsgHandler{kindEvidence: c.onEvidence, kindLoad: c.onLoad}
 	for k, h := range handlers {
 		s, err := c.nc.Subscribe(c.subjects[k], h)
@@ -218,8 +252,35 @@ func Start(cfg engine.ClusterConfig, egressCfg egress.Config, g Gateway, log *sl
 	c.wg.Add(1)
 	go c.run()
 	c.log.Info("cluster started", "nats_url", redact(cfg.NATSURL), "subject", cfg.Subject, "connected", c.nc.IsConnected(),
-		"evidence_slots", c.table.size())
+		"evidence_slots", c.table.size(), "authenticated", key != nil)
 	return c, nil
+}
+
+// natsAuth returns the options that present [cluster]'s NATS credentials and TLS files (the validator has
+// checked them; this reads them).
+func natsAuth(cfg engine.ClusterConfig) ([]nats.Option, error) {
+	var opts []nats.Option
+	switch {
+	case cfg.UserEnv != "" || cfg.PasswordEnv != "":
+		opts = append(opts, nats.UserInfo(os.Getenv(cfg.UserEnv), os.Getenv(cfg.PasswordEnv)))
+	case cfg.TokenEnv != "":
+		opts = append(opts, nats.Token(os.Getenv(cfg.TokenEnv)))
+	case cfg.NKeySeedFile != "":
+		o, err := nats.NkeyOptionFromSeed(cfg.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("cannot use nkey_seed_file %q: %w", cfg.NKeySeedFile, err)
+		}
+		opts = append(opts, o)
+	case cfg.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.TLSCAFile != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLSCAFile))
+	}
+	if cfg.TLSCertFile != "" {
+		opts = append(opts, nats.ClientCert(cfg.TLSCertFile, cfg.TLSKeyFile))
+	}
+	return opts, nil
 }
 
 // redact returns a comma-separated list of URLs with any password masked. The config refuses credentials
@@ -252,28 +313,48 @@ func withDefaults(cfg engine.ClusterConfig) engine.ClusterConfig {
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = d.QueueSize
 	}
+	if cfg.MaxPeers <= 0 {
+		cfg.MaxPeers = d.MaxPeers
+	}
+	if cfg.MaxPeerInflight <= 0 {
+		cfg.MaxPeerInflight = d.MaxPeerInflight
+	}
+	if cfg.PeerEvidencePerSec <= 0 {
+		cfg.PeerEvidencePerSec = d.PeerEvidencePerSec
+	}
 	return cfg
 }
 
-// newCluster builds a Cluster without NATS or goroutines (Start adds them; tests use it alone).
-func newCluster(cfg engine.ClusterConfig, g Gateway, id uint64) *Cluster {
+// newCluster builds a Cluster without NATS or goroutines (Start adds them; tests use it alone); key is the
+// shared key, nil for none. Zero bounds take engine.DefaultConfig's.
+func newCluster(cfg engine.ClusterConfig, g Gateway, id uint64, key []byte) *Cluster {
+	cfg = withDefaults(cfg)
 	interval := time.Duration(cfg.PublishIntervalMs) * time.Millisecond
+	// A peer is forgotten after three intervals without a word, and never sooner than a second: one lost
+	// message must not zero its load.
+	maxAge := max(3*interval, time.Second)
 	c := &Cluster{
-		g:        g,
-		log:      slog.Default(),
-		id:       id,
-		name:     "rolter-" + hex.EncodeToString(binary.BigEndian.AppendUint64(nil, id)),
-		interval: interval,
-		subjects: [numKinds]string{cfg.Subject + ".evidence", cfg.Subject + ".load"},
-		table:    newTable(cfg.MaxEntries, time.Duration(cfg.EvidenceTTLSecs*float64(time.Second))),
-		// A peer is forgotten after three intervals without a word, and never sooner than a second: one
-		// lost message must not zero its load.
-		loads: newPeerLoads(g.SetPeerLoads, max(3*interval, time.Second)),
-		queue: make(chan record, cfg.QueueSize),
-		kick:  make(chan struct{}, 1),
-		batch: make([]byte, 0, batchBytes+maxRecordBytes),
+		g:               g,
+		log:             slog.Default(),
+		id:              id,
+		name:            "rolter-" + hex.EncodeToString(binary.BigEndian.AppendUint64(nil, id)),
+		interval:        interval,
+		subjects:        [numKinds]string{cfg.Subject + ".evidence", cfg.Subject + ".load"},
+		table:           newTable(cfg.MaxEntries, time.Duration(cfg.EvidenceTTLSecs*float64(time.Second))),
+		loads:           newPeerLoads(g.SetPeerLoads, maxAge, cfg.MaxPeers),
+		evPeers:         newEvidencePeers(cfg.MaxPeers, maxAge, float64(cfg.PeerEvidencePerSec)),
+		maxPeerInflight: int64(cfg.MaxPeerInflight),
+		queue:           make(chan record, cfg.QueueSize),
+		kick:            make(chan struct{}, 1),
+		batch:           make([]byte, 0, authHeader+batchBytes+maxRecordBytes),
 	}
-	c.batch = appendHeader(c.batch, c.id)
+	if key != nil {
+		for i := range c.signers {
+			c.signers[i] = newSigner(key, c.subjects)
+		}
+	}
+	c.batch = c.appendBatchHeader(c.batch)
+	c.hdr = len(c.batch)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c
 }
@@ -360,7 +441,16 @@ func (c *Cluster) Stats() Stats {
 		Malformed:        c.dropped[dropMalformed].Load(),
 		PublishFailed:    c.dropped[dropPublishFailed].Load(),
 		SlowConsumer:     c.slowConsumer(),
+		Refused:          c.refusedCounts(),
 	}
+}
+
+func (c *Cluster) refusedCounts() map[string]uint64 {
+	m := make(map[string]uint64, numRefusals)
+	for r := range numRefusals {
+		m[refusalNames[r]] = c.refused[r].Load()
+	}
+	return m
 }
 
 // connected reports whether the NATS connection is up.
@@ -398,6 +488,9 @@ func (c *Cluster) registerMetrics() {
 		s.CounterFunc(telemetry.ClusterDropped, `reason="`+dropNames[d]+`"`, c.dropped[d].Load)
 	}
 	s.CounterFunc(telemetry.ClusterDropped, `reason="slow_consumer"`, c.slowConsumer)
+	for r := range numRefusals {
+		s.CounterFunc(telemetry.ClusterRefused, `reason="`+refusalNames[r]+`"`, c.refused[r].Load)
+	}
 	s.Register()
 	c.set = s
 }
@@ -462,7 +555,7 @@ func (c *Cluster) addRecord(r *record) {
 		return
 	}
 	*d = k
-	if len(c.batch)+recordBytes(n) > batchBytes {
+	if len(c.batch)-c.hdr+recordBytes(n) > batchBytes {
 		c.sendBatch()
 	}
 	c.batch = appendRecord(c.batch, r.engine, r.cps[:n])
@@ -470,11 +563,33 @@ func (c *Cluster) addRecord(r *record) {
 
 // sendBatch sends the batch if it holds a record and starts the next.
 func (c *Cluster) sendBatch() {
-	if len(c.batch) <= headerBytes {
+	if len(c.batch) <= c.hdr {
 		return
 	}
+	c.seal(kindEvidence, c.batch)
 	c.sendMsg(kindEvidence, c.batch)
-	c.batch = appendHeader(c.batch[:0], c.id)
+	c.batch = c.appendBatchHeader(c.batch[:0])
+}
+
+// appendBatchHeader appends an evidence message's header: the envelope's room (auth.go) and the replica
+// id with a key, the bare header without.
+func (c *Cluster) appendBatchHeader(b []byte) []byte {
+	if c.signers[signPublisher] == nil {
+		return appendHeader(b, c.id)
+	}
+	b = append(b, make([]byte, authHeader)...)
+	return binary.LittleEndian.AppendUint64(b, c.id)
+}
+
+// seal stamps an envelope (with a key; without one it does nothing) with the next timestamp, strictly
+// after the last so that a receiver can refuse replays, and its MAC.
+func (c *Cluster) seal(kind int, msg []byte) {
+	s := c.signers[signPublisher]
+	if s == nil {
+		return
+	}
+	c.lastTS = max(time.Now().UnixNano(), c.lastTS+1)
+	s.seal(kind, msg, c.lastTS)
 }
 
 // publishLoad sends this gateway's in-flight count per provider, and refreshes the provider names the
@@ -482,12 +597,33 @@ func (c *Cluster) sendBatch() {
 func (c *Cluster) publishLoad() {
 	own := c.ownInflight()
 	msg, err := json.Marshal(loadMessage{ID: c.name, Inflight: own})
-	c.loads.setKnown(own)
+	c.loads.setKnown(c.claimCaps(own))
 	if err != nil {
 		c.warn("cannot encode the load message", "err", err)
 		return
 	}
+	if c.signers[signPublisher] != nil {
+		msg = append(make([]byte, authHeader, authHeader+len(msg)), msg...)
+		c.seal(kindLoad, msg)
+	}
 	c.sendMsg(kindLoad, msg)
+}
+
+// claimCaps turns the gateway's own in-flight by provider into the most one peer may claim on each:
+// max_peer_inflight, or the provider's max_conns when lower (a replica of the same config cannot have
+// more in flight). It reuses own.
+func (c *Cluster) claimCaps(own map[string]int64) map[string]int64 {
+	for name := range own {
+		own[name] = c.maxPeerInflight
+	}
+	if mc, ok := c.g.(interface{ MaxConns(func(string, int64)) }); ok {
+		mc.MaxConns(func(name string, n int64) {
+			if v, ok := own[name]; ok && n > 0 && n < v {
+				own[name] = n
+			}
+		})
+	}
+	return own
 }
 
 // ownInflight returns the gateway's in-flight count per provider, within a load message's bounds.
@@ -530,24 +666,53 @@ func (c *Cluster) onEvidence(m *nats.Msg) {
 	defer c.recoverMsg(kindEvidence)
 	if err := c.applyEvidence(m.Data); err != nil {
 		c.received[kindEvidence].Add(1)
-		c.dropped[dropMalformed].Add(1)
-		c.warn("dropped a malformed message", "kind", "evidence", "bytes", len(m.Data), "err", err)
+		c.dropMsg(kindEvidence, len(m.Data), err)
 	}
 }
 
-// applyEvidence inserts every checkpoint of a well-formed evidence message from a peer into the table,
-// stamped now, then counts it received: whoever reads the count finds the evidence in the table. A replica's
-// own messages (it hears its subject too) are neither applied nor counted; a malformed message inserts
-// nothing. It does not allocate.
+// dropMsg counts a message refused or malformed, and warns (rate-limited).
+func (c *Cluster) dropMsg(kind, bytes int, err error) {
+	if r := refusalOf(err); r >= 0 {
+		c.refused[r].Add(1)
+		c.warn("refused a message", "kind", kindNames[kind], "bytes", bytes, "reason", refusalNames[r])
+		return
+	}
+	c.dropped[dropMalformed].Add(1)
+	c.warn("dropped a malformed message", "kind", kindNames[kind], "bytes", bytes, "err", err)
+}
+
+// applyEvidence checks an evidence message from a peer (its envelope with a key, its shape, its sender's
+// bounds) and inserts every checkpoint into the table, stamped now, then counts it received: whoever reads
+// the count finds the evidence in the table. A replica's own messages (it hears its subject too) are
+// neither applied nor counted; a refused or malformed message inserts nothing. It does not allocate, but
+// for a sender's first message.
 func (c *Cluster) applyEvidence(msg []byte) error {
-	from, recs, err := parseEvidence(msg)
+	now := time.Now()
+	ts, body, err := c.open(kindEvidence, msg, now)
+	if err != nil {
+		return err
+	}
+	from, recs, err := parseEvidenceBody(body)
 	if err != nil {
 		return err
 	}
 	if from == c.id {
 		return nil
 	}
-	now := c.table.now()
+	p := c.evPeers.admit(from, now)
+	if p == nil {
+		return refusals[refuseTooManyPeers]
+	}
+	if ts != 0 {
+		if ts <= p.lastTS {
+			return refusals[refuseReplayed]
+		}
+		p.lastTS = ts
+	}
+	if !p.bucket.take(countRecords(recs), c.evPeers.rate, now) {
+		return refusals[refuseRateLimited]
+	}
+	stamp := c.table.now()
 	r := recordReader{recs}
 	for {
 		engine, cps, ok := r.next()
@@ -557,9 +722,28 @@ func (c *Cluster) applyEvidence(msg []byte) error {
 		}
 		ek := engineKey(engine)
 		for i := 0; i+8 <= len(cps); i += 8 {
-			c.table.insert(entryKey(binary.LittleEndian.Uint64(cps[i:]), ek), now)
+			c.table.insert(entryKey(binary.LittleEndian.Uint64(cps[i:]), ek), stamp)
 		}
 	}
+}
+
+// open returns the body of a message of kind and its envelope's timestamp: with a key, what a valid
+// envelope holds; without one, a bare message as it is (an evidence message past its version byte), with
+// timestamp 0, and an envelope is refused (bad_mac: it cannot be checked).
+func (c *Cluster) open(kind int, msg []byte, now time.Time) (ts int64, body []byte, err error) {
+	if s := c.signers[kind]; s != nil {
+		return s.open(kind, msg, now)
+	}
+	if len(msg) > 0 && msg[0] == authVersion {
+		return 0, nil, refusals[refuseBadMAC]
+	}
+	if kind == kindEvidence {
+		if len(msg) == 0 || msg[0] != evidenceVersion {
+			return 0, nil, errVersion
+		}
+		return 0, msg[1:], nil
+	}
+	return 0, msg, nil
 }
 
 // onLoad is the load subscription's handler.
@@ -570,20 +754,43 @@ func (c *Cluster) onLoad(m *nats.Msg) {
 		return
 	}
 	defer c.recoverMsg(kindLoad)
-	lm, err := decodeLoad(m.Data)
-	if err != nil {
+	if err := c.applyLoad(m.Data); err != nil {
 		c.received[kindLoad].Add(1)
-		c.dropped[dropMalformed].Add(1)
-		c.warn("dropped a malformed message", "kind", "load", "bytes", len(m.Data), "err", err)
-		return
+		c.dropMsg(kindLoad, len(m.Data), err)
+	}
+}
+
+// applyLoad checks a load message from a peer and updates the peers' loads with it, its claims cut to
+// their caps, then counts it received. A replica's own messages are neither applied nor counted.
+func (c *Cluster) applyLoad(msg []byte) error {
+	now := time.Now()
+	ts, body, err := c.open(kindLoad, msg, now)
+	if err != nil {
+		return err
+	}
+	lm, err := decodeLoad(body)
+	if err != nil {
+		return err
 	}
 	if lm.ID == c.name {
-		return // its own
+		return nil // its own
 	}
-	if c.loads.update(lm, time.Now()) {
-		c.log.Warn("ignoring the in-flight counts of peer replicas beyond the limit", "max_peers", maxPeers)
+	r := c.loads.update(lm, ts, now)
+	if r.firstTooMany {
+		c.log.Warn("ignoring the in-flight counts of peer replicas beyond the limit", "max_peers", c.loads.maxPeers)
+	}
+	if r.capped > 0 {
+		c.refused[refuseInflightCapped].Add(uint64(r.capped))
+		c.warn("cut a peer's in-flight claims to their caps", "peer", lm.ID, "claims", r.capped)
+	}
+	switch {
+	case r.tooMany:
+		return refusals[refuseTooManyPeers]
+	case r.replayed:
+		return refusals[refuseReplayed]
 	}
 	c.received[kindLoad].Add(1)
+	return nil
 }
 
 // recoverMsg turns a panic while handling a message into a malformed drop: a message must not end the
@@ -609,6 +816,7 @@ func (c *Cluster) warn(msg string, args ...any) {
 
 func (c *Cluster) onConnect(nc *nats.Conn) {
 	c.reconnectLogged.Store(false)
+	c.authLogged.Store(false)
 	c.log.Info("connected to NATS: sharing routing evidence with peer replicas", "url", nc.ConnectedUrlRedacted())
 }
 
@@ -619,10 +827,15 @@ func (c *Cluster) onDisconnect(_ *nats.Conn, err error) {
 
 func (c *Cluster) onReconnect(nc *nats.Conn) {
 	c.reconnectLogged.Store(false)
+	c.authLogged.Store(false)
 	c.log.Info("reconnected to NATS: sharing routing evidence again", "url", nc.ConnectedUrlRedacted())
 }
 
 func (c *Cluster) onReconnectErr(_ *nats.Conn, err error) {
+	if isAuthError(err) {
+		c.logAuthError(err)
+		return
+	}
 	if !c.reconnectLogged.Swap(true) {
 		c.log.Warn("cannot reach NATS: routing on local evidence, retrying in the background", "err", err)
 		return
@@ -630,7 +843,28 @@ func (c *Cluster) onReconnectErr(_ *nats.Conn, err error) {
 	c.log.Debug("cannot reach NATS", "err", err)
 }
 
+// isAuthError reports whether NATS refused the credentials this replica presented (or presented none).
+func isAuthError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
+		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired)
+}
+
+// logAuthError logs once per transition that the servers refuse this replica: it keeps trying (the
+// operator may fix the server's side), but a wrong credential must not look like a network problem.
+func (c *Cluster) logAuthError(err error) {
+	if !c.authLogged.Swap(true) {
+		c.log.Error("NATS refuses this replica's credentials ([cluster] user_env/password_env, token_env, "+
+			"nkey_seed_file or creds_file): routing on local evidence, retrying in the background", "err", err)
+		return
+	}
+	c.log.Debug("NATS refuses this replica's credentials", "err", err)
+}
+
 func (c *Cluster) onAsyncError(_ *nats.Conn, s *nats.Subscription, err error) {
+	if isAuthError(err) {
+		c.logAuthError(err)
+		return
+	}
 	subject := ""
 	if s != nil {
 		subject = s.Subject

@@ -667,7 +667,7 @@ func TestMalformedMessages(t *testing.T) {
 	for _, m := range []struct{ subject, data string }{
 		{"t.evidence", ""},
 		{"t.evidence", "\x01short"},
-		{"t.evidence", "\x02" + strings.Repeat("x", 100)},
+		{"t.evidence", "\x03" + strings.Repeat("x", 100)}, // another version (2 is the authenticated envelope)
 		{"t.evidence", "\x01" + strings.Repeat("\xff", 100)},
 		{"t.load", "{"},
 		{"t.load", `{"id":"x","inflight":{"p0":-5}}`},

@@ -3,6 +3,7 @@ package cluster
 import (
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rolter-ai/rolter/internal/mix"
 )
@@ -117,11 +118,12 @@ func BenchmarkRouted(b *testing.B) {
 func BenchmarkApplyEvidence(b *testing.B) {
 	cfg := testConfig()
 	cfg.MaxEntries = 1 << 20
+	cfg.PeerEvidencePerSec = 1 << 20 // the insert's cost, not the senders' rate limit
 	c := newTestCluster(cfg)
 	msgs := make([][]byte, 64)
 	cpsPerMsg := 0
 	for m := range msgs {
-		msg := appendHeader(nil, 2)
+		msg := appendHeader(nil, uint64(m+2)) // 64 senders
 		cpsPerMsg = 0
 		for i := 0; len(msg)+recordBytes(32) <= batchBytes; i++ {
 			msg = appendRecord(msg, uint64(i%8), chain(uint64(m<<16+i), 32))
@@ -137,6 +139,25 @@ func BenchmarkApplyEvidence(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(cpsPerMsg), "ns/checkpoint")
+}
+
+// BenchmarkOpenEnvelope is what a key adds on the receiving side: verifying the MAC and timestamp of one
+// 32 KiB evidence message.
+func BenchmarkOpenEnvelope(b *testing.B) {
+	sender := newKeyedCluster(testConfig(), 2, testKey)
+	msg := sender.appendBatchHeader(nil)
+	for i := 0; len(msg)+recordBytes(32) <= authHeader+batchBytes; i++ {
+		msg = appendRecord(msg, uint64(i%8), chain(uint64(i), 32))
+	}
+	sender.signers[signPublisher].seal(kindEvidence, msg, time.Now().UnixNano())
+	s := newSigner(testKey, sender.subjects)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(msg)))
+	for b.Loop() {
+		if _, _, err := s.open(kindEvidence, msg, time.Now()); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // BenchmarkFlushEvidence is the publisher's cost per record: dequeue, dedup, encode (96 checkpoints).

@@ -14,7 +14,8 @@ func TestEvidenceFlood(t *testing.T) {
 	// its 4096 slots and its heap does not grow with the flood.
 	ns := natstest.New(t)
 	cfg := engine.ClusterConfig{NATSURL: ns.URL(), Subject: "flood", PublishIntervalMs: 20, MaxEntries: 4096,
-		EvidenceTTLSecs: 600, QueueSize: 4096}
+		EvidenceTTLSecs: 600, QueueSize: 4096,
+		PeerEvidencePerSec: 1 << 20} // the table's bound under test, not the sender's rate
 	start := func() *Cluster {
 		c, err := Start(cfg, egress.DefaultConfig(), nopGateway{}, quietLog)
 		if err != nil {

@@ -21,7 +21,7 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // newTestCluster is a Cluster without NATS, goroutines or logs, id 1.
 func newTestCluster(cfg engine.ClusterConfig) *Cluster {
-	c := newCluster(cfg, nopGateway{}, 1)
+	c := newCluster(cfg, nopGateway{}, 1, nil)
 	c.log = quietLog
 	return c
 }
@@ -98,7 +98,7 @@ func TestRoutedDoesNotKeepCps(t *testing.T) {
 func TestFlushEvidence(t *testing.T) {
 	cfg := testConfig()
 	cfg.QueueSize = 1024
-	c := newCluster(cfg, nopGateway{}, 77)
+	c := newCluster(cfg, nopGateway{}, 77, nil)
 	c.log = quietLog
 	var s sentMessages
 	c.setSend(s.send)

@@ -57,7 +57,7 @@ func appendRecord(b []byte, engine uint64, cps []uint64) []byte {
 	return b
 }
 
-// parseEvidence checks a whole evidence message and returns its sender and its records, for a
+// parseEvidence checks a whole bare evidence message and returns its sender and its records, for a
 // recordReader. It reads msg once and does not allocate; recs aliases msg.
 func parseEvidence(msg []byte) (from uint64, recs []byte, err error) {
 	if len(msg) < headerBytes+recordBytes(1) || len(msg) > maxEvidenceBytes {
@@ -66,7 +66,16 @@ func parseEvidence(msg []byte) (from uint64, recs []byte, err error) {
 	if msg[0] != evidenceVersion {
 		return 0, nil, errVersion
 	}
-	from, recs = binary.LittleEndian.Uint64(msg[1:]), msg[headerBytes:]
+	return parseEvidenceBody(msg[1:])
+}
+
+// parseEvidenceBody checks an evidence message's body, what follows its version byte (bare) or its
+// envelope (auth.go): the sender's replica id and the records.
+func parseEvidenceBody(body []byte) (from uint64, recs []byte, err error) {
+	if len(body) < 8+recordBytes(1) || len(body) > maxEvidenceBytes {
+		return 0, nil, errSize
+	}
+	from, recs = binary.LittleEndian.Uint64(body), body[8:]
 	for b := recs; len(b) > 0; {
 		if len(b) < 9 {
 			return 0, nil, errTruncated

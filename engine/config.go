@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math"
 	"net"
@@ -193,7 +196,35 @@ type ClusterConfig struct {
 	// QueueSize bounds the requests' evidence waiting to be published (784 bytes each); a full queue drops
 	// (and counts) it.
 	QueueSize int `toml:"queue_size" json:"queue_size"`
+
+	// KeyEnv names the environment variable holding the fleet's shared key (at least 32 bytes): every
+	// message carries an HMAC-SHA256 of it with a timestamp, and a message without a valid one is refused.
+	// Required unless every nats_url is on loopback: any client that can publish on the subject could
+	// otherwise steer routing.
+	KeyEnv string `toml:"key_env" json:"key_env"`
+	// NATS's own authentication, from the environment or from files, never in this file: at most one of
+	// user_env with password_env, token_env, nkey_seed_file and creds_file.
+	UserEnv      string `toml:"user_env" json:"user_env"`
+	PasswordEnv  string `toml:"password_env" json:"password_env"`
+	TokenEnv     string `toml:"token_env" json:"token_env"`
+	NKeySeedFile string `toml:"nkey_seed_file" json:"nkey_seed_file"`
+	CredsFile    string `toml:"creds_file" json:"creds_file"`
+	// TLS: the CA that signs the servers' certificates (else the system's roots), and a client certificate
+	// and key for a server that verifies its clients. tls:// URLs, or any of these, turn TLS on.
+	TLSCAFile   string `toml:"tls_ca_file" json:"tls_ca_file"`
+	TLSCertFile string `toml:"tls_cert_file" json:"tls_cert_file"`
+	TLSKeyFile  string `toml:"tls_key_file" json:"tls_key_file"`
+
+	// What one peer replica can claim, however authenticated: the peers remembered, a peer's in-flight
+	// count per provider (also at most the provider's max_conns), and the evidence records a peer may send
+	// per second (a token bucket holding a second's worth). What goes over is refused and counted.
+	MaxPeers           int `toml:"max_peers" json:"max_peers"`
+	MaxPeerInflight    int `toml:"max_peer_inflight" json:"max_peer_inflight"`
+	PeerEvidencePerSec int `toml:"peer_evidence_per_sec" json:"peer_evidence_per_sec"`
 }
+
+// MinClusterKeyBytes is the shortest [cluster] key accepted.
+const MinClusterKeyBytes = 32
 
 // DocsConfig is [docs]: where the product's documentation is served, for the dashboard's links ("" =
 // no links).
@@ -476,7 +507,7 @@ func DefaultConfig() *Config {
 		Control: ControlConfig{Listen: "127.0.0.1:8081", Store: "rolter.db", AdminTokenEnv: "ROLTER_ADMIN_TOKEN",
 			MaxConns: 64, ReadTimeoutSecs: 10, WriteTimeoutSecs: 60, IdleTimeoutSecs: 60, Quotas: DefaultQuotas},
 		Cluster: ClusterConfig{Subject: "rolter", PublishIntervalMs: 20, MaxEntries: 1 << 20, EvidenceTTLSecs: 600,
-			QueueSize: 4096},
+			QueueSize: 4096, MaxPeers: 64, MaxPeerInflight: 1024, PeerEvidencePerSec: 50000},
 		Trace:   TraceConfig{MaxBytes: 100 << 20, Keep: 5, BlockBytes: capture.DefaultBlockBytes, QueueSize: 4096},
 		Log:     accesslog.DefaultConfig(),
 		Tracing: tracing.DefaultConfig(),
@@ -917,6 +948,113 @@ func (v *validator) cluster(c *ClusterConfig) {
 	if c.QueueSize < 1 || c.QueueSize > 1<<16 {
 		v.addf("cluster.queue_size", "must be between 1 and 65536, got %d", c.QueueSize)
 	}
+	if c.MaxPeers < 1 || c.MaxPeers > 1024 {
+		v.addf("cluster.max_peers", "must be between 1 and 1024, got %d", c.MaxPeers)
+	}
+	if c.MaxPeerInflight < 1 || c.MaxPeerInflight > 1<<24 {
+		v.addf("cluster.max_peer_inflight", "must be between 1 and 16777216, got %d", c.MaxPeerInflight)
+	}
+	if c.PeerEvidencePerSec < 1 || c.PeerEvidencePerSec > 1<<20 {
+		v.addf("cluster.peer_evidence_per_sec", "must be between 1 and 1048576, got %d", c.PeerEvidencePerSec)
+	}
+	v.clusterKey(c)
+	v.clusterAuth(c)
+}
+
+// clusterKey checks the shared key's variable, and that there is one unless NATS is on loopback only.
+func (v *validator) clusterKey(c *ClusterConfig) {
+	if c.KeyEnv == "" {
+		if !loopbackURLs(c.NATSURL) {
+			v.addf("cluster.key_env", "missing: a nats_url off loopback needs a shared key to authenticate the replicas' messages")
+		}
+		return
+	}
+	if k := os.Getenv(c.KeyEnv); len(k) < MinClusterKeyBytes {
+		v.addf("cluster.key_env", "environment variable %s must hold a key of at least %d bytes", c.KeyEnv, MinClusterKeyBytes)
+	}
+}
+
+// clusterAuth checks the NATS credentials: their variables are set, their files readable, and one kind at
+// most is given.
+func (v *validator) clusterAuth(c *ClusterConfig) {
+	kinds := 0
+	if c.UserEnv != "" || c.PasswordEnv != "" {
+		kinds++
+		if c.UserEnv == "" || c.PasswordEnv == "" {
+			v.addf("cluster.user_env", "user_env and password_env go together")
+		}
+		v.envSet("cluster.user_env", c.UserEnv)
+		v.envSet("cluster.password_env", c.PasswordEnv)
+	}
+	if c.TokenEnv != "" {
+		kinds++
+		v.envSet("cluster.token_env", c.TokenEnv)
+	}
+	for _, f := range []struct{ key, path string }{
+		{"cluster.nkey_seed_file", c.NKeySeedFile}, {"cluster.creds_file", c.CredsFile},
+	} {
+		if f.path != "" {
+			kinds++
+			v.readable(f.key, f.path)
+		}
+	}
+	if kinds > 1 {
+		v.addf("cluster", "cannot use more than one of user_env/password_env, token_env, nkey_seed_file and creds_file")
+	}
+	if c.TLSCAFile != "" {
+		if pem, ok := v.readable("cluster.tls_ca_file", c.TLSCAFile); ok && !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			v.addf("cluster.tls_ca_file", "cannot use %q: no PEM certificate in it", c.TLSCAFile)
+		}
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		v.addf("cluster.tls_cert_file", "tls_cert_file and tls_key_file go together")
+		return
+	}
+	if c.TLSCertFile != "" {
+		_, okCert := v.readable("cluster.tls_cert_file", c.TLSCertFile)
+		_, okKey := v.readable("cluster.tls_key_file", c.TLSKeyFile)
+		if okCert && okKey {
+			if _, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile); err != nil {
+				v.addf("cluster.tls_cert_file", "cannot load the client certificate %q: %s", c.TLSCertFile, err)
+			}
+		}
+	}
+}
+
+// envSet checks that the environment variable name, when given, is set and not empty.
+func (v *validator) envSet(key, name string) {
+	if name != "" && os.Getenv(name) == "" {
+		v.addf(key, "environment variable %s is empty or not set", name)
+	}
+}
+
+// readable reads a file the config names, reporting it when it cannot.
+func (v *validator) readable(key, path string) ([]byte, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		v.addf(key, "cannot read %q: %s", path, err)
+		return nil, false
+	}
+	return b, true
+}
+
+// loopbackURLs reports whether every URL of a comma-separated list has a loopback host.
+func loopbackURLs(urls string) bool {
+	for _, raw := range strings.Split(urls, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil {
+			return false
+		}
+		h := u.Hostname()
+		if ip := net.ParseIP(h); !(h == "localhost" || ip != nil && ip.IsLoopback()) {
+			return false
+		}
+	}
+	return true
 }
 
 // validSubject reports whether s is a NATS subject prefix without wildcards.

@@ -222,3 +222,11 @@ func (p *Pick) peerEvidence() {
 		p.peerAny = p.peerAny || m > 0
 	}
 }
+
+// MaxConns calls fn with the max_conns of each provider of the live snapshot: the most requests a replica
+// of the same config can have in flight to it, which bounds what a peer replica may claim.
+func (g *Gateway) MaxConns(fn func(provider string, n int64)) {
+	for _, p := range g.snap.Load().Providers {
+		fn(p.Name, int64(p.cfg.MaxConns))
+	}
+}

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -73,7 +75,35 @@ func TestClusterConfig(t *testing.T) {
 	}
 	f("", "")
 	f("[cluster]\nnats_url = \"nats://127.0.0.1:4222\"", "")
-	f("[cluster]\nnats_url = \"nats://10.0.0.1:4222, tls://nats.example:4443\"\nsubject = \"fleet-a.gw\"", "")
+	t.Setenv("TEST_CLUSTER_KEY", strings.Repeat("k", MinClusterKeyBytes))
+	t.Setenv("TEST_SHORT_KEY", strings.Repeat("k", MinClusterKeyBytes-1))
+	t.Setenv("TEST_NATS_USER", "gw")
+	t.Setenv("TEST_NATS_PASSWORD", "pw")
+	f("[cluster]\nnats_url = \"nats://10.0.0.1:4222, tls://nats.example:4443\"\nsubject = \"fleet-a.gw\"\nkey_env = \"TEST_CLUSTER_KEY\"", "")
+	// Off loopback, a shared key is required; on loopback it is optional.
+	f("[cluster]\nnats_url = \"nats://10.0.0.1:4222\"", "cluster.key_env: missing: a nats_url off loopback needs a shared key")
+	f("[cluster]\nnats_url = \"nats://127.0.0.1:4222, nats://localhost:4223\"", "")
+	f("[cluster]\nnats_url = \"nats://127.0.0.1:4222\"\nkey_env = \"TEST_SHORT_KEY\"", "cluster.key_env: environment variable TEST_SHORT_KEY must hold a key of at least 32 bytes")
+	f("[cluster]\nnats_url = \"nats://127.0.0.1:4222\"\nkey_env = \"TEST_UNSET_KEY\"", "environment variable TEST_UNSET_KEY must hold")
+	// NATS credentials: variables set, files readable, one kind at most.
+	cluster := "[cluster]\nnats_url = \"nats://127.0.0.1:4222\"\n"
+	f(cluster+"user_env = \"TEST_NATS_USER\"\npassword_env = \"TEST_NATS_PASSWORD\"", "")
+	f(cluster+"user_env = \"TEST_NATS_USER\"", "cluster.user_env: user_env and password_env go together")
+	f(cluster+"user_env = \"TEST_NATS_USER\"\npassword_env = \"TEST_UNSET_PASSWORD\"", "cluster.password_env: environment variable TEST_UNSET_PASSWORD is empty or not set")
+	f(cluster+"token_env = \"TEST_UNSET_TOKEN\"", "cluster.token_env: environment variable TEST_UNSET_TOKEN is empty or not set")
+	f(cluster+"token_env = \"TEST_NATS_USER\"\nuser_env = \"TEST_NATS_USER\"\npassword_env = \"TEST_NATS_PASSWORD\"", "cannot use more than one of")
+	f(cluster+"nkey_seed_file = \"/nonexistent/seed.nk\"", "cluster.nkey_seed_file: cannot read \"/nonexistent/seed.nk\": no such file or directory")
+	f(cluster+"creds_file = \"/nonexistent/x.creds\"", "cluster.creds_file: cannot read \"/nonexistent/x.creds\"")
+	notPEM := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f(cluster+"tls_ca_file = \""+notPEM+"\"", "cluster.tls_ca_file: cannot use \""+notPEM+"\": no PEM certificate in it")
+	f(cluster+"tls_cert_file = \""+notPEM+"\"", "tls_cert_file and tls_key_file go together")
+	f(cluster+"tls_cert_file = \""+notPEM+"\"\ntls_key_file = \""+notPEM+"\"", "cluster.tls_cert_file: cannot load the client certificate")
+	f(cluster+"max_peers = 0", "cluster.max_peers")
+	f(cluster+"max_peer_inflight = 0", "cluster.max_peer_inflight")
+	f(cluster+"peer_evidence_per_sec = 0", "cluster.peer_evidence_per_sec")
 	f("[cluster]\nnats_url = \"http://127.0.0.1:4222\"", "c.toml:9: cluster.nats_url: cannot use \"http://127.0.0.1:4222\"")
 	f("[cluster]\nnats_url = \"nats://127.0.0.1\"", "want nats://host:port")
 	f("[cluster]\nnats_url = \"nats://u:secret@127.0.0.1:4222\"", "credentials do not belong")

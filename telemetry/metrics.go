@@ -587,5 +587,6 @@ const (
 	ClusterPeers           = "rolter_cluster_peers"            // gauge: peer replicas heard from recently
 	ClusterMessages        = "rolter_cluster_messages_total"   // {kind,direction} evidence | load, sent | received
 	ClusterDropped         = "rolter_cluster_dropped_total"    // {reason} queue_full | malformed | publish_failed | slow_consumer
+	ClusterRefused         = "rolter_cluster_refused_total"    // {reason} unauthenticated | bad_mac | stale | replayed | too_many_peers | rate_limited | inflight_capped
 	ClusterEvidenceEntries = "rolter_cluster_evidence_entries" // gauge: occupied slots of the peers' evidence table
 )

@@ -29,6 +29,7 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	conf string // the server's config file, "" for none
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // nil when stopped
@@ -53,6 +54,13 @@ func binary() string {
 // New starts a server of the test's own on a free loopback port; it is stopped at cleanup.
 func New(t testing.TB) *Server {
 	t.Helper()
+	return NewWithConfig(t, "")
+}
+
+// NewWithConfig starts a server like New with conf as its config file (nats-server's format: an
+// authorization or tls block, say); the listen address and port stay New's.
+func NewWithConfig(t testing.TB, conf string) *Server {
+	t.Helper()
 	bin := binary()
 	if bin == "" {
 		if os.Getenv(RequireEnv) == "1" {
@@ -65,6 +73,12 @@ func New(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	s := &Server{bin: bin, dir: t.TempDir(), port: port}
+	if conf != "" {
+		s.conf = filepath.Join(s.dir, "nats-server.conf")
+		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +100,11 @@ func (s *Server) Start() error {
 		return errors.New("BUG: nats-server is running already")
 	}
 	logPath := filepath.Join(s.dir, "nats-server.log")
-	cmd := exec.Command(s.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-l", logPath,
-		"-P", filepath.Join(s.dir, "nats-server.pid"))
+	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-l", logPath, "-P", filepath.Join(s.dir, "nats-server.pid")}
+	if s.conf != "" {
+		args = append(args, "-c", s.conf)
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	// The server dies with the test binary, whatever way that ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
