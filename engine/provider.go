@@ -33,9 +33,11 @@ import (
 type Provider struct {
 	Name      string
 	nameBytes []byte
-	cfg       ProviderConfig
-	sections  providerSections // the global config sections that shaped it
-	up        *upstream
+	// cfg is the provider's config without its kv_events: the KV-event source lives apart (kvSource) and a
+	// provider is kept across reloads that change only that source, so a copy here would go stale.
+	cfg      ProviderConfig
+	sections providerSections // the global config sections that shaped it
+	up       *upstream
 	// auth is the Authorization header value sent upstream ("Bearer <key>"), or nil to pass the client's.
 	auth []byte
 	// headers are the configured extra headers, sorted by name; they replace client headers of the same name.
@@ -100,11 +102,16 @@ func sectionsOf(pc *ProviderConfig, cfg *Config) providerSections {
 }
 
 // sameAs reports whether a provider built from pc and cfg would be identical to p, so p can be kept. The
-// KV-event source is not part of it: it lives apart (kvSource) and is carried on its own.
+// KV-event source is not part of it: it lives apart (kvSource), built from the new config at every reload.
 func (p *Provider) sameAs(pc *ProviderConfig, cfg *Config) bool {
-	a, b := p.cfg, *pc
-	a.KVEvents, b.KVEvents = nil, nil
-	return reflect.DeepEqual(a, b) && reflect.DeepEqual(p.sections, sectionsOf(pc, cfg))
+	return reflect.DeepEqual(p.cfg, providerOwn(pc)) && reflect.DeepEqual(p.sections, sectionsOf(pc, cfg))
+}
+
+// providerOwn returns the part of pc a Provider is built from: all of it but kv_events.
+func providerOwn(pc *ProviderConfig) ProviderConfig {
+	c := *pc
+	c.KVEvents = nil
+	return c
 }
 
 // paddedCounter keeps a hot counter on a cache line of its own.
@@ -128,7 +135,7 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 	}
 	up.budget = env.budget
 	p := &Provider{
-		Name: pc.Name, nameBytes: []byte(pc.Name), cfg: *pc, sections: sectionsOf(pc, cfg), up: up,
+		Name: pc.Name, nameBytes: []byte(pc.Name), cfg: providerOwn(pc), sections: sectionsOf(pc, cfg), up: up,
 		adm: newAdmission(cfg.Queue), set: telemetry.NewSet(),
 	}
 	if prev != nil && prev.cfg.APIBase == pc.APIBase {

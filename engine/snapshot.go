@@ -3,6 +3,7 @@ package engine
 import (
 	"crypto/sha256"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -162,15 +163,15 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		kv:        map[string]*kvSource{},
 		drained:   make(chan struct{}),
 	}
-	env := &buildEnv{set: s.set, log: g.log, cfg: cfg, dial: g.dial, budget: g.conns, kvSources: s.kv}
-	policy, err := egress.New(cfg.Egress)
-	if err != nil {
-		return nil, fmt.Errorf("cannot use [egress]: %w", err)
-	}
-	env.egress = g.egressDialers(policy)
 	var newSources []*kvSource
 	var newSeries []*series
 	defer func() {
+		// A bug here must not kill the gateway (a SIGHUP) or leave a change the gateway cannot take in the
+		// control plane's store: it refuses the config, and the running one keeps serving.
+		if r := recover(); r != nil {
+			g.log.Error("BUG: panic while building a config snapshot", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("BUG: cannot build the config: %v", r)
+		}
 		if err == nil {
 			return
 		}
@@ -186,6 +187,12 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 			delete(g.series, se.key)
 		}
 	}()
+	env := &buildEnv{set: s.set, log: g.log, cfg: cfg, dial: g.dial, budget: g.conns, kvSources: s.kv}
+	policy, err := egress.New(cfg.Egress)
+	if err != nil {
+		return nil, fmt.Errorf("cannot use [egress]: %w", err)
+	}
+	env.egress = g.egressDialers(policy)
 
 	fleet := &fleetHealth{maxPercent: cfg.Health.MaxEjectionPercent}
 	for i := range cfg.Providers {
@@ -205,7 +212,12 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		s.providers[p.Name] = p
 	}
 
-	// KV-event sources, for the providers that precise_cache_aware routes use.
+	// KV-event sources, for the providers that precise_cache_aware routes use. Their settings come from cfg,
+	// never from a carried-over Provider (which holds none).
+	kvConfigs := make(map[string]*KVEventsConfig, len(cfg.Providers))
+	for i := range cfg.Providers {
+		kvConfigs[cfg.Providers[i].Name] = cfg.Providers[i].KVEvents
+	}
 	for _, rc := range cfg.Routes {
 		if !rc.needsKVEvents() {
 			continue
@@ -219,7 +231,11 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 					return nil, err
 				}
 			}
-			kc, err := kvEndpoints(s.providers[tc.Provider].cfg.KVEvents, env.egress[useKV])
+			c := kvConfigs[tc.Provider]
+			if c == nil {
+				return nil, fmt.Errorf("BUG: provider %q has no kv_events, which validation requires", tc.Provider)
+			}
+			kc, err := kvEndpoints(c, env.egress[useKV])
 			if err != nil {
 				return nil, fmt.Errorf("cannot subscribe to the KV events of provider %q: %w", tc.Provider, err)
 			}
