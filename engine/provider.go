@@ -62,6 +62,7 @@ type Provider struct {
 	// engineQueue, when set, returns the engine's running and waiting requests from a fresh scrape.
 	engineQueue func() (running, waiting int64, ok bool)
 	scraper     *telemetry.Scraper
+	scrapeCfg   telemetry.ScrapeConfig // what scraper was made with (Built)
 
 	health  *providerHealth
 	adm     *admission
@@ -147,7 +148,8 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 	p.health = newProviderHealth(pc.Name, cfg, log, p.set)
 	p.health.onRecover = func() { p.cache.reset(resetRecovered) }
 	if cfg.Health.Enabled {
-		p.checker = newHealthChecker(p, cfg.Health, p.set, env)
+		// The provider's own copy of [health] (sections), which a kept provider keeps matching.
+		p.checker = newHealthChecker(p, p.sections.Health, p.set, env)
 	}
 	if pc.APIKeyEnv != "" {
 		p.auth = []byte("Bearer " + p.sections.APIKey)
@@ -253,7 +255,7 @@ func (p *Provider) newScraper(cfg *Config, log *slog.Logger, dialer *egress.Dial
 		sc.Headers = map[string]string{"Authorization": string(p.auth)}
 	}
 	load := &telemetry.EngineLoad{}
-	p.scraper = telemetry.NewScraper(sc, load, log.With("target", p.Name))
+	p.scraper, p.scrapeCfg = telemetry.NewScraper(sc, load, log.With("target", p.Name)), sc
 	// A scrape older than three intervals is stale: it contributes nothing rather than an old number.
 	maxAge := int64(3 * sc.Interval)
 	p.engineLoad = func() int64 {
@@ -301,6 +303,7 @@ type dialFunc func(addr string, timeout time.Duration) (net.Conn, error)
 type lmcacheSource struct {
 	status telemetry.CacheStatus
 	poller *telemetry.LMCachePoller
+	cfg    telemetry.LMCacheConfig // what poller was made with (Built)
 	maxAge int64
 }
 
@@ -309,7 +312,7 @@ func newLMCacheSource(p *Provider, log *slog.Logger, set *telemetry.Set, dialer 
 	src := &lmcacheSource{maxAge: int64(secs(c.StaleSecs))}
 	lc := telemetry.LMCacheConfig{URL: c.Endpoint, Refresh: secs(c.RefreshSecs), Timeout: min(secs(c.RefreshSecs), 2*time.Second),
 		Dial: dialer.DialContext}
-	src.poller = telemetry.NewLMCachePoller(lc, &src.status, log.With("target", p.Name, "component", "lmcache"))
+	src.poller, src.cfg = telemetry.NewLMCachePoller(lc, &src.status, log.With("target", p.Name, "component", "lmcache")), lc
 	l := "target=" + telemetry.Label(p.Name)
 	pl := src.poller
 	set.CounterFunc(telemetry.LMCachePolls, l+`,result="ok"`, func() uint64 { return pl.Stats().OK })
