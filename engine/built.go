@@ -45,7 +45,11 @@ func (g *Gateway) Built() string {
 	w("keys: %s", strings.Join(keys, " "))
 	w("org models: %s", strings.Join(slices.Sorted(maps.Keys(s.orgModels)), " "))
 	if c := g.capture.Load(); c != nil {
-		w("trace: %+v salt_from_env=%t queue=%d", c.cfg, c.cfg.SaltEnv != "", cap(c.queue))
+		salt := "random"
+		if c.cfg.SaltEnv != "" {
+			salt = digest(fmt.Sprint(c.salt))
+		}
+		w("trace: %+v salt=%s queue=%d", c.cfg, salt, cap(c.queue))
 	} else {
 		w("trace: off")
 	}

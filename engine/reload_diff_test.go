@@ -627,3 +627,50 @@ func lineDiff(a, b string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestReloadRereadsEnvironment: the secrets a config names by environment variable (a provider's
+// api_key_env, a bind source's curve_secret_key_env, the trace's salt_env) are read again at each reload:
+// a SIGHUP after the variable changed builds what a fresh start would, though the config is the same.
+func TestReloadRereadsEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	ps := newDiffPorts(t)
+	muts := diffMutations(t, dir, ps)
+	_, otherSecret, err := zmq.NewCurveKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := func() *Config {
+		cfg := diffConfig(t, dir, ps)
+		muts["providers.kv_events.curve_secret_key_env"](cfg)
+		muts["trace.salt_env"](cfg)
+		if errs := ValidateConfig(cfg); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return cfg
+	}
+	c := &closer{t: t}
+	defer c.wg.Wait()
+	for name, value := range map[string]string{"ROLTER_DIFF_KEY": "secret three", "ROLTER_DIFF_CURVE": otherSecret,
+		"ROLTER_DIFF_SALT": "salt two"} {
+		t.Run(name, func(t *testing.T) {
+			g := diffGateway(t, base())
+			before := g.Built()
+			t.Setenv(name, value)
+			if err := g.Reload(base()); err != nil {
+				t.Fatalf("reload: %s", err)
+			}
+			after := g.Built()
+			c.close(g)
+			f := diffGateway(t, base())
+			want := f.Built()
+			c.close(f)
+			if after != want {
+				t.Fatalf("reloaded after %s changed, the gateway is not built as one started then (- reloaded, + fresh):\n%s",
+					name, lineDiff(after, want))
+			}
+			if after == before {
+				t.Fatalf("a new value of %s changed nothing the gateway describes", name)
+			}
+		})
+	}
+}
