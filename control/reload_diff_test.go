@@ -162,7 +162,7 @@ func apiMutations(t *testing.T, e *env, connect2, bind2 int) map[string]func(o a
 		},
 		"provider.kv_events.topic": func(o apiObjects) { o.providers["p"].KVEvents.Topic = "kv@p2" },
 		"provider.kv_events.replay_endpoint": func(o apiObjects) {
-			o.providers["p"].KVEvents.ReplayEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", connect2+0)
+			o.providers["p"].KVEvents.ReplayEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", bind2)
 		},
 		"provider.kv_events.mode": func(o apiObjects) {
 			o.providers["p"].KVEvents.Mode = "bind"

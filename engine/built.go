@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -141,7 +142,7 @@ func describeRoute(w func(string, ...any), s *Snapshot, r *Route) {
 		for _, t := range sh.route.Targets {
 			live := s.providers[t.Provider.Name]
 			w("    target %d: provider=%s model=%s weight=%v cfg_live=%t lmcache_live=%t", t.Index, t.Provider.Name, t.Model,
-				t.Weight, live != nil && fmt.Sprint(live.cfg) == fmt.Sprint(t.Provider.cfg), live != nil && live.lmcache == t.Provider.lmcache)
+				t.Weight, live != nil && reflect.DeepEqual(live.cfg, t.Provider.cfg), live != nil && live.lmcache == t.Provider.lmcache)
 		}
 	}
 }

@@ -293,7 +293,6 @@ func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*Conf
 		t.Fatal(err)
 	}
 	clientPublic, _, _ := zmq.NewCurveKeypair()
-	_ = curvePublic
 	t.Setenv("ROLTER_DIFF_KEY", "secret one")
 	t.Setenv("ROLTER_DIFF_KEY2", "secret two")
 	t.Setenv("ROLTER_DIFF_CURVE", curveSecret)
