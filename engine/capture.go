@@ -46,7 +46,8 @@ func openCapture(cfg TraceConfig, cur *captureWriter, log *slog.Logger) (*captur
 	if cfg.Path == "" {
 		return nil, nil
 	}
-	if cur != nil && cur.cfg == cfg {
+	// The salt is read from the environment at each reload, as providers' keys are: a new value is a new writer.
+	if cur != nil && cur.cfg == cfg && (cfg.SaltEnv == "" || cur.salt == xxhash.Sum64String(os.Getenv(cfg.SaltEnv))) {
 		return cur, nil
 	}
 	return newCaptureWriter(cfg, log)

@@ -33,9 +33,12 @@ type kvState struct {
 
 // kvSource is one provider's subscription: its index id, its settings, its stream and metric series.
 type kvSource struct {
-	id    int
-	name  string
-	cfg   KVEventsConfig
+	id   int
+	name string
+	cfg  KVEventsConfig
+	// sub is cfg as subscribed (secrets read from the environment at the reload that made it): a source
+	// is kept only while the new config converts to the same.
+	sub   kvindex.SubscriberConfig
 	st    *kvindex.Stream
 	set   *telemetry.Set
 	holds int // published snapshots holding it, as Provider.holds
@@ -57,7 +60,9 @@ func newKVState(log *slog.Logger) (*kvState, error) {
 // source returns the subscription of provider name with settings c and CURVE key curveKey: the current one when its settings are
 // the same, else a new one (subscribed at once, under a free id). fresh says it was made now.
 func (kv *kvState) source(name string, c *KVEventsConfig, curveKey string) (src *kvSource, fresh bool, err error) {
-	if cur := kv.current[name]; cur != nil && reflect.DeepEqual(cur.cfg, *c) {
+	// The same conversion the config was validated with: what passed `rolter check` is what runs.
+	sc := c.subscriberConfig(curveKey)
+	if cur := kv.current[name]; cur != nil && reflect.DeepEqual(cur.sub, sc) {
 		return cur, false, nil
 	}
 	id := -1
@@ -70,13 +75,12 @@ func (kv *kvState) source(name string, c *KVEventsConfig, curveKey string) (src 
 	if id < 0 {
 		return nil, false, fmt.Errorf("at most %d KV-event sources can be live at once (reloads still draining count too)", kvindex.MaxTargets)
 	}
-	// The same conversion the config was validated with: what passed `rolter check` is what runs.
-	st, err := kv.sub.Add(id, c.subscriberConfig(curveKey))
+	st, err := kv.sub.Add(id, sc)
 	if err != nil {
 		return nil, false, fmt.Errorf("cannot subscribe to the KV events of provider %q: %w", name, err)
 	}
 	kv.used[id] = true
-	src = &kvSource{id: id, name: name, cfg: *c, st: st, set: telemetry.NewSet()}
+	src = &kvSource{id: id, name: name, cfg: *c, sub: sc, st: st, set: telemetry.NewSet()}
 	registerKVMetrics(src.set, name, st)
 	return src, true, nil
 }

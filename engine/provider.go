@@ -32,9 +32,11 @@ import (
 type Provider struct {
 	Name      string
 	nameBytes []byte
-	cfg       ProviderConfig
-	sections  providerSections // the global config sections that shaped it
-	up        *upstream
+	// cfg is the provider's config without its kv_events: the KV-event source lives apart (kvSource) and a
+	// provider is kept across reloads that change only that source, so a copy here would go stale.
+	cfg      ProviderConfig
+	sections providerSections // the global config sections that shaped it
+	up       *upstream
 	// auth is the Authorization header value sent upstream ("Bearer <key>"), or nil to pass the client's.
 	auth []byte
 	// headers are the configured extra headers, sorted by name; they replace client headers of the same name.
@@ -59,6 +61,7 @@ type Provider struct {
 	// engineQueue, when set, returns the engine's running and waiting requests from a fresh scrape.
 	engineQueue func() (running, waiting int64, ok bool)
 	scraper     *telemetry.Scraper
+	scrapeCfg   telemetry.ScrapeConfig // what scraper was made with (Built)
 
 	health  *providerHealth
 	adm     *admission
@@ -97,11 +100,16 @@ func sectionsOf(pc *ProviderConfig, cfg *Config) providerSections {
 }
 
 // sameAs reports whether a provider built from pc and cfg would be identical to p, so p can be kept. The
-// KV-event source is not part of it: it lives apart (kvSource) and is carried on its own.
+// KV-event source is not part of it: it lives apart (kvSource), built from the new config at every reload.
 func (p *Provider) sameAs(pc *ProviderConfig, cfg *Config) bool {
-	a, b := p.cfg, *pc
-	a.KVEvents, b.KVEvents = nil, nil
-	return reflect.DeepEqual(a, b) && reflect.DeepEqual(p.sections, sectionsOf(pc, cfg))
+	return reflect.DeepEqual(p.cfg, providerOwn(pc)) && reflect.DeepEqual(p.sections, sectionsOf(pc, cfg))
+}
+
+// providerOwn returns the part of pc a Provider is built from: all of it but kv_events.
+func providerOwn(pc *ProviderConfig) ProviderConfig {
+	c := *pc
+	c.KVEvents = nil
+	return c
 }
 
 // paddedCounter keeps a hot counter on a cache line of its own.
@@ -125,7 +133,7 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 	}
 	up.budget = env.budget
 	p := &Provider{
-		Name: pc.Name, nameBytes: []byte(pc.Name), cfg: *pc, sections: sectionsOf(pc, cfg), up: up,
+		Name: pc.Name, nameBytes: []byte(pc.Name), cfg: providerOwn(pc), sections: sectionsOf(pc, cfg), up: up,
 		adm: newAdmission(cfg.Queue), set: telemetry.NewSet(),
 	}
 	if prev != nil && prev.cfg.APIBase == pc.APIBase {
@@ -137,7 +145,8 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 	p.health = newProviderHealth(pc.Name, cfg, log, p.set)
 	p.health.onRecover = func() { p.cache.reset(resetRecovered) }
 	if cfg.Health.Enabled {
-		p.checker = newHealthChecker(p, cfg.Health, p.set, env)
+		// The provider's own copy of [health] (sections), which a kept provider keeps matching.
+		p.checker = newHealthChecker(p, p.sections.Health, p.set, env)
 	}
 	if _, ok := pc.apiKey(cfg.Control.ProviderEnv); ok {
 		p.auth = []byte("Bearer " + wireValue(p.sections.APIKey))
@@ -259,7 +268,7 @@ func (p *Provider) newScraper(cfg *Config, log *slog.Logger, dialer *egress.Dial
 		sc.Headers = map[string]string{"Authorization": string(p.auth)}
 	}
 	load := &telemetry.EngineLoad{}
-	p.scraper = telemetry.NewScraper(sc, load, log.With("target", p.Name))
+	p.scraper, p.scrapeCfg = telemetry.NewScraper(sc, load, log.With("target", p.Name)), sc
 	// A scrape older than three intervals is stale: it contributes nothing rather than an old number.
 	maxAge := int64(3 * sc.Interval)
 	p.engineLoad = func() int64 {
@@ -307,6 +316,7 @@ type dialFunc func(addr string, timeout time.Duration) (net.Conn, error)
 type lmcacheSource struct {
 	status telemetry.CacheStatus
 	poller *telemetry.LMCachePoller
+	cfg    telemetry.LMCacheConfig // what poller was made with (Built)
 	maxAge int64
 }
 
@@ -315,7 +325,7 @@ func newLMCacheSource(p *Provider, log *slog.Logger, set *telemetry.Set, dialer 
 	src := &lmcacheSource{maxAge: int64(secs(c.StaleSecs))}
 	lc := telemetry.LMCacheConfig{URL: c.Endpoint, Refresh: secs(c.RefreshSecs), Timeout: min(secs(c.RefreshSecs), 2*time.Second),
 		Dial: dialer.DialContext}
-	src.poller = telemetry.NewLMCachePoller(lc, &src.status, log.With("target", p.Name, "component", "lmcache"))
+	src.poller, src.cfg = telemetry.NewLMCachePoller(lc, &src.status, log.With("target", p.Name, "component", "lmcache")), lc
 	l := "target=" + telemetry.Label(p.Name)
 	pl := src.poller
 	set.CounterFunc(telemetry.LMCachePolls, l+`,result="ok"`, func() uint64 { return pl.Stats().OK })

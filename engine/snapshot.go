@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -166,15 +167,15 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		kv:        map[string]*kvSource{},
 		drained:   make(chan struct{}),
 	}
-	env := &buildEnv{set: s.set, log: g.log, cfg: cfg, dial: g.dial, budget: g.conns, kvSources: s.kv}
-	policy, err := egress.New(cfg.Egress)
-	if err != nil {
-		return nil, fmt.Errorf("cannot use [egress]: %w", err)
-	}
-	env.egress = g.egressDialers(policy)
 	var newSources []*kvSource
 	var newSeries []*series
 	defer func() {
+		// A bug here must not kill the gateway (a SIGHUP) or leave a change the gateway cannot take in the
+		// control plane's store: it refuses the config, and the running one keeps serving.
+		if r := recover(); r != nil {
+			g.log.Error("BUG: panic while building a config snapshot", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("BUG: cannot build the config: %v", r)
+		}
 		if err == nil {
 			return
 		}
@@ -190,6 +191,12 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 			delete(g.series, se.key)
 		}
 	}()
+	env := &buildEnv{set: s.set, log: g.log, cfg: cfg, dial: g.dial, budget: g.conns, kvSources: s.kv}
+	policy, err := egress.New(cfg.Egress)
+	if err != nil {
+		return nil, fmt.Errorf("cannot use [egress]: %w", err)
+	}
+	env.egress = g.egressDialers(policy)
 
 	fleet := &fleetHealth{maxPercent: cfg.Health.MaxEjectionPercent}
 	for i := range cfg.Providers {
@@ -209,7 +216,12 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		s.providers[p.Name] = p
 	}
 
-	// KV-event sources, for the providers that precise_cache_aware routes use.
+	// KV-event sources, for the providers that precise_cache_aware routes use. Their settings come from cfg,
+	// never from a carried-over Provider (which holds none).
+	kvConfigs := make(map[string]*ProviderConfig, len(cfg.Providers))
+	for i := range cfg.Providers {
+		kvConfigs[cfg.Providers[i].Name] = &cfg.Providers[i]
+	}
 	for _, rc := range cfg.Routes {
 		if !rc.needsKVEvents() {
 			continue
@@ -223,11 +235,15 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 					return nil, err
 				}
 			}
-			kc, err := kvEndpoints(s.providers[tc.Provider].cfg.KVEvents, env.egress[useKV])
+			pc := kvConfigs[tc.Provider]
+			if pc == nil || pc.KVEvents == nil {
+				return nil, fmt.Errorf("BUG: provider %q has no kv_events, which validation requires", tc.Provider)
+			}
+			kc, err := kvEndpoints(pc.KVEvents, env.egress[useKV])
 			if err != nil {
 				return nil, fmt.Errorf("cannot subscribe to the KV events of provider %q: %w", tc.Provider, err)
 			}
-			src, fresh, err := g.kv.source(tc.Provider, kc, s.providers[tc.Provider].cfg.curveKey(cfg.Control.ProviderEnv))
+			src, fresh, err := g.kv.source(tc.Provider, kc, pc.curveKey(cfg.Control.ProviderEnv))
 			if err != nil {
 				return nil, err
 			}

@@ -298,6 +298,17 @@ func (s *Subscriber) Stream(t int) *Stream {
 	return nil
 }
 
+// Config returns the settings target t was subscribed with (as Add received them), and whether it is
+// subscribed: what the subscription runs on, whatever its caller holds.
+func (s *Subscriber) Config(t int) (SubscriberConfig, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.workers[t]; w != nil {
+		return w.cfg, true
+	}
+	return SubscriberConfig{}, false
+}
+
 // Start starts the goroutines of every added target; they run until ctx is done or Stop.
 func (s *Subscriber) Start(ctx context.Context) {
 	s.mu.Lock()

@@ -25,6 +25,9 @@ func (s *Subscriber) Add(t int, cfg SubscriberConfig) (*Stream, error) { return 
 // Stream returns nil.
 func (s *Subscriber) Stream(t int) *Stream { return nil }
 
+// Config returns no settings.
+func (s *Subscriber) Config(t int) (SubscriberConfig, bool) { return SubscriberConfig{}, false }
+
 // Start does nothing.
 func (s *Subscriber) Start(ctx context.Context) {}
 

@@ -1,0 +1,675 @@
+//go:build cgo
+
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"github.com/rolter-ai/rolter/internal/freeport"
+)
+
+// diffPorts are the loopback ports of the differential test's KV-event endpoints: the base config's
+// connect, replay and bind endpoints, and one alternative of each.
+type diffPorts struct{ connect, replay, bind, connect2, replay2, bind2 int }
+
+func newDiffPorts(t *testing.T) diffPorts {
+	t.Helper()
+	var ps [6]int
+	for i := range ps {
+		for {
+			p, err := freeport.Loopback()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(ps[:i], p) {
+				ps[i] = p
+				break
+			}
+		}
+	}
+	return diffPorts{ps[0], ps[1], ps[2], ps[3], ps[4], ps[5]}
+}
+
+// diffBase is the differential test's base config: every section set to a non-default value where it
+// has one, every component present (health checks, scraper, LMCache poller, both KV-event modes, every
+// strategy with parameters, a shadow, an org's route and key, the routing trace and the observers).
+func diffBase(dir string, ps diffPorts) string {
+	return fmt.Sprintf(`
+[server]
+listen = "127.0.0.1:0"
+max_body_bytes = 1000000
+max_header_bytes = 32768
+max_body_memory_bytes = 100000000
+max_conns = 500
+max_conns_per_ip = 100
+routing_memory_bytes = 100000000
+read_timeout_secs = 30
+write_timeout_secs = 30
+idle_timeout_secs = 30
+drain_secs = 5
+expose_decision_headers = true
+expose_metrics = true
+cache_key_fields = ["user"]
+session_headers = ["x-conv"]
+
+[metrics_scrape]
+enabled = true
+interval_secs = 30
+timeout_secs = 1
+path = "/metrics"
+
+[health]
+enabled = true
+path = "/health"
+interval_secs = 30
+timeout_secs = 1
+unhealthy_threshold = 2
+healthy_threshold = 2
+fail_open = true
+max_ejection_percent = 50
+
+[queue]
+max_inflight = 100
+max_inflight_per_target = 10
+max_waiting_per_target = 5
+
+[egress]
+allow_hosts = ["localhost"]
+allow_cidrs = ["127.0.0.0/8"]
+deny_hosts = ["evil.example"]
+deny_cidrs = ["10.9.9.0/24"]
+
+[docs]
+base_url = "https://docs.example/"
+
+[trace]
+path = %[1]q
+
+[log]
+access = %[2]q
+
+[tracing]
+endpoint = "http://127.0.0.1:9/v1/traces"
+headers = { X-Tenant = "t1" }
+
+[[providers]]
+name = "a"
+api_base = "http://127.0.0.1:9/v1"
+api_key_env = "ROLTER_DIFF_KEY"
+headers = { X-Team = "t1" }
+max_conns = 64
+[providers.kv_events]
+endpoint = "tcp://127.0.0.1:%[3]d"
+topic = "kv@a"
+replay_endpoint = "tcp://127.0.0.1:%[4]d"
+max_blocks = 1000
+stale_secs = 30
+[providers.lmcache]
+endpoint = "http://127.0.0.1:9/lmcache/status"
+refresh_secs = 30
+stale_secs = 60
+
+[[providers]]
+name = "b"
+api_base = "http://127.0.0.1:10"
+[providers.kv_events]
+endpoint = "tcp://127.0.0.1:%[5]d"
+mode = "bind"
+topic = "kv@b"
+allowed_publishers = ["127.0.0.1"]
+
+[[providers]]
+name = "d"
+api_base = "http://127.0.0.1:12"
+
+[[routes]]
+model = "m"
+strategy = "precise_cache_aware"
+[routes.params]
+threshold = 0.5
+max_trie_nodes = 1000
+max_trie_bytes = 100000
+stale_gap = 0.4
+stale_window = 50
+home = true
+[routes.shadow]
+strategies = ["cache_aware"]
+[[routes.targets]]
+provider = "a"
+model = "up-a"
+[[routes.targets]]
+provider = "b"
+model = "up-b"
+
+[[routes]]
+model = "c"
+strategy = "cache_aware"
+[routes.params]
+overload_margin = 2
+overload_factor = 1.5
+[[routes.targets]]
+provider = "a"
+[[routes.targets]]
+provider = "b"
+
+[[routes]]
+model = "p"
+strategy = "pipeline"
+[routes.params]
+weight_factor = 1
+load_factor = 1
+cache_factor = 1
+session_ttl_secs = 60
+max_sessions = 100
+hot_window = 64
+[[routes.targets]]
+provider = "a"
+weight = 1
+[[routes.targets]]
+provider = "b"
+weight = 2
+
+[[routes]]
+model = "h"
+strategy = "consistent_hash"
+[routes.params]
+epsilon = 0.25
+virtual_nodes = 40
+key_bytes = 256
+[[routes.targets]]
+provider = "a"
+[[routes.targets]]
+provider = "b"
+`, filepath.Join(dir, "trace.jsonl"), filepath.Join(dir, "access.log"), ps.connect, ps.replay, ps.bind)
+}
+
+// diffConfig parses the base config and adds what the file cannot hold: an org's provider, route and
+// data-plane key, as the control plane composes them.
+func diffConfig(t *testing.T, dir string, ps diffPorts) *Config {
+	t.Helper()
+	cfg, err := ParseConfig([]byte(diffBase(dir, ps)), "diff.toml")
+	if err != nil {
+		t.Fatalf("bad base config: %s", err)
+	}
+	cfg.Providers = append(cfg.Providers, ProviderConfig{Org: "org_1", Name: "org_1/o", APIBase: "http://127.0.0.1:11"})
+	cfg.Routes = append(cfg.Routes, RouteConfig{Org: "org_1", Model: "org_1/r", Strategy: "round_robin",
+		Targets: []TargetConfig{{Provider: "org_1/o"}}})
+	cfg.KeyPepper = [32]byte{1}
+	cfg.Keys = []DataKey{{Org: "org_1", Hash: sha256.Sum256([]byte("key one"))}}
+	if errs := ValidateConfig(cfg); len(errs) > 0 {
+		t.Fatalf("bad base config: %s", errs)
+	}
+	return cfg
+}
+
+// configPaths lists every field path of Config: TOML keys joined by dots, and the Go name of a field TOML
+// does not hold. An array of tables and an optional table (behind a pointer) are a path themselves
+// (adding an element, adding the table) and the parent of their fields' paths.
+func configPaths() []string {
+	var out []string
+	var walk func(prefix string, t reflect.Type)
+	walk = func(prefix string, t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+			leaf := name == "-"
+			if name == "" || name == "-" {
+				name = f.Name
+			}
+			path := strings.TrimPrefix(prefix+"."+name, ".")
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct {
+				ft = ft.Elem()
+			}
+			if !leaf && ft.Kind() == reflect.Struct {
+				if ft != f.Type {
+					out = append(out, path)
+				}
+				walk(path, ft)
+				continue
+			}
+			out = append(out, path)
+		}
+	}
+	walk("", reflect.TypeFor[Config]())
+	return out
+}
+
+// restartPaths need a restart: Reload refuses a change to them (restartOnly, [control], [cluster]).
+func restartPath(path string) bool {
+	switch path {
+	case "server.listen", "server.max_header_bytes", "server.read_timeout_secs", "server.write_timeout_secs",
+		"server.idle_timeout_secs", "server.max_conns", "server.max_conns_per_ip":
+		return true
+	}
+	return strings.HasPrefix(path, "control.") || strings.HasPrefix(path, "cluster.")
+}
+
+// invisible are the paths no runtime component is built from: a change there must describe the same.
+var invisible = map[string]bool{
+	"File": true, // error messages only
+	// One kind exists: its alternative (unset) is the default again. A second kind would show in Built.
+	"providers.kind": true,
+}
+
+func route(cfg *Config, model string) *RouteConfig {
+	for i := range cfg.Routes {
+		if cfg.Routes[i].Model == model {
+			return &cfg.Routes[i]
+		}
+	}
+	panic("no route " + model)
+}
+
+func provider(cfg *Config, name string) *ProviderConfig {
+	for i := range cfg.Providers {
+		if cfg.Providers[i].Name == name {
+			return &cfg.Providers[i]
+		}
+	}
+	panic("no provider " + name)
+}
+
+// diffMutations are one valid alternative value for every field path (configPaths): the change the
+// differential test reloads. A change some field needs alongside (CURVE's keys, say) goes with it.
+func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*Config) {
+	curvePublic, curveSecret, err := zmq.NewCurveKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientPublic, _, _ := zmq.NewCurveKeypair()
+	t.Setenv("ROLTER_DIFF_KEY", "secret one")
+	t.Setenv("ROLTER_DIFF_KEY2", "secret two")
+	t.Setenv("ROLTER_DIFF_CURVE", curveSecret)
+	t.Setenv("ROLTER_DIFF_SALT", "salt")
+	a := func(c *Config) *ProviderConfig { return provider(c, "a") }
+	b := func(c *Config) *ProviderConfig { return provider(c, "b") }
+	return map[string]func(*Config){
+		"server.listen":                  func(c *Config) { c.Server.Listen = "127.0.0.1:1" },
+		"server.max_body_bytes":          func(c *Config) { c.Server.MaxBodyBytes = 2000000 },
+		"server.max_header_bytes":        func(c *Config) { c.Server.MaxHeaderBytes = 16384 },
+		"server.max_body_memory_bytes":   func(c *Config) { c.Server.MaxBodyMemoryBytes = 200000000 },
+		"server.max_conns":               func(c *Config) { c.Server.MaxConns = 600 },
+		"server.max_conns_per_ip":        func(c *Config) { c.Server.MaxConnsPerIP = 50 },
+		"server.routing_memory_bytes":    func(c *Config) { c.Server.RoutingMemoryBytes = 50000000 },
+		"server.read_timeout_secs":       func(c *Config) { c.Server.ReadTimeoutSecs = 31 },
+		"server.write_timeout_secs":      func(c *Config) { c.Server.WriteTimeoutSecs = 31 },
+		"server.idle_timeout_secs":       func(c *Config) { c.Server.IdleTimeoutSecs = 31 },
+		"server.drain_secs":              func(c *Config) { c.Server.DrainSecs = 6 },
+		"server.expose_decision_headers": func(c *Config) { c.Server.ExposeDecisionHeaders = false },
+		"server.expose_metrics":          func(c *Config) { c.Server.ExposeMetrics = false },
+		"server.cache_key_fields":        func(c *Config) { c.Server.CacheKeyFields = []string{"user", "tenant"} },
+		"server.session_headers":         func(c *Config) { c.Server.SessionHeaders = []string{"x-thread"} },
+
+		"providers": func(c *Config) {
+			c.Providers = append(c.Providers, ProviderConfig{Name: "e", APIBase: "http://127.0.0.1:13"})
+		},
+		"providers.Org":         func(c *Config) { provider(c, "org_1/o").Org = "" },
+		"providers.name":        func(c *Config) { renameProvider(c, "b", "b2") },
+		"providers.kind":        func(c *Config) { a(c).Kind = "" }, // one kind: unset takes the default
+		"providers.api_base":    func(c *Config) { a(c).APIBase = "https://127.0.0.1:9/v2" },
+		"providers.api_key_env": func(c *Config) { a(c).APIKeyEnv = "ROLTER_DIFF_KEY2" },
+		"providers.headers":     func(c *Config) { a(c).Headers = map[string]string{"X-Team": "t2"} },
+		"providers.max_conns":   func(c *Config) { a(c).MaxConns = 65 },
+		"providers.kv_events": func(c *Config) {
+			// A source added to a provider that had none, and a route switched to precise_cache_aware.
+			provider(c, "org_1/o").KVEvents = &KVEventsConfig{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", ps.connect2)}
+			r := route(c, "org_1/r")
+			r.Strategy = "precise_cache_aware"
+		},
+		"providers.kv_events.endpoint": func(c *Config) {
+			a(c).KVEvents.Endpoint = fmt.Sprintf("tcp://127.0.0.1:%d", ps.connect2)
+		},
+		"providers.kv_events.topic": func(c *Config) { a(c).KVEvents.Topic = "kv@a2" },
+		"providers.kv_events.replay_endpoint": func(c *Config) {
+			a(c).KVEvents.ReplayEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", ps.replay2)
+		},
+		"providers.kv_events.mode": func(c *Config) {
+			a(c).KVEvents.Mode = "bind"
+			a(c).KVEvents.Endpoint = fmt.Sprintf("tcp://127.0.0.1:%d", ps.bind2)
+		},
+		"providers.kv_events.max_blocks": func(c *Config) { a(c).KVEvents.MaxBlocks = 2000 },
+		"providers.kv_events.stale_secs": func(c *Config) { a(c).KVEvents.StaleSecs = 31 },
+		"providers.kv_events.allowed_publishers": func(c *Config) {
+			b(c).KVEvents.AllowedPublishers = []string{"127.0.0.0/8"}
+		},
+		"providers.kv_events.curve_secret_key_env": func(c *Config) {
+			b(c).KVEvents.CurveSecretKeyEnv = "ROLTER_DIFF_CURVE"
+			b(c).KVEvents.CurveClientKeys = []string{clientPublic}
+		},
+		"providers.kv_events.curve_client_keys": func(c *Config) {
+			b(c).KVEvents.CurveSecretKeyEnv = "ROLTER_DIFF_CURVE"
+			b(c).KVEvents.CurveClientKeys = []string{clientPublic, curvePublic}
+		},
+		"providers.lmcache":              func(c *Config) { b(c).LMCache = &LMCacheConfig{Endpoint: "http://127.0.0.1:10/lmcache"} },
+		"providers.lmcache.endpoint":     func(c *Config) { a(c).LMCache.Endpoint = "http://127.0.0.1:9/lmcache/v2" },
+		"providers.lmcache.refresh_secs": func(c *Config) { a(c).LMCache.RefreshSecs = 31 },
+		"providers.lmcache.stale_secs":   func(c *Config) { a(c).LMCache.StaleSecs = 61 },
+
+		"routes": func(c *Config) {
+			c.Routes = append(c.Routes, RouteConfig{Model: "n", Strategy: "power_of_two", Targets: []TargetConfig{{Provider: "d"}}})
+		},
+		"routes.targets": func(c *Config) {
+			r := route(c, "m")
+			r.Targets = r.Targets[:1] // a target removed: the other keeps its tries and source
+		},
+		"routes.shadow": func(c *Config) {
+			route(c, "c").Shadow = &ShadowConfig{Strategies: []string{"pipeline", "precise_cache_aware"}}
+		},
+		"routes.Org":      func(c *Config) { route(c, "c").Org = "org_2" },
+		"routes.model":    func(c *Config) { route(c, "c").Model = "c2" },
+		"routes.strategy": func(c *Config) { route(c, "h").Strategy = "least_load"; route(c, "h").Params = RouteParams{} },
+		"routes.targets.provider": func(c *Config) {
+			route(c, "c").Targets[1].Provider = "d"
+		},
+		"routes.targets.model":         func(c *Config) { route(c, "m").Targets[0].Model = "up-a2" },
+		"routes.targets.weight":        func(c *Config) { route(c, "p").Targets[1].Weight = ptr(3.0) },
+		"routes.params.threshold":      func(c *Config) { route(c, "m").Params.Threshold = ptr(0.6) },
+		"routes.params.max_trie_nodes": func(c *Config) { route(c, "m").Params.MaxTrieNodes = ptr(2000) },
+		"routes.params.max_trie_bytes": func(c *Config) { route(c, "m").Params.MaxTrieBytes = ptr(200000) },
+		"routes.params.session_ttl_secs": func(c *Config) {
+			route(c, "p").Params.SessionTTLSecs = ptr(61.0)
+		},
+		"routes.params.max_sessions":    func(c *Config) { route(c, "p").Params.MaxSessions = ptr(101) },
+		"routes.params.epsilon":         func(c *Config) { route(c, "h").Params.Epsilon = ptr(0.3) },
+		"routes.params.virtual_nodes":   func(c *Config) { route(c, "h").Params.VirtualNodes = ptr(41) },
+		"routes.params.key_bytes":       func(c *Config) { route(c, "h").Params.KeyBytes = ptr(257) },
+		"routes.params.weight_factor":   func(c *Config) { route(c, "p").Params.WeightFactor = ptr(2.0) },
+		"routes.params.load_factor":     func(c *Config) { route(c, "p").Params.LoadFactor = ptr(2.0) },
+		"routes.params.cache_factor":    func(c *Config) { route(c, "p").Params.CacheFactor = ptr(2.0) },
+		"routes.params.stale_gap":       func(c *Config) { route(c, "m").Params.StaleGap = ptr(0.5) },
+		"routes.params.stale_window":    func(c *Config) { route(c, "m").Params.StaleWindow = ptr(51) },
+		"routes.params.home":            func(c *Config) { route(c, "m").Params.Home = ptr(false) },
+		"routes.params.overload_margin": func(c *Config) { route(c, "c").Params.OverloadMargin = ptr(3.0) },
+		"routes.params.overload_factor": func(c *Config) { route(c, "c").Params.OverloadFactor = ptr(2.0) },
+		"routes.params.hot_window":      func(c *Config) { route(c, "p").Params.HotWindow = ptr(128) },
+		"routes.shadow.strategies": func(c *Config) {
+			route(c, "m").Shadow.Strategies = []string{"cache_aware", "pipeline"}
+		},
+
+		"metrics_scrape.enabled":       func(c *Config) { c.MetricsScrape.Enabled = false },
+		"metrics_scrape.interval_secs": func(c *Config) { c.MetricsScrape.IntervalSecs = 31 },
+		"metrics_scrape.timeout_secs":  func(c *Config) { c.MetricsScrape.TimeoutSecs = 2 },
+		"metrics_scrape.path":          func(c *Config) { c.MetricsScrape.Path = "/m2" },
+
+		"health.enabled":              func(c *Config) { c.Health.Enabled = false },
+		"health.path":                 func(c *Config) { c.Health.Path = "/h2" },
+		"health.interval_secs":        func(c *Config) { c.Health.IntervalSecs = 31 },
+		"health.timeout_secs":         func(c *Config) { c.Health.TimeoutSecs = 2 },
+		"health.unhealthy_threshold":  func(c *Config) { c.Health.UnhealthyThreshold = 3 },
+		"health.healthy_threshold":    func(c *Config) { c.Health.HealthyThreshold = 3 },
+		"health.fail_open":            func(c *Config) { c.Health.FailOpen = false },
+		"health.max_ejection_percent": func(c *Config) { c.Health.MaxEjectionPercent = 40 },
+
+		"cooldown.enabled":              func(c *Config) { c.Cooldown.Enabled = false },
+		"cooldown.failures":             func(c *Config) { c.Cooldown.Failures = 4 },
+		"cooldown.window_secs":          func(c *Config) { c.Cooldown.WindowSecs = 11 },
+		"cooldown.base_secs":            func(c *Config) { c.Cooldown.BaseSecs = 6 },
+		"cooldown.max_secs":             func(c *Config) { c.Cooldown.MaxSecs = 61 },
+		"cooldown.max_retry_after_secs": func(c *Config) { c.Cooldown.MaxRetryAfterSecs = 61 },
+		"cooldown.consecutive_5xx":      func(c *Config) { c.Cooldown.Consecutive5xx = 6 },
+
+		"breaker.enabled":          func(c *Config) { c.Breaker.Enabled = false },
+		"breaker.failures":         func(c *Config) { c.Breaker.Failures = 6 },
+		"breaker.open_secs":        func(c *Config) { c.Breaker.OpenSecs = 11 },
+		"breaker.half_open_probes": func(c *Config) { c.Breaker.HalfOpenProbes = 2 },
+
+		"retry.max_retries":    func(c *Config) { c.Retry.MaxRetries = 3 },
+		"retry.backoff_ms":     func(c *Config) { c.Retry.BackoffMs = 26 },
+		"retry.max_backoff_ms": func(c *Config) { c.Retry.MaxBackoffMs = 501 },
+
+		"timeouts.connect_secs": func(c *Config) { c.Timeouts.ConnectSecs = 6 },
+		"timeouts.headers_secs": func(c *Config) { c.Timeouts.HeadersSecs = 601 },
+		"timeouts.idle_secs":    func(c *Config) { c.Timeouts.IdleSecs = 121 },
+
+		"queue.max_inflight":            func(c *Config) { c.Queue.MaxInflight = 101 },
+		"queue.max_inflight_per_target": func(c *Config) { c.Queue.MaxInflightPerTarget = 11 },
+		"queue.max_waiting_per_target":  func(c *Config) { c.Queue.MaxWaitingPerTarget = 6 },
+		"queue.wait_timeout_secs":       func(c *Config) { c.Queue.WaitTimeoutSecs = 6 },
+		"queue.retry_after_secs":        func(c *Config) { c.Queue.RetryAfterSecs = 2 },
+
+		"egress.block_link_local": func(c *Config) { c.Egress.BlockLinkLocal = false },
+		"egress.block_loopback":   func(c *Config) { c.Egress.BlockLoopback = true }, // allow_cidrs still admits 127/8
+		"egress.block_private":    func(c *Config) { c.Egress.BlockPrivate = true },
+		"egress.allow_hosts":      func(c *Config) { c.Egress.AllowHosts = []string{"localhost", "example.internal"} },
+		"egress.deny_hosts":       func(c *Config) { c.Egress.DenyHosts = []string{"evil2.example"} },
+		"egress.allow_cidrs":      func(c *Config) { c.Egress.AllowCIDRs = []string{"127.0.0.0/16"} },
+		"egress.deny_cidrs":       func(c *Config) { c.Egress.DenyCIDRs = []string{"10.9.8.0/24"} },
+
+		"control.enabled":         func(c *Config) { c.Control.Enabled = true },
+		"control.listen":          func(c *Config) { c.Control.Listen = "127.0.0.1:1" },
+		"control.store":           func(c *Config) { c.Control.Store = filepath.Join(dir, "other.db") },
+		"control.admin_token_env": func(c *Config) { c.Control.AdminTokenEnv = "OTHER_TOKEN" },
+
+		"cluster.nats_url":            func(c *Config) { c.Cluster.NATSURL = "nats://127.0.0.1:4222" },
+		"cluster.subject":             func(c *Config) { c.Cluster.Subject = "other" },
+		"cluster.publish_interval_ms": func(c *Config) { c.Cluster.PublishIntervalMs = 21 },
+		"cluster.max_entries":         func(c *Config) { c.Cluster.MaxEntries = 1 << 19 },
+		"cluster.evidence_ttl_secs":   func(c *Config) { c.Cluster.EvidenceTTLSecs = 601 },
+		"cluster.queue_size":          func(c *Config) { c.Cluster.QueueSize = 4097 },
+
+		"docs.base_url": func(c *Config) { c.Docs.BaseURL = "https://docs2.example/" },
+
+		"trace.path":        func(c *Config) { c.Trace.Path = filepath.Join(dir, "trace2.jsonl") },
+		"trace.max_bytes":   func(c *Config) { c.Trace.MaxBytes = 50 << 20 },
+		"trace.keep":        func(c *Config) { c.Trace.Keep = 6 },
+		"trace.block_bytes": func(c *Config) { c.Trace.BlockBytes *= 2 },
+		"trace.salt_env":    func(c *Config) { c.Trace.SaltEnv = "ROLTER_DIFF_SALT" },
+		"trace.queue_size":  func(c *Config) { c.Trace.QueueSize = 4097 },
+
+		"log.access":     func(c *Config) { c.Log.Access = filepath.Join(dir, "access2.log") },
+		"log.format":     func(c *Config) { c.Log.Format = "text" },
+		"log.sample":     func(c *Config) { c.Log.Sample = 0.5 },
+		"log.slow_ms":    func(c *Config) { c.Log.SlowMs = 100 },
+		"log.max_bytes":  func(c *Config) { c.Log.MaxBytes = 50 << 20 },
+		"log.keep":       func(c *Config) { c.Log.Keep++ },
+		"log.queue_size": func(c *Config) { c.Log.QueueSize++ },
+
+		"tracing.endpoint":     func(c *Config) { c.Tracing.Endpoint = "http://127.0.0.1:10/v1/traces" },
+		"tracing.protocol":     func(c *Config) { c.Tracing.Protocol = "grpc"; c.Tracing.Endpoint = "http://127.0.0.1:9" },
+		"tracing.sample_ratio": func(c *Config) { c.Tracing.SampleRatio = 0.2 },
+		"tracing.service_name": func(c *Config) { c.Tracing.ServiceName = "other" },
+		"tracing.headers":      func(c *Config) { c.Tracing.Headers = map[string]string{"X-Tenant": "t2"} },
+		"tracing.queue_size":   func(c *Config) { c.Tracing.QueueSize++ },
+		"tracing.timeout_secs": func(c *Config) { c.Tracing.TimeoutSecs = 11 },
+
+		"File": func(c *Config) { c.File = "other.toml" },
+		"Keys": func(c *Config) {
+			c.Keys = append(c.Keys, DataKey{Org: "org_1", Hash: sha256.Sum256([]byte("key two"))})
+		},
+		"KeyPepper": func(c *Config) { c.KeyPepper = [32]byte{2} },
+	}
+}
+
+// renameProvider renames provider from to to, in the routes too.
+func renameProvider(c *Config, from, to string) {
+	provider(c, from).Name = to
+	for i := range c.Routes {
+		for j := range c.Routes[i].Targets {
+			if c.Routes[i].Targets[j].Provider == from {
+				c.Routes[i].Targets[j].Provider = to
+			}
+		}
+	}
+}
+
+// diffGateway starts a gateway on cfg without serving: Built describes what New and Reload built.
+// Upstreams are dialed in memory (nothing answers); KV-event endpoints are real loopback sockets.
+func diffGateway(t *testing.T, cfg *Config) *Gateway {
+	t.Helper()
+	g, err := New(cfg, Options{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Dial:   func(string, time.Duration) (net.Conn, error) { return nil, errors.New("no upstream in this test") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// closer shuts gateways down in the background: stopping a KV-event subscriber takes a quarter of a
+// second, which the next field's gateways need not wait for (what Built describes does not depend on
+// whether an old socket still holds a port).
+type closer struct {
+	t  *testing.T
+	wg sync.WaitGroup
+}
+
+func (c *closer) close(g *Gateway) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Shutdown(ctx); err != nil {
+			c.t.Errorf("shutdown: %s", err)
+		}
+	}()
+}
+
+// TestReloadDifferential pins what a reload builds: for every field of the config (every section, every
+// field of providers, routes, targets, parameters, shadows, KV-event sources, LMCache, and the data-plane
+// keys), a gateway started on a base config and reloaded with that one field changed is built exactly as a
+// gateway started on the changed config - nothing a reload carries over may keep an old setting. A field
+// that needs a restart is refused instead, and nothing changes.
+func TestReloadDifferential(t *testing.T) {
+	dir := t.TempDir()
+	ps := newDiffPorts(t)
+	muts := diffMutations(t, dir, ps)
+	c := &closer{t: t}
+	defer c.wg.Wait()
+	paths := configPaths()
+	for path := range muts {
+		if !slices.Contains(paths, path) {
+			t.Errorf("the mutation for %s names no field of Config", path)
+		}
+	}
+	for _, path := range paths {
+		t.Run(path, func(t *testing.T) {
+			mut := muts[path]
+			if mut == nil {
+				t.Fatalf("add a mutation for %s", path)
+			}
+			checkReloadField(t, c, path, mut, func() *Config { return diffConfig(t, dir, ps) })
+		})
+	}
+}
+
+// checkReloadField reloads a gateway on base() with mut applied, and compares what it built with a fresh
+// gateway on the same config (or, for a field that needs a restart, with what it built before).
+func checkReloadField(t *testing.T, c *closer, path string, mut func(*Config), base func() *Config) {
+	t.Helper()
+	g := diffGateway(t, base())
+	before := g.Built()
+	next := base()
+	mut(next)
+	err := g.Reload(next)
+	after := g.Built()
+	c.close(g)
+	if restartPath(path) {
+		if err == nil || !strings.Contains(err.Error(), "needs a restart") {
+			t.Fatalf("a reload changing %s (which needs a restart): %v", path, err)
+		}
+		if after != before {
+			t.Fatalf("a refused reload changed the gateway:\n%s", lineDiff(before, after))
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("reload: %s", err)
+	}
+	fresh := base()
+	mut(fresh)
+	if errs := ValidateConfig(fresh); len(errs) > 0 {
+		t.Fatalf("the mutation of %s is invalid: %s", path, errs)
+	}
+	f := diffGateway(t, fresh)
+	want := f.Built()
+	c.close(f)
+	if after != want {
+		t.Fatalf("reloaded onto a changed %s, the gateway is not built as one started on it (- reloaded, + fresh):\n%s",
+			path, lineDiff(after, want))
+	}
+	if !invisible[path] && after == before {
+		t.Fatalf("changing %s changed nothing the gateway describes: the mutation is a no-op or Built misses it", path)
+	}
+}
+
+// lineDiff lists the lines of a that b lacks (-) and those of b that a lacks (+).
+func lineDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	var out []string
+	for _, l := range al {
+		if !slices.Contains(bl, l) {
+			out = append(out, "- "+l)
+		}
+	}
+	for _, l := range bl {
+		if !slices.Contains(al, l) {
+			out = append(out, "+ "+l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestReloadRereadsEnvironment: the secrets a config names by environment variable (a provider's
+// api_key_env, a bind source's curve_secret_key_env, the trace's salt_env) are read again at each reload:
+// a SIGHUP after the variable changed builds what a fresh start would, though the config is the same.
+func TestReloadRereadsEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	ps := newDiffPorts(t)
+	muts := diffMutations(t, dir, ps)
+	_, otherSecret, err := zmq.NewCurveKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := func() *Config {
+		cfg := diffConfig(t, dir, ps)
+		muts["providers.kv_events.curve_secret_key_env"](cfg)
+		muts["trace.salt_env"](cfg)
+		if errs := ValidateConfig(cfg); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return cfg
+	}
+	c := &closer{t: t}
+	defer c.wg.Wait()
+	for name, value := range map[string]string{"ROLTER_DIFF_KEY": "secret three", "ROLTER_DIFF_CURVE": otherSecret,
+		"ROLTER_DIFF_SALT": "salt two"} {
+		t.Run(name, func(t *testing.T) {
+			g := diffGateway(t, base())
+			before := g.Built()
+			t.Setenv(name, value)
+			if err := g.Reload(base()); err != nil {
+				t.Fatalf("reload: %s", err)
+			}
+			after := g.Built()
+			c.close(g)
+			f := diffGateway(t, base())
+			want := f.Built()
+			c.close(f)
+			if after != want {
+				t.Fatalf("reloaded after %s changed, the gateway is not built as one started then (- reloaded, + fresh):\n%s",
+					name, lineDiff(after, want))
+			}
+			if after == before {
+				t.Fatalf("a new value of %s changed nothing the gateway describes", name)
+			}
+		})
+	}
+}
