@@ -45,6 +45,47 @@ func newDiffPorts(t *testing.T) diffPorts {
 	return diffPorts{ps[0], ps[1], ps[2], ps[3], ps[4], ps[5]}
 }
 
+// curveKeys are the differential test's CURVE keys: the gateway's pair and a publisher's public key, the
+// same for every config it makes, so that two gateways' descriptions can be compared.
+type curveKeys struct{ public, secret, client string }
+
+var diffCurve struct {
+	once sync.Once
+	keys curveKeys
+	err  error
+}
+
+func diffCurveKeys(t *testing.T) curveKeys {
+	t.Helper()
+	diffCurve.once.Do(func() {
+		k := &diffCurve.keys
+		if k.public, k.secret, diffCurve.err = zmq.NewCurveKeypair(); diffCurve.err == nil {
+			k.client, _, diffCurve.err = zmq.NewCurveKeypair()
+		}
+	})
+	if diffCurve.err != nil {
+		t.Fatal(diffCurve.err)
+	}
+	return diffCurve.keys
+}
+
+// rebound returns ps with bind ports of its own: two gateways of one comparison run side by side, and a
+// bind on a port another gateway holds is refused. mapBinds writes the description of a gateway on ps's
+// twin back in ps's ports.
+func (ps diffPorts) rebound(t *testing.T) diffPorts {
+	t.Helper()
+	o := newDiffPorts(t)
+	ps.bind, ps.bind2 = o.bind, o.bind2
+	return ps
+}
+
+func (ps diffPorts) mapBinds(desc string, twin diffPorts) string {
+	r := strings.NewReplacer(
+		fmt.Sprintf("127.0.0.1:%d", twin.bind), fmt.Sprintf("127.0.0.1:%d", ps.bind),
+		fmt.Sprintf("127.0.0.1:%d", twin.bind2), fmt.Sprintf("127.0.0.1:%d", ps.bind2))
+	return r.Replace(desc)
+}
+
 // diffBase is the differential test's base config: every section set to a non-default value where it
 // has one, every component present (health checks, scraper, LMCache poller, both KV-event modes, every
 // strategy with parameters, a shadow, an org's route and key, the routing trace and the observers).
@@ -206,7 +247,8 @@ func diffConfig(t *testing.T, dir string, ps diffPorts) *Config {
 	if err != nil {
 		t.Fatalf("bad base config: %s", err)
 	}
-	cfg.Providers = append(cfg.Providers, ProviderConfig{Org: "org_1", Name: "org_1/o", APIBase: "http://127.0.0.1:11"})
+	cfg.Providers = append(cfg.Providers, ProviderConfig{Org: "org_1", Name: "org_1/o", APIBase: "http://127.0.0.1:11",
+		APIKeySecret: "k", Secrets: map[string]string{"k": "org secret one", "k2": "org secret two"}})
 	cfg.Routes = append(cfg.Routes, RouteConfig{Org: "org_1", Model: "org_1/r", Strategy: "round_robin",
 		Targets: []TargetConfig{{Provider: "org_1/o"}}})
 	cfg.KeyPepper = [32]byte{1}
@@ -257,6 +299,9 @@ func restartPath(path string) bool {
 		"server.idle_timeout_secs", "server.max_conns", "server.max_conns_per_ip":
 		return true
 	}
+	if strings.HasPrefix(path, "control.quotas") {
+		return false // read by the control plane at every write
+	}
 	return strings.HasPrefix(path, "control.") || strings.HasPrefix(path, "cluster.")
 }
 
@@ -265,6 +310,10 @@ var invisible = map[string]bool{
 	"File": true, // error messages only
 	// One kind exists: its alternative (unset) is the default again. A second kind would show in Built.
 	"providers.kind": true,
+	// The control plane checks the quotas when an org writes; the gateway builds nothing from them.
+	"control.quotas.routing_memory_bytes": true, "control.quotas.routes": true, "control.quotas.providers": true,
+	"control.quotas.targets_per_route": true, "control.quotas.targets": true, "control.quotas.keys": true,
+	"control.quotas.tokens": true,
 }
 
 func route(cfg *Config, model string) *RouteConfig {
@@ -288,11 +337,8 @@ func provider(cfg *Config, name string) *ProviderConfig {
 // diffMutations are one valid alternative value for every field path (configPaths): the change the
 // differential test reloads. A change some field needs alongside (CURVE's keys, say) goes with it.
 func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*Config) {
-	curvePublic, curveSecret, err := zmq.NewCurveKeypair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientPublic, _, _ := zmq.NewCurveKeypair()
+	k := diffCurveKeys(t)
+	curvePublic, curveSecret, clientPublic := k.public, k.secret, k.client
 	t.Setenv("ROLTER_DIFF_KEY", "secret one")
 	t.Setenv("ROLTER_DIFF_KEY2", "secret two")
 	t.Setenv("ROLTER_DIFF_CURVE", curveSecret)
@@ -319,13 +365,19 @@ func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*Conf
 		"providers": func(c *Config) {
 			c.Providers = append(c.Providers, ProviderConfig{Name: "e", APIBase: "http://127.0.0.1:13"})
 		},
-		"providers.Org":         func(c *Config) { provider(c, "org_1/o").Org = "" },
-		"providers.name":        func(c *Config) { renameProvider(c, "b", "b2") },
-		"providers.kind":        func(c *Config) { a(c).Kind = "" }, // one kind: unset takes the default
-		"providers.api_base":    func(c *Config) { a(c).APIBase = "https://127.0.0.1:9/v2" },
-		"providers.api_key_env": func(c *Config) { a(c).APIKeyEnv = "ROLTER_DIFF_KEY2" },
-		"providers.headers":     func(c *Config) { a(c).Headers = map[string]string{"X-Team": "t2"} },
-		"providers.max_conns":   func(c *Config) { a(c).MaxConns = 65 },
+		"providers.Org": func(c *Config) {
+			o := provider(c, "org_1/o")
+			o.Org, o.APIKeySecret, o.Secrets = "", "", nil // a provider of the file has no org secrets
+		},
+		"providers.name":           func(c *Config) { renameProvider(c, "b", "b2") },
+		"providers.kind":           func(c *Config) { a(c).Kind = "" }, // one kind: unset takes the default
+		"providers.api_base":       func(c *Config) { a(c).APIBase = "https://127.0.0.1:9/v2" },
+		"providers.api_key_env":    func(c *Config) { a(c).APIKeyEnv = "ROLTER_DIFF_KEY2" },
+		"providers.headers":        func(c *Config) { a(c).Headers = map[string]string{"X-Team": "t2"} },
+		"providers.api_key_secret": func(c *Config) { provider(c, "org_1/o").APIKeySecret = "k2" },
+		"providers.header_secrets": func(c *Config) { provider(c, "org_1/o").HeaderSecrets = map[string]string{"X-Org": "k2"} },
+		"providers.Secrets":        func(c *Config) { provider(c, "org_1/o").Secrets["k"] = "org secret three" },
+		"providers.max_conns":      func(c *Config) { a(c).MaxConns = 65 },
 		"providers.kv_events": func(c *Config) {
 			// A source added to a provider that had none, and a route switched to precise_cache_aware.
 			provider(c, "org_1/o").KVEvents = &KVEventsConfig{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", ps.connect2)}
@@ -443,6 +495,8 @@ func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*Conf
 		"queue.wait_timeout_secs":       func(c *Config) { c.Queue.WaitTimeoutSecs = 6 },
 		"queue.retry_after_secs":        func(c *Config) { c.Queue.RetryAfterSecs = 2 },
 
+		"egress.block_metadata":   func(c *Config) { c.Egress.BlockMetadata = false },
+		"egress.kv_bind_ports":    func(c *Config) { c.Egress.KVBindPorts = []int{5600} },
 		"egress.block_link_local": func(c *Config) { c.Egress.BlockLinkLocal = false },
 		"egress.block_loopback":   func(c *Config) { c.Egress.BlockLoopback = true }, // allow_cidrs still admits 127/8
 		"egress.block_private":    func(c *Config) { c.Egress.BlockPrivate = true },
@@ -451,17 +505,43 @@ func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*Conf
 		"egress.allow_cidrs":      func(c *Config) { c.Egress.AllowCIDRs = []string{"127.0.0.0/16"} },
 		"egress.deny_cidrs":       func(c *Config) { c.Egress.DenyCIDRs = []string{"10.9.8.0/24"} },
 
-		"control.enabled":         func(c *Config) { c.Control.Enabled = true },
-		"control.listen":          func(c *Config) { c.Control.Listen = "127.0.0.1:1" },
-		"control.store":           func(c *Config) { c.Control.Store = filepath.Join(dir, "other.db") },
-		"control.admin_token_env": func(c *Config) { c.Control.AdminTokenEnv = "OTHER_TOKEN" },
+		"control.enabled":                     func(c *Config) { c.Control.Enabled = true },
+		"control.listen":                      func(c *Config) { c.Control.Listen = "127.0.0.1:1" },
+		"control.store":                       func(c *Config) { c.Control.Store = filepath.Join(dir, "other.db") },
+		"control.admin_token_env":             func(c *Config) { c.Control.AdminTokenEnv = "OTHER_TOKEN" },
+		"control.hosts":                       func(c *Config) { c.Control.Hosts = []string{"control.example"} },
+		"control.max_conns":                   func(c *Config) { c.Control.MaxConns = 65 },
+		"control.read_timeout_secs":           func(c *Config) { c.Control.ReadTimeoutSecs = 11 },
+		"control.write_timeout_secs":          func(c *Config) { c.Control.WriteTimeoutSecs = 61 },
+		"control.idle_timeout_secs":           func(c *Config) { c.Control.IdleTimeoutSecs = 61 },
+		"control.provider_env":                func(c *Config) { c.Control.ProviderEnv = []string{"ROLTER_DIFF_KEY2"} },
+		"control.secrets_key_env":             func(c *Config) { c.Control.SecretsKeyEnv = "ROLTER_DIFF_SECRETS" },
+		"control.quotas.routing_memory_bytes": func(c *Config) { c.Control.Quotas.RoutingMemoryBytes = 1 << 27 },
+		"control.quotas.routes":               func(c *Config) { c.Control.Quotas.Routes = 65 },
+		"control.quotas.providers":            func(c *Config) { c.Control.Quotas.Providers = 65 },
+		"control.quotas.targets_per_route":    func(c *Config) { c.Control.Quotas.TargetsPerRoute = 17 },
+		"control.quotas.targets":              func(c *Config) { c.Control.Quotas.Targets = 257 },
+		"control.quotas.keys":                 func(c *Config) { c.Control.Quotas.Keys = 65 },
+		"control.quotas.tokens":               func(c *Config) { c.Control.Quotas.Tokens = 17 },
 
-		"cluster.nats_url":            func(c *Config) { c.Cluster.NATSURL = "nats://127.0.0.1:4222" },
-		"cluster.subject":             func(c *Config) { c.Cluster.Subject = "other" },
-		"cluster.publish_interval_ms": func(c *Config) { c.Cluster.PublishIntervalMs = 21 },
-		"cluster.max_entries":         func(c *Config) { c.Cluster.MaxEntries = 1 << 19 },
-		"cluster.evidence_ttl_secs":   func(c *Config) { c.Cluster.EvidenceTTLSecs = 601 },
-		"cluster.queue_size":          func(c *Config) { c.Cluster.QueueSize = 4097 },
+		"cluster.nats_url":              func(c *Config) { c.Cluster.NATSURL = "nats://127.0.0.1:4222" },
+		"cluster.subject":               func(c *Config) { c.Cluster.Subject = "other" },
+		"cluster.publish_interval_ms":   func(c *Config) { c.Cluster.PublishIntervalMs = 21 },
+		"cluster.max_entries":           func(c *Config) { c.Cluster.MaxEntries = 1 << 19 },
+		"cluster.evidence_ttl_secs":     func(c *Config) { c.Cluster.EvidenceTTLSecs = 601 },
+		"cluster.key_env":               func(c *Config) { c.Cluster.KeyEnv = "ROLTER_DIFF_CLUSTER_KEY" },
+		"cluster.user_env":              func(c *Config) { c.Cluster.UserEnv = "ROLTER_DIFF_USER" },
+		"cluster.password_env":          func(c *Config) { c.Cluster.PasswordEnv = "ROLTER_DIFF_PASSWORD" },
+		"cluster.token_env":             func(c *Config) { c.Cluster.TokenEnv = "ROLTER_DIFF_TOKEN" },
+		"cluster.nkey_seed_file":        func(c *Config) { c.Cluster.NKeySeedFile = filepath.Join(dir, "nkey.seed") },
+		"cluster.creds_file":            func(c *Config) { c.Cluster.CredsFile = filepath.Join(dir, "nats.creds") },
+		"cluster.tls_ca_file":           func(c *Config) { c.Cluster.TLSCAFile = filepath.Join(dir, "ca.pem") },
+		"cluster.tls_cert_file":         func(c *Config) { c.Cluster.TLSCertFile = filepath.Join(dir, "cert.pem") },
+		"cluster.tls_key_file":          func(c *Config) { c.Cluster.TLSKeyFile = filepath.Join(dir, "key.pem") },
+		"cluster.max_peers":             func(c *Config) { c.Cluster.MaxPeers = 65 },
+		"cluster.max_peer_inflight":     func(c *Config) { c.Cluster.MaxPeerInflight = 1025 },
+		"cluster.peer_evidence_per_sec": func(c *Config) { c.Cluster.PeerEvidencePerSec = 50001 },
+		"cluster.queue_size":            func(c *Config) { c.Cluster.QueueSize = 4097 },
 
 		"docs.base_url": func(c *Config) { c.Docs.BaseURL = "https://docs2.example/" },
 
@@ -561,18 +641,29 @@ func TestReloadDifferential(t *testing.T) {
 	}
 	for _, path := range paths {
 		t.Run(path, func(t *testing.T) {
-			mut := muts[path]
-			if mut == nil {
+			if muts[path] == nil {
 				t.Fatalf("add a mutation for %s", path)
 			}
-			checkReloadField(t, c, path, mut, func() *Config { return diffConfig(t, dir, ps) })
+			// Each field's gateways bind ports of their own: the last field's may still be closing.
+			ps := ps.rebound(t)
+			twin := ps.rebound(t)
+			fresh := func() *Config {
+				cfg := diffConfig(t, dir, twin)
+				diffMutations(t, dir, twin)[path](cfg)
+				return cfg
+			}
+			mut := diffMutations(t, dir, ps)[path]
+			checkReloadField(t, c, path, mut, func() *Config { return diffConfig(t, dir, ps) }, fresh,
+				func(desc string) string { return ps.mapBinds(desc, twin) })
 		})
 	}
 }
 
 // checkReloadField reloads a gateway on base() with mut applied, and compares what it built with a fresh
-// gateway on the same config (or, for a field that needs a restart, with what it built before).
-func checkReloadField(t *testing.T, c *closer, path string, mut func(*Config), base func() *Config) {
+// gateway on fresh(), the same config on other bind ports, whose description mapDesc writes in base's (or,
+// for a field that needs a restart, with what it built before).
+func checkReloadField(t *testing.T, c *closer, path string, mut func(*Config), base, fresh func() *Config,
+	mapDesc func(string) string) {
 	t.Helper()
 	g := diffGateway(t, base())
 	before := g.Built()
@@ -593,13 +684,12 @@ func checkReloadField(t *testing.T, c *closer, path string, mut func(*Config), b
 	if err != nil {
 		t.Fatalf("reload: %s", err)
 	}
-	fresh := base()
-	mut(fresh)
-	if errs := ValidateConfig(fresh); len(errs) > 0 {
+	fc := fresh()
+	if errs := ValidateConfig(fc); len(errs) > 0 {
 		t.Fatalf("the mutation of %s is invalid: %s", path, errs)
 	}
-	f := diffGateway(t, fresh)
-	want := f.Built()
+	f := diffGateway(t, fc)
+	want := mapDesc(f.Built())
 	c.close(f)
 	if after != want {
 		t.Fatalf("reloaded onto a changed %s, the gateway is not built as one started on it (- reloaded, + fresh):\n%s",
@@ -633,12 +723,12 @@ func lineDiff(a, b string) string {
 func TestReloadRereadsEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	ps := newDiffPorts(t)
-	muts := diffMutations(t, dir, ps)
 	_, otherSecret, err := zmq.NewCurveKeypair()
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := func() *Config {
+	muts := diffMutations(t, dir, ps) // the mutations used here name no port
+	base := func(ps diffPorts) *Config {
 		cfg := diffConfig(t, dir, ps)
 		muts["providers.kv_events.curve_secret_key_env"](cfg)
 		muts["trace.salt_env"](cfg)
@@ -652,16 +742,19 @@ func TestReloadRereadsEnvironment(t *testing.T) {
 	for name, value := range map[string]string{"ROLTER_DIFF_KEY": "secret three", "ROLTER_DIFF_CURVE": otherSecret,
 		"ROLTER_DIFF_SALT": "salt two"} {
 		t.Run(name, func(t *testing.T) {
-			g := diffGateway(t, base())
+			ps := ps.rebound(t)
+			twin := ps.rebound(t)
+			g := diffGateway(t, base(ps))
 			before := g.Built()
+			next := base(ps)
 			t.Setenv(name, value)
-			if err := g.Reload(base()); err != nil {
+			if err := g.Reload(next); err != nil {
 				t.Fatalf("reload: %s", err)
 			}
 			after := g.Built()
 			c.close(g)
-			f := diffGateway(t, base())
-			want := f.Built()
+			f := diffGateway(t, base(twin))
+			want := ps.mapBinds(f.Built(), twin)
 			c.close(f)
 			if after != want {
 				t.Fatalf("reloaded after %s changed, the gateway is not built as one started then (- reloaded, + fresh):\n%s",
