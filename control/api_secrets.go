@@ -65,7 +65,7 @@ func decodeSecret(w http.ResponseWriter, r *http.Request) (string, error) {
 		return "", err
 	}
 	if len(sb.Value) > maxSecretLen || !engine.HeaderSafe(sb.Value) {
-		return "", fieldError("value", fmt.Sprintf("want 1 to %d bytes without control characters (it is sent in a header)", maxSecretLen))
+		return "", fieldError("value", fmt.Sprintf("want 1 to %d bytes without control characters or whitespace at either end (it is sent in a header)", maxSecretLen))
 	}
 	return sb.Value, nil
 }

@@ -9,8 +9,10 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -147,11 +149,13 @@ func apiMutations(t *testing.T, e *env, connect2, bind2 int) map[string]func(o a
 			o.providers["d2"] = d
 			o.routes["rr"].Targets[0].Provider = "d2"
 		},
-		"provider.kind":        func(o apiObjects) { o.providers["d"].Kind = "openai_compatible" }, // the default, explicit
-		"provider.api_base":    func(o apiObjects) { o.providers["p"].APIBase = e.B.URL + "/v2" },
-		"provider.api_key_env": func(o apiObjects) { o.providers["p"].APIKeyEnv = "ROLTER_API_DIFF_KEY2" },
-		"provider.headers":     func(o apiObjects) { o.providers["p"].Headers = map[string]string{"X-Team": "t2"} },
-		"provider.max_conns":   func(o apiObjects) { o.providers["p"].MaxConns = 65 },
+		"provider.kind":           func(o apiObjects) { o.providers["d"].Kind = "openai_compatible" }, // the default, explicit
+		"provider.api_base":       func(o apiObjects) { o.providers["p"].APIBase = e.B.URL + "/v2" },
+		"provider.api_key_env":    func(o apiObjects) { o.providers["p"].APIKeyEnv = "ROLTER_API_DIFF_KEY2" },
+		"provider.headers":        func(o apiObjects) { o.providers["p"].Headers = map[string]string{"X-Team": "t2"} },
+		"provider.api_key_secret": func(o apiObjects) { o.providers["d"].APIKeySecret = "s1" },
+		"provider.header_secrets": func(o apiObjects) { o.providers["d"].HeaderSecrets = map[string]string{"X-Org": "s2"} },
+		"provider.max_conns":      func(o apiObjects) { o.providers["p"].MaxConns = 65 },
 		"provider.kv_events": func(o apiObjects) {
 			// A source added to a provider that had none, and its route switched to precise_cache_aware.
 			o.providers["d"].KVEvents = &engine.KVEventsConfig{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", connect2)}
@@ -295,6 +299,33 @@ func freshBuilt(t *testing.T, e *env, c *apiCloser) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The fresh gateway runs beside the live one, and a bind on a port another gateway holds is refused: its
+	// bind-mode sources bind ports of their own (allowed in its [egress] kv_bind_ports in place of the
+	// store's), written back as the store's in its description.
+	var back []string
+	ports := slices.Clone(cfg.Egress.KVBindPorts)
+	for i := range cfg.Providers {
+		kv := cfg.Providers[i].KVEvents
+		if kv == nil || kv.Mode != "bind" {
+			continue
+		}
+		own := loopbackPort(t)
+		old, err := strconv.Atoi(kv.Endpoint[strings.LastIndexByte(kv.Endpoint, ':')+1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k := slices.Index(ports, old); k >= 0 {
+			ports[k] = own
+		}
+		ownEndpoint := fmt.Sprintf("tcp://127.0.0.1:%d", own)
+		back = append(back, ownEndpoint, kv.Endpoint)
+		kv.Endpoint = ownEndpoint
+	}
+	ownJSON, _ := json.Marshal(ports)
+	storeJSON, _ := json.Marshal(cfg.Egress.KVBindPorts)
+	back = append(back, fmt.Sprintf("KVBindPorts:%v", ports), fmt.Sprintf("KVBindPorts:%v", cfg.Egress.KVBindPorts),
+		`"kv_bind_ports":`+string(ownJSON), `"kv_bind_ports":`+string(storeJSON))
+	cfg.Egress.KVBindPorts = ports
 	if errs := engine.ValidateConfig(cfg); len(errs) > 0 {
 		t.Fatalf("the store does not validate: %s", errs)
 	}
@@ -304,7 +335,7 @@ func freshBuilt(t *testing.T, e *env, c *apiCloser) string {
 		t.Fatalf("a fresh gateway on the store: %s", err)
 	}
 	defer c.close(g)
-	return g.Built()
+	return strings.NewReplacer(back...).Replace(g.Built())
 }
 
 // wantFresh fails unless the live gateway is built as a fresh one on the same file and store.
@@ -338,11 +369,19 @@ func builtDiff(a, b string) string {
 // time (and changed back), and data-plane keys made and revoked, leave the gateway built exactly as a
 // gateway started on the same file and store - nothing the reload carried over keeps an old setting.
 func TestAPIReloadDifferential(t *testing.T) {
-	e := newEnv(t, "")
+	connect, bind, connect2, bind2 := loopbackPort(t), loopbackPort(t), loopbackPort(t), loopbackPort(t)
+	// The operator lets orgs read the test's variables and bind the test's ports, and keeps secrets.
+	e := newEnvWith(t, filepath.Join(t.TempDir(), "rolter.db"), fmt.Sprintf(`[control]
+provider_env = ["ROLTER_API_DIFF_KEY", "ROLTER_API_DIFF_KEY2", "ROLTER_API_DIFF_CURVE"]
+[egress]
+kv_bind_ports = [%d, %d]
+`, bind, bind2), testSecretsKey(t))
 	org := e.mkOrg("a")
 	t.Setenv("ROLTER_API_DIFF_KEY", "secret one")
 	t.Setenv("ROLTER_API_DIFF_KEY2", "secret two")
-	connect, bind, connect2, bind2 := loopbackPort(t), loopbackPort(t), loopbackPort(t), loopbackPort(t)
+	for name, value := range map[string]string{"s1": "org secret one", "s2": "org secret two"} {
+		want(t, e.su("PUT", "/api/v1/orgs/"+org+"/secrets/"+name, map[string]string{"value": value}), 201, "")
+	}
 	muts := apiMutations(t, e, connect2, bind2)
 	c := &apiCloser{}
 	defer c.wg.Wait()
@@ -374,6 +413,19 @@ func TestAPIReloadDifferential(t *testing.T) {
 			wantFresh(t, e, c, "changing "+path+" back")
 		})
 	}
+	t.Run("secrets", func(t *testing.T) {
+		// A provider that sends a secret is built anew when the secret's value changes.
+		next := base.clone(t)
+		next.providers["d"].APIKeySecret = "s1"
+		syncObjects(t, e, org, base, next)
+		using := wantFresh(t, e, c, "a provider using a secret")
+		want(t, e.su("PUT", "/api/v1/orgs/"+org+"/secrets/s1", map[string]string{"value": "org secret three"}), 200, "")
+		if wantFresh(t, e, c, "a new value of the secret") == using {
+			t.Fatal("a new value of a secret in use changed nothing the gateway describes")
+		}
+		syncObjects(t, e, org, next, base)
+		wantFresh(t, e, c, "the provider back to no secret")
+	})
 	t.Run("keys", func(t *testing.T) {
 		_, id := e.mkKey(org, rootToken)
 		if wantFresh(t, e, c, "a key made") == before {

@@ -1407,23 +1407,13 @@ func (v *validator) secret(key string, p *ProviderConfig, name string) {
 	case !ok:
 		v.addf(key, "no secret %q: set it first with PUT /api/v1/orgs/{org}/secrets/%s", name, name)
 	case !HeaderSafe(val):
-		v.addf(key, "cannot send secret %q in a header: it is empty or holds a control character", name)
+		v.addf(key, "cannot send secret %q in a header: it is empty, holds a control character or starts or ends with whitespace", name)
 	}
 }
 
-// HeaderSafe reports whether s can be sent as a header value: not empty, and no control character but
-// HTAB (RFC 9110, section 5.5), so a value never ends a header or the request.
-func HeaderSafe(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
+// HeaderSafe reports whether s can be sent as a header value: not empty, and an RFC 9110 field value
+// (fieldValueFault), so a value never ends a header or the request.
+func HeaderSafe(s string) bool { return s != "" && fieldValueFault(s) == "" }
 
 // kvEvents checks [providers.kv_events] by the subscriber's own rules (kvindex.SubscriberConfig.Validate),
 // so a config that passes `rolter check` is one the subscriber takes. An org's provider is held to more: no

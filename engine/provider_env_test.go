@@ -62,7 +62,7 @@ func TestOrgProviderEnv(t *testing.T) {
 	g(func(pc *ProviderConfig) { pc.APIKeySecret, pc.Secrets = "k", map[string]string{"k": "v"} }, "")
 	g(func(pc *ProviderConfig) { pc.APIKeySecret = "k" }, "providers[1].api_key_secret: no secret \"k\": set it first with PUT /api/v1/orgs/{org}/secrets/k")
 	g(func(pc *ProviderConfig) { pc.APIKeySecret, pc.Secrets = "k", map[string]string{"k": "a\r\nb"} },
-		"providers[1].api_key_secret: cannot send secret \"k\" in a header: it is empty or holds a control character")
+		"providers[1].api_key_secret: cannot send secret \"k\" in a header: it is empty, holds a control character or starts or ends with whitespace")
 	g(func(pc *ProviderConfig) {
 		pc.Headers, pc.HeaderSecrets, pc.Secrets = map[string]string{"x-api-key": "a"}, map[string]string{"X-Api-Key": "k"}, map[string]string{"k": "v"}
 	}, "providers[1].header_secrets: header \"X-Api-Key\" is set by headers too")
