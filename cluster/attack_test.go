@@ -76,7 +76,7 @@ func targetsOf(t *testing.T, gw *gateway, n int, name string) map[string]int {
 }
 
 func TestForgedLoadWithKey(t *testing.T) {
-	// The review's attack: claim huge in-flight counts on two of three engines. With a key, the claims are
+	// The attack: claim huge in-flight counts on two of three engines. With a key, the claims are
 	// refused and least_load still spreads b's requests over all three.
 	t.Setenv(testKeyEnv, strings.Repeat("fleet key ", 4))
 	ns := natstest.New(t)
@@ -105,8 +105,8 @@ func TestForgedLoadWithKey(t *testing.T) {
 }
 
 func TestForgedLoadWithoutKey(t *testing.T) {
-	// The control: without a key the same flood steers b's requests away from p0 and p1, as the review
-	// found (30 of 30), though each claim is cut to the cap (max_conns, 1024 here).
+	// The control: without a key the same flood steers b's requests away from p0 and p1 (30 of 30
+	// requests), though each claim is cut to the cap (max_conns, 1024 here).
 	ns := natstest.New(t)
 	ups := upstreams(t, 3)
 	b := startGateway(t, config(t, ns.URL(), "least_load", "", ups, nil))
@@ -187,7 +187,7 @@ func plantEvidence(t *testing.T, ns *natstest.Server, ups []*upstream, b *gatewa
 }
 
 func TestForgedEvidenceWithKey(t *testing.T) {
-	// The review's second attack: evidence for conversations no replica has seen, naming an engine the
+	// The second attack: evidence for conversations no replica has seen, naming an engine the
 	// attacker chose, made 5 of 5 of them prefix_hit there. With a key none of it is taken, while the
 	// replicas' own evidence still is.
 	t.Setenv(testKeyEnv, strings.Repeat("fleet key ", 4))
@@ -211,7 +211,7 @@ func TestForgedEvidenceWithKey(t *testing.T) {
 }
 
 func TestForgedEvidenceWithoutKey(t *testing.T) {
-	// The control of the test above, and the review's result: without a key the planted evidence is taken,
+	// The control of the test above, and what happens without a key: the planted evidence is taken,
 	// and every planted conversation is a prefix_hit on p2. This is why a nats_url off loopback needs one.
 	ns := natstest.New(t)
 	ups := upstreams(t, 3)

@@ -456,11 +456,7 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, 
 	if err != nil {
 		return err
 	}
-	if err := s.applyLocked(ctx); err != nil {
-		if errors.Is(err, ErrUnavailable) {
-			return errStoredUnapplied(err)
-		}
-		var undo error
+	if err := s.applyOrUndo(ctx, org, func() (undo error) {
 		switch {
 		case config == nil:
 			_, _, undo = k.put(s.store, ctx, c.actor, org, name, prev, 0)
@@ -469,7 +465,9 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, 
 		default:
 			_, _, undo = k.put(s.store, ctx, c.actor, org, name, prev, version)
 		}
-		return s.applyFailed(org, err, undo)
+		return undo
+	}); err != nil {
+		return err
 	}
 	action := "replace"
 	switch {
@@ -565,6 +563,19 @@ func retryStale(write func() error) error {
 			return errorf(http.StatusConflict, "conflict", "the store kept changing while the change was checked (%d tries): send it again", try)
 		}
 	}
+}
+
+// applyOrUndo applies a change just written to the store. When the gateway refuses it, undo takes it back
+// out of the store and the answer is 422 (applyFailed); when the store became unreachable, 503.
+func (s *Server) applyOrUndo(ctx context.Context, org string, undo func() error) error {
+	err := s.applyLocked(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrUnavailable):
+		return errStoredUnapplied(err)
+	}
+	return s.applyFailed(org, err, undo())
 }
 
 // applyFailed is the answer to a change the gateway refused to apply (422). undo is the error of taking it

@@ -204,25 +204,32 @@ func newSecret(prefix string) string {
 
 func (s *Server) listCredentials(k *credentialKind) func(http.ResponseWriter, *http.Request, *caller) error {
 	return func(w http.ResponseWriter, r *http.Request, c *caller) error {
-		org := r.PathValue("org")
-		if org == fileOrg {
-			writeJSON(w, http.StatusOK, listOf([]credentialView(nil)))
-			return nil
-		}
-		crs, err := k.list(s.store, r.Context(), org)
-		if errors.Is(err, ErrNotFound) {
-			return errOrgNotFound(org)
-		}
-		if err != nil {
-			return err
-		}
-		out := make([]credentialView, len(crs))
-		for i, cr := range crs {
-			out[i] = viewCredential(cr)
-		}
-		writeJSON(w, http.StatusOK, listOf(out))
+		list := func(ctx context.Context, org string) ([]Credential, error) { return k.list(s.store, ctx, org) }
+		return listOrgObjects(w, r, list, viewCredential)
+	}
+}
+
+// listOrgObjects answers the list of the {org} path value's objects, each as view shows it. The file's
+// org has none of them.
+func listOrgObjects[T, V any](w http.ResponseWriter, r *http.Request, list func(context.Context, string) ([]T, error), view func(T) V) error {
+	org := r.PathValue("org")
+	if org == fileOrg {
+		writeJSON(w, http.StatusOK, listOf([]V(nil)))
 		return nil
 	}
+	items, err := list(r.Context(), org)
+	if errors.Is(err, ErrNotFound) {
+		return errOrgNotFound(org)
+	}
+	if err != nil {
+		return err
+	}
+	out := make([]V, len(items))
+	for i, it := range items {
+		out[i] = view(it)
+	}
+	writeJSON(w, http.StatusOK, listOf(out))
+	return nil
 }
 
 // createCredential makes a key or token and answers its secret, the only time it is shown: the store

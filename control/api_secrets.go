@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -33,24 +32,7 @@ type secretBody struct {
 var errSecretsOff = errorf(http.StatusConflict, "secrets_disabled", "%s", ErrNoSecretsKey)
 
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, c *caller) error {
-	org := r.PathValue("org")
-	if org == fileOrg {
-		writeJSON(w, http.StatusOK, listOf([]secretView(nil)))
-		return nil
-	}
-	scs, err := s.store.ListSecrets(r.Context(), org)
-	if errors.Is(err, ErrNotFound) {
-		return errOrgNotFound(org)
-	}
-	if err != nil {
-		return err
-	}
-	out := make([]secretView, len(scs))
-	for i, sc := range scs {
-		out[i] = viewSecret(sc)
-	}
-	writeJSON(w, http.StatusOK, listOf(out))
-	return nil
+	return listOrgObjects(w, r, s.store.ListSecrets, viewSecret)
 }
 
 // decodeSecret reads the value of a PUT .../secrets/{name}: one a header can carry (the providers send it
@@ -145,17 +127,14 @@ func (s *Server) writeSecret(w http.ResponseWriter, r *http.Request, c *caller, 
 	if err != nil {
 		return err
 	}
-	if err := s.applyLocked(ctx); err != nil {
-		if errors.Is(err, ErrUnavailable) {
-			return errStoredUnapplied(err)
-		}
-		var undo error
+	if err := s.applyOrUndo(ctx, org, func() error {
 		if prev == nil {
-			undo = s.store.DeleteSecret(ctx, c.actor, org, name)
-		} else {
-			_, undo = s.store.PutSecret(ctx, c.actor, org, name, *prev)
+			return s.store.DeleteSecret(ctx, c.actor, org, name)
 		}
-		return s.applyFailed(org, err, undo)
+		_, err := s.store.PutSecret(ctx, c.actor, org, name, *prev)
+		return err
+	}); err != nil {
+		return err
 	}
 	action := "replace"
 	switch {

@@ -51,7 +51,7 @@ func TestAPIHeaderSmugglingRefused(t *testing.T) {
 	}
 }
 
-// TestAPISelfLoopRefused: the review's attack - an org's provider whose api_base is the gateway's own
+// TestAPISelfLoopRefused: the attack - an org's provider whose api_base is the gateway's own
 // data-plane address, with the org's own data-plane key in its headers - is refused when it is written.
 func TestAPISelfLoopRefused(t *testing.T) {
 	port, err := freeport.Loopback()

@@ -27,7 +27,7 @@ tokens = 2
 	}
 }
 
-// TestTrieCeilingQuota: the review's attack - an org admin PUTs a route with max_trie_bytes of 1 TiB - is
+// TestTrieCeilingQuota: the attack - an org admin PUTs a route with max_trie_bytes of 1 TiB - is
 // refused as quota_exceeded; a route within the quota is taken, and twenty distinct long prompts leave
 // its trie within its ceiling (the trie stats of GET /api/v1/state).
 func TestTrieCeilingQuota(t *testing.T) {

@@ -227,37 +227,55 @@ func TestCheckPrint(t *testing.T) {
 // route made through it serves at once, and keeps serving across a SIGHUP (the file is composed with the
 // store again).
 func TestServeWithControlPlane(t *testing.T) {
+	s := serveControl(t)
+	if c, _ := s.chat(s.key); c != 200 {
+		t.Fatalf("chat %d", c)
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	time.Sleep(200 * time.Millisecond)
+	if c, _ := s.chat(s.key); c != 200 {
+		t.Fatalf("after SIGHUP the org's route answers %d", c)
+	}
+	s.stop()
+}
+
+// servedControl is `rolter serve` in this process with [control] enabled, an upstream that answers every
+// chat, and an org ("team") with provider "p", route "m" and a data-plane key made through the API.
+type servedControl struct {
+	t              *testing.T
+	addr, ctl      string // the data plane's and the control plane's addresses
+	cfg, head      string // the config file, and its text: [server] and [control]
+	upstream       string // the upstream's address
+	org, base, key string // the org's id, its API path and its data-plane key
+	done           chan int
+}
+
+func serveControl(t *testing.T) *servedControl {
+	t.Helper()
 	up := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[]}`)
 	})}
-	upLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	go up.Serve(upLn)
-	defer up.Close()
-	addr, ctl := freeAddr(t), freeAddr(t)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "serve.toml")
-	os.WriteFile(cfg, []byte("[server]\nlisten = \""+addr+"\"\ndrain_secs = 2\n[control]\nenabled = true\nlisten = \""+ctl+"\"\nstore = \""+filepath.Join(dir, "rolter.db")+"\"\nadmin_token_env = \"ROLTER_TEST_ADMIN\"\n"), 0o600)
-	t.Setenv("ROLTER_TEST_ADMIN", "root-secret")
-	done := make(chan int, 1)
-	go func() { done <- run([]string{"serve", "-config", cfg, "-log-level", "error"}, io.Discard, io.Discard) }()
-	api := func(method, path, body string) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, "http://"+ctl+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer root-secret")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	go up.Serve(upLn)
+	t.Cleanup(func() { up.Close() })
+	s := &servedControl{t: t, addr: freeAddr(t), ctl: freeAddr(t), upstream: upLn.Addr().String(), done: make(chan int, 1)}
+	dir := t.TempDir()
+	s.cfg = filepath.Join(dir, "serve.toml")
+	s.head = "[server]\nlisten = \"" + s.addr + "\"\ndrain_secs = 2\n[control]\nenabled = true\nlisten = \"" + s.ctl +
+		"\"\nstore = \"" + filepath.Join(dir, "rolter.db") + "\"\nadmin_token_env = \"ROLTER_TEST_ADMIN\"\n"
+	os.WriteFile(s.cfg, []byte(s.head), 0o600)
+	t.Setenv("ROLTER_TEST_ADMIN", "root-secret")
+	go func() {
+		s.done <- run([]string{"serve", "-config", s.cfg, "-log-level", "error"}, io.Discard, io.Discard)
+	}()
 	var code int
 	var got string
 	for i := 0; i < 200; i++ {
-		if code, got = api("POST", "/api/v1/orgs", `{"name":"team"}`); code != 0 {
+		if code, got = s.api("POST", "/api/v1/orgs", `{"name":"team"}`); code != 0 {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -267,41 +285,62 @@ func TestServeWithControlPlane(t *testing.T) {
 	}
 	var org struct{ ID string }
 	json.Unmarshal([]byte(got), &org)
-	base := "/api/v1/orgs/" + org.ID
-	if code, got = api("POST", base+"/providers", `{"name":"p","api_base":"http://`+upLn.Addr().String()+`"}`); code != 201 {
+	s.org, s.base = org.ID, "/api/v1/orgs/"+org.ID
+	if code, got = s.api("POST", s.base+"/providers", `{"name":"p","api_base":"http://`+s.upstream+`"}`); code != 201 {
 		t.Fatalf("create provider: %d %s", code, got)
 	}
-	if code, got = api("POST", base+"/routes", `{"model":"m","targets":[{"provider":"p"}]}`); code != 201 {
+	if code, got = s.api("POST", s.base+"/routes", `{"model":"m","targets":[{"provider":"p"}]}`); code != 201 {
 		t.Fatalf("create route: %d %s", code, got)
 	}
-	code, got = api("POST", base+"/keys", `{"name":"k"}`)
+	if code, got = s.api("POST", s.base+"/keys", `{"name":"k"}`); code != 201 {
+		t.Fatalf("create key: %d %s", code, got)
+	}
 	var key struct{ Secret string }
 	json.Unmarshal([]byte(got), &key)
-	chat := func() int {
-		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[]}`))
-		req.Header.Set("Authorization", "Bearer "+key.Secret)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+	s.key = key.Secret
+	return s
+}
+
+// api calls the control plane as the superadmin.
+func (s *servedControl) api(method, path, body string) (int, string) {
+	s.t.Helper()
+	req, _ := http.NewRequest(method, "http://"+s.ctl+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer root-secret")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
 	}
-	if c := chat(); code != 201 || c != 200 {
-		t.Fatalf("key %d, chat %d", code, c)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// chat sends a chat request for model m with the data-plane key (none: "") and returns the status and the
+// provider that answered.
+func (s *servedControl) chat(key string) (int, string) {
+	req, _ := http.NewRequest("POST", "http://"+s.addr+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[]}`))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	syscall.Kill(os.Getpid(), syscall.SIGHUP)
-	time.Sleep(200 * time.Millisecond)
-	if c := chat(); c != 200 {
-		t.Fatalf("after SIGHUP the org's route answers %d", c)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, ""
 	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("x-rolter-provider")
+}
+
+// stop sends SIGTERM and waits for serve to exit 0.
+func (s *servedControl) stop() {
+	s.t.Helper()
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)
 	select {
-	case code := <-done:
+	case code := <-s.done:
 		if code != 0 {
-			t.Fatalf("serve exited %d", code)
+			s.t.Fatalf("serve exited %d", code)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not exit after SIGTERM")
+		s.t.Fatal("serve did not exit after SIGTERM")
 	}
 }
