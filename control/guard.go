@@ -81,8 +81,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.hosts.allows(r.Host) {
 			w.Header().Set("Cache-Control", "no-store")
+			// The answer repeats no request bytes: the name is the client's, and the page's that sent it.
 			s.writeError(w, r, errorf(http.StatusMisdirectedRequest, "misdirected_request",
-				"this control plane does not answer to host %q; add it to [control] hosts if it is one of its names", r.Host))
+				"this control plane does not answer to the name in the Host header; add it to [control] hosts if it is one of its names"))
 			return
 		}
 		if err := sameOrigin(r); err != nil {
@@ -105,7 +106,7 @@ func sameOrigin(r *http.Request) error {
 	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Path != "" || !strings.EqualFold(u.Host, r.Host) {
-			return errorf(http.StatusForbidden, "cross_origin", "cannot serve a request from origin %q: the control plane answers its own origin only", o)
+			return errorf(http.StatusForbidden, "cross_origin", "cannot serve a request from another origin: the control plane answers its own origin only")
 		}
 	}
 	switch r.Method {
@@ -131,7 +132,7 @@ func jsonBody(r *http.Request) error {
 		return nil // no body
 	}
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-		return errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "cannot read a %s body of type %q: want application/json", r.Method, ct)
+		return errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "cannot read a %s body that is not application/json", r.Method)
 	}
 	return nil
 }
