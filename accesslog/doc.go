@@ -1,4 +1,4 @@
-// Package accesslog is the gateway's per-request access log (issue 22): one line per finished request,
+// Package accesslog is the gateway's per-request access log: one line per finished request,
 // written off the request path.
 //
 // The engine fills a Record when a request ends, asks Logger.Want whether to log it (sample fraction, and

@@ -30,7 +30,7 @@ var openAPI []byte
 // to the superadmin only. The store's org ids all start with "org_", so none is "file".
 const fileOrg = "file"
 
-// readOnlyFile is the answer to any write to an object of rolter.toml (issue 14).
+// readOnlyFile is the answer to any write to an object of rolter.toml.
 const readOnlyFile = "defined in rolter.toml: read-only; change the file and send SIGHUP"
 
 // Options configure a Server. Every field but Logger is required; AdminToken may be empty only when Listen
@@ -68,8 +68,8 @@ type Options struct {
 	ReplicaID string
 }
 
-// Server is the control plane's REST API under /api/v1 (issue 14; the contract is openapi.json). Every accepted change goes through one path: the candidate store state is
-// composed with the file config and validated by engine.ValidateConfig, written to the store, and applied
+// Server is the control plane's REST API under /api/v1 (the contract is openapi.json). Every accepted
+// change goes through one path: the candidate store state is composed with the file config and validated by engine.ValidateConfig, written to the store, and applied
 // to the gateway; the answer is sent after the gateway serves it, and a change the gateway refuses is
 // taken back out of the store.
 //
@@ -320,7 +320,7 @@ func (s *Server) routes() {
 		s.mux.Handle(e.method+" "+e.path, s.wrap(e))
 	}
 	// The dashboard is static assets calling the API like any client: it needs no token to load, and
-	// every call it makes is authenticated as above (issue 15).
+	// every call it makes is authenticated as above.
 	s.mux.Handle("GET /dashboard/", s.dashboard)
 	s.mux.HandleFunc("GET /dashboard", redirectDashboard)
 	s.mux.HandleFunc("/", s.fallback)

@@ -536,7 +536,7 @@ func (s *Server) storeObject(ctx context.Context, c *caller, k *objectKind, org,
 	}
 	// Written onto the state just checked: a write of another gateway since is errStale, and the change is
 	// checked again on the state it made. So a PUT without If-Match replaces whatever was stored last (the
-	// later PUT wins whole), and one with If-Match conflicts as soon as the version moved (issue 21).
+	// later PUT wins whole), and one with If-Match conflicts as soon as the version moved.
 	at := s.store.at(st.Generation)
 	if config == nil {
 		return false, storedObject{name: name, version: version}, prev, k.del(at, ctx, c.actor, org, name, version)

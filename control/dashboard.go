@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// The dashboard (issue 15) is plain HTML, CSS and ES modules in dashboard/, embedded in the binary: no build
+// The dashboard is plain HTML, CSS and ES modules in dashboard/, embedded in the binary: no build
 // step, no CDN, nothing fetched at run time but the control plane's own /api/v1. It is served to anyone
 // (it holds no data); the admin token a user types is kept in the tab's sessionStorage and sent as
 // Authorization: Bearer to the API, never in a URL.

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Follower keeps one gateway on the store's latest generation and reports it (issue 21). With a PostgreSQL
+// Follower keeps one gateway on the store's latest generation and reports it. With a PostgreSQL
 // store shared by many gateways, a change made through any of them is committed with a notification; each
 // gateway's Follower hears it (LISTEN), and Server.Sync loads the store and applies it through the same
 // compose-and-Reload path as the gateway's own changes, only when the generation moved. A Follower that

@@ -158,7 +158,7 @@ func registerKVMetrics(set *telemetry.Set, target string, st *kvindex.Stream) {
 		return 0
 	})
 	set.Gauge(telemetry.KVLastSeq, l, stat(func(s *kvindex.StreamStats) float64 { return float64(s.LastSeq) }))
-	// Trust (issue 17): the state as 0 exact, 1 degraded, 2 fallback, and the reason as a state set, so
+	// Trust: the state as 0 exact, 1 degraded, 2 fallback, and the reason as a state set, so
 	// that every series exists from the start and a change of reason is a change of value, not of labels.
 	set.Gauge(telemetry.KVTrust, l, func() float64 {
 		s, _ := st.Trust()

@@ -9,7 +9,7 @@ import (
 )
 
 // Default pipeline factors, chosen with the routing benchmark (README "Routing quality", pipeline sweep) and
-// the KV-pressure report (bench/results/pressure.md, issue 18): load_factor must exceed cache_factor, or a
+// the KV-pressure report (bench/results/pressure.md): load_factor must exceed cache_factor, or a
 // replica holding a hot prefix can never lose it to an idle one and the rest of the fleet sits idle
 // (hot-prefix, multi-turn). At 2.5 : 2 a holder lost a prefix as soon as its load passed ~4.6x the idlest
 // target's, and under KV pressure every such spill left a second copy that evicted others (shared-prefix at
@@ -69,7 +69,7 @@ func (r *hotPrefixes) record(h uint64) float64 {
 // evidence with [cluster]) taken over the part of the prompt that not every eligible target holds: the share
 // of the prefill t saves over the coldest target. A prefix every engine holds (a system prompt all
 // conversations share) is no reason to prefer one engine; counted in the fraction, it let a small load
-// imbalance move a conversation off the engine holding its history (issue 18, multi-turn-short at 50%: 143
+// imbalance move a conversation off the engine holding its history (the KV-pressure report, multi-turn-short at 50%: 143
 // of 2628 turns moved, 2.3 of the 3 points pipeline was below the placement reference). A hot prefix -
 // matched by a share h of the last hot_window requests with h x eligible targets = r > 1 - has its
 // cache_factor divided by r, the engines its traffic fills.
@@ -166,7 +166,7 @@ func (s *pipeline) Rank(p *Pick, out []int) (int, Decision) {
 	}
 	// A hot prefix - one that more than one engine's share of the recent requests matched - is worth less
 	// per holder: its cache term is divided by the engines its traffic fills, so load spreads it over that
-	// many engines instead of queueing on the first holder (issue 18, hot-prefix burst).
+	// many engines instead of queueing on the first holder (the KV-pressure report, hot-prefix burst).
 	cacheF := s.cacheF
 	if s.hot != nil && bestM > 0 {
 		if r := s.hot.record(p.prefixName(peerFloor(bestM))) * float64(len(p.Eligible)); r > 1 {

@@ -81,7 +81,7 @@
 // # Trust
 //
 // A Stream publishes its target's trust as a state and a reason (Stream.Trust: one atomic load, read per
-// request and target; issue 17). Routing scores only exact evidence; a target in either other state is
+// request and target). Routing scores only exact evidence; a target in either other state is
 // scored by its other evidence (the gateway's approximate trie, then load):
 //
 //   - exact: the index holds what the engine's cache holds, as far as the events tell. After one of the

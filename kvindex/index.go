@@ -739,7 +739,7 @@ func (ti *TargetIndex) lookup(eng uint64) (uint32, bool) {
 // engInsert adds slab index idx (whose engine hash is not in the table) to the table.
 func (ti *TargetIndex) engInsert(idx uint32) {
 	// Grow (or purge tombstones) at 90% of slots used, back to 80% live: tags keep long probes cheap.
-	// 85%/60% took 5.6 bytes per entry at 60k blocks, this 4.5 (issue 19, BenchmarkIndexMemory;
+	// 85%/60% took 5.6 bytes per entry at 60k blocks, this 4.5 (BenchmarkIndexMemory;
 	// BenchmarkIngest for the more frequent rebuilds).
 	if 10*(ti.n+ti.engTombs+1) > 9*len(ti.eng) {
 		ti.engRebuild(engSlots(ti.n + 1)) // idx included: it is in the slab

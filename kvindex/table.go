@@ -18,7 +18,7 @@ import (
 // by the top 8, implies the others) and an 8-bit tag: one holder (the target's number + 1), no holder
 // (tagNone), or several (tagMulti), whose mask fills the other word of the key's cell. So a key one target
 // holds costs one word, the common case when targets hold distinct blocks, and a shared one a cell, as the
-// 16-byte (key, mask) slots this replaces did (issue 19: half the table's bytes per key when nothing is
+// 16-byte (key, mask) slots this replaces did (half the table's bytes per key when nothing is
 // shared, BenchmarkIndexMemory). A mask word carries maskMark (bit 7, which no key word's tag has, so a
 // probe never takes a mask for a key); mask bit 7 lives in the key word's tag instead.
 //

@@ -1,6 +1,6 @@
 package kvindex
 
-// TrustState says how far a target's KV evidence can be believed (issue 17; the transitions are in doc.go,
+// TrustState says how far a target's KV evidence can be believed (the transitions are in doc.go,
 // "Trust"). Routing scores only TrustExact evidence; the other two differ for the operator: degraded is a
 // recovery in progress or a doubt the next batch settles, fallback waits for the publisher.
 type TrustState uint8
@@ -28,7 +28,7 @@ func (s TrustState) String() string {
 }
 
 // TrustReason says why a target's evidence is in its TrustState. The names are shared with the gateway's
-// other evidence sources (issue 17): ReasonEngineRestart is set by the gateway from its engine scraper,
+// other evidence sources: ReasonEngineRestart is set by the gateway from its engine scraper,
 // never by a Stream.
 type TrustReason uint8
 

@@ -1,6 +1,6 @@
 package telemetry
 
-// Trust of a target's KV-event stream (kvindex.Stream.Trust; issue 17), per target = provider name, beside
+// Trust of a target's KV-event stream (kvindex.Stream.Trust), per target = provider name, beside
 // the rolter_kv_* families of metrics.go. The route-level rolter_evidence_trust{route,target,source} is the
 // gateway's, not these.
 const (

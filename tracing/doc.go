@@ -1,4 +1,4 @@
-// Package tracing is the gateway's distributed tracing (issue 22): W3C trace context in and out, and one
+// Package tracing is the gateway's distributed tracing: W3C trace context in and out, and one
 // OpenTelemetry span per request exported over OTLP.
 //
 // # Trace context

@@ -102,7 +102,7 @@ func (cp *controlPlane) start(g *engine.Gateway) error {
 	ln = g.ControlListener(ln)
 	cp.srv, cp.ln = srv, ln
 	// Every accepted change of another gateway on the same store (PostgreSQL), and anything this one
-	// missed, is applied here through the same compose + Reload path (issue 21).
+	// missed, is applied here through the same compose + Reload path.
 	cp.follow = control.NewFollower(srv, control.FollowerOptions{Address: advertised(ln.Addr()), Logger: cp.log})
 	cp.follow.Start()
 	// Every phase of a connection has a deadline, so nothing a client does or leaves undone holds one of
