@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/rolter-ai/rolter/control/store"
+
 	"github.com/rolter-ai/rolter/engine"
 )
 
@@ -36,7 +38,7 @@ const readOnlyFile = "defined in rolter.toml: read-only; change the file and sen
 // Options configure a Server. Every field but Logger is required; AdminToken may be empty only when Listen
 // is a loopback address.
 type Options struct {
-	Store *Store
+	Store *store.Store
 	// File returns the live file config (valid, with its defaults set, as engine.ParseConfig returns it); it
 	// changes on SIGHUP, after which the caller calls Reload. The Server never modifies it.
 	File func() *engine.Config
@@ -75,7 +77,7 @@ type Options struct {
 //
 // Server is safe for concurrent use: reads go to the store concurrently, writes and reloads are serialised.
 type Server struct {
-	store   *Store
+	store   *store.Store
 	file    func() *engine.Config
 	apply   func(*engine.Config) error
 	state   func() engine.State
@@ -96,7 +98,7 @@ type Server struct {
 
 	// mu serialises writes and reloads: a write validates, stores and applies against the state it read,
 	// with no other write of this gateway between (and the store refuses to commit it onto another
-	// gateway's: Store.at).
+	// gateway's: Store.At).
 	mu sync.Mutex
 
 	replicaID string
@@ -201,7 +203,7 @@ func (s *Server) applyLocked(ctx context.Context) error {
 }
 
 // applyState composes the file config with st and applies it. s.mu is held.
-func (s *Server) applyState(st *State) (err error) {
+func (s *Server) applyState(st *store.State) (err error) {
 	cfg, o, err := Compose(s.file(), st)
 	if err != nil {
 		return fmt.Errorf("cannot compose the config: %w", err)
@@ -240,7 +242,7 @@ func (s *Server) Sync(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	if err := s.applyLocked(ctx); err != nil {
-		if !errors.Is(err, ErrUnavailable) {
+		if !errors.Is(err, store.ErrUnavailable) {
 			// The generation read first: a write landing meanwhile is tried at the next notification.
 			s.refused, s.refusedErr = gen, err.Error()
 		}
@@ -495,13 +497,13 @@ func storeError(err error) error {
 	switch {
 	case errors.As(err, &ae):
 		return ae
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return errorf(http.StatusNotFound, "not_found", "%s", err)
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, store.ErrConflict):
 		return errorf(http.StatusConflict, "conflict", "%s", err)
-	case errors.Is(err, ErrInvalid):
+	case errors.Is(err, store.ErrInvalid):
 		return errorf(http.StatusBadRequest, "invalid_config", "%s", err)
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, store.ErrUnavailable):
 		return errUnavailable(err)
 	}
 	return err

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rolter-ai/rolter/control/store"
+
 	"github.com/rolter-ai/rolter/engine"
 )
 
@@ -24,9 +26,9 @@ type objectKind struct {
 
 	// find returns org's stored object name in st, or ok false; a route is found whatever its org (owner
 	// may be another): the public model names are one namespace.
-	find func(st *State, org, name string) (owner string, config []byte, version int64, ok bool)
+	find func(st *store.State, org, name string) (owner string, config []byte, version int64, ok bool)
 	// with returns a copy of st where org's object name has config (nil: it is gone).
-	with func(st *State, org, name string, config []byte) *State
+	with func(st *store.State, org, name string, config []byte) *store.State
 	// decode decodes a request body strictly and returns the name it gives ("" if none) and the config to
 	// store: the body without the name.
 	decode func(body []byte) (name string, config []byte, err error)
@@ -37,11 +39,11 @@ type objectKind struct {
 
 	// The store's methods (a method expression: the store first). write is put (or create, with expect
 	// createOnly) returning the object as written.
-	write func(s *Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (storedObject, error)
-	put   func(s *Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (bool, int64, error)
-	del   func(s *Store, ctx context.Context, actor, org, name string, expect int64) error
-	list  func(s *Store, ctx context.Context, org string) ([]storedObject, error)
-	get   func(s *Store, ctx context.Context, org, name string) (storedObject, error)
+	write func(s *store.Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (storedObject, error)
+	put   func(s *store.Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (bool, int64, error)
+	del   func(s *store.Store, ctx context.Context, actor, org, name string, expect int64) error
+	list  func(s *store.Store, ctx context.Context, org string) ([]storedObject, error)
+	get   func(s *store.Store, ctx context.Context, org, name string) (storedObject, error)
 }
 
 // storedObject is a provider or route as read from the store.
@@ -84,7 +86,7 @@ var readOnlyFields = []string{"org", "version", "created", "updated"}
 
 var providerKind = &objectKind{
 	plural: "providers", object: "provider", key: "name",
-	find: func(st *State, org, name string) (string, []byte, int64, bool) {
+	find: func(st *store.State, org, name string) (string, []byte, int64, bool) {
 		for _, p := range st.Providers {
 			if p.OrgID == org && p.Name == name {
 				return p.OrgID, p.Config, p.Version, true
@@ -92,11 +94,11 @@ var providerKind = &objectKind{
 		}
 		return "", nil, 0, false
 	},
-	with: func(st *State, org, name string, config []byte) *State {
+	with: func(st *store.State, org, name string, config []byte) *store.State {
 		next := *st
-		next.Providers = slices.DeleteFunc(slices.Clone(st.Providers), func(p Provider) bool { return p.OrgID == org && p.Name == name })
+		next.Providers = slices.DeleteFunc(slices.Clone(st.Providers), func(p store.Provider) bool { return p.OrgID == org && p.Name == name })
 		if config != nil {
-			next.Providers = append(next.Providers, Provider{OrgID: org, Name: name, Config: config})
+			next.Providers = append(next.Providers, store.Provider{OrgID: org, Name: name, Config: config})
 		}
 		return &next
 	},
@@ -126,12 +128,16 @@ var providerKind = &objectKind{
 		}
 		return out
 	},
-	write: func(s *Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (storedObject, error) {
-		return s.putObject(ctx, providerTable, actor, org, name, config, expect)
+	write: func(s *store.Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (storedObject, error) {
+		p, err := s.WriteProvider(ctx, actor, org, name, config, expect)
+		if err != nil {
+			return storedObject{}, err
+		}
+		return storedObject{p.Name, p.Config, p.Version, p.Created, p.Updated}, nil
 	},
-	put: (*Store).PutProvider,
-	del: (*Store).DeleteProvider,
-	list: func(s *Store, ctx context.Context, org string) ([]storedObject, error) {
+	put: (*store.Store).PutProvider,
+	del: (*store.Store).DeleteProvider,
+	list: func(s *store.Store, ctx context.Context, org string) ([]storedObject, error) {
 		ps, err := s.ListProviders(ctx, org)
 		out := make([]storedObject, len(ps))
 		for i, p := range ps {
@@ -139,7 +145,7 @@ var providerKind = &objectKind{
 		}
 		return out, err
 	},
-	get: func(s *Store, ctx context.Context, org, name string) (storedObject, error) {
+	get: func(s *store.Store, ctx context.Context, org, name string) (storedObject, error) {
 		p, err := s.GetProvider(ctx, org, name)
 		return storedObject{p.Name, p.Config, p.Version, p.Created, p.Updated}, err
 	},
@@ -147,7 +153,7 @@ var providerKind = &objectKind{
 
 var routeKind = &objectKind{
 	plural: "routes", object: "route", key: "model",
-	find: func(st *State, _, model string) (string, []byte, int64, bool) {
+	find: func(st *store.State, _, model string) (string, []byte, int64, bool) {
 		for _, r := range st.Routes {
 			if r.Model == model {
 				return r.OrgID, r.Config, r.Version, true
@@ -155,11 +161,11 @@ var routeKind = &objectKind{
 		}
 		return "", nil, 0, false
 	},
-	with: func(st *State, org, model string, config []byte) *State {
+	with: func(st *store.State, org, model string, config []byte) *store.State {
 		next := *st
-		next.Routes = slices.DeleteFunc(slices.Clone(st.Routes), func(r Route) bool { return r.Model == model })
+		next.Routes = slices.DeleteFunc(slices.Clone(st.Routes), func(r store.Route) bool { return r.Model == model })
 		if config != nil {
-			next.Routes = append(next.Routes, Route{OrgID: org, Model: model, Config: config})
+			next.Routes = append(next.Routes, store.Route{OrgID: org, Model: model, Config: config})
 		}
 		return &next
 	},
@@ -188,12 +194,16 @@ var routeKind = &objectKind{
 		}
 		return out
 	},
-	write: func(s *Store, ctx context.Context, actor, org, model string, config []byte, expect int64) (storedObject, error) {
-		return s.putObject(ctx, routeTable, actor, org, model, config, expect)
+	write: func(s *store.Store, ctx context.Context, actor, org, model string, config []byte, expect int64) (storedObject, error) {
+		r, err := s.WriteRoute(ctx, actor, org, model, config, expect)
+		if err != nil {
+			return storedObject{}, err
+		}
+		return storedObject{r.Model, r.Config, r.Version, r.Created, r.Updated}, nil
 	},
-	put: (*Store).PutRoute,
-	del: (*Store).DeleteRoute,
-	list: func(s *Store, ctx context.Context, org string) ([]storedObject, error) {
+	put: (*store.Store).PutRoute,
+	del: (*store.Store).DeleteRoute,
+	list: func(s *store.Store, ctx context.Context, org string) ([]storedObject, error) {
 		rs, err := s.ListRoutes(ctx, org)
 		out := make([]storedObject, len(rs))
 		for i, r := range rs {
@@ -201,7 +211,7 @@ var routeKind = &objectKind{
 		}
 		return out, err
 	},
-	get: func(s *Store, ctx context.Context, org, model string) (storedObject, error) {
+	get: func(s *store.Store, ctx context.Context, org, model string) (storedObject, error) {
 		r, err := s.GetRoute(ctx, org, model)
 		return storedObject{r.Model, r.Config, r.Version, r.Created, r.Updated}, err
 	},
@@ -292,7 +302,7 @@ func (s *Server) listObjects(k *objectKind) func(http.ResponseWriter, *http.Requ
 			return nil
 		}
 		objs, err := k.list(s.store, r.Context(), org)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return errOrgNotFound(org)
 		}
 		if err != nil {
@@ -323,7 +333,7 @@ func (s *Server) getObject(k *objectKind) func(http.ResponseWriter, *http.Reques
 			return errorf(http.StatusNotFound, "not_found", "rolter.toml has no %s %q", k.object, name)
 		}
 		o, err := k.get(s.store, r.Context(), org, name)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			if err := s.orgExists(r.Context(), org); err != nil {
 				return err
 			}
@@ -436,8 +446,8 @@ func fieldError(field, msg string) *apiError {
 // gateway serves the change.
 func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, k *objectKind, org, name string, config []byte, cond precondition, createOnly bool) error {
 	if config != nil {
-		if err := checkName(k.object+" "+k.key, name, maxNameLen); err != nil {
-			return fieldError(k.key, strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "))
+		if err := store.CheckName(k.object+" "+k.key, name, store.MaxNameLen); err != nil {
+			return fieldError(k.key, strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
 		}
 	}
 	// A write that has begun is finished whatever the client does: the store and the gateway must agree.
@@ -498,7 +508,7 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, 
 }
 
 // storeObject checks a change of org's object name against the store as it is and the live file config,
-// and writes it onto exactly that state (Store.at): errStale when another gateway wrote meanwhile, and the
+// and writes it onto exactly that state (Store.At): ErrStale when another gateway wrote meanwhile, and the
 // caller checks again. It returns whether the object was created, the object as written (for a delete: the
 // version deleted) and its config before. s.mu is held.
 func (s *Server) storeObject(ctx context.Context, c *caller, k *objectKind, org, name string, config []byte, cond precondition, create bool) (created bool, written storedObject, prev []byte, err error) {
@@ -506,7 +516,7 @@ func (s *Server) storeObject(ctx context.Context, c *caller, k *objectKind, org,
 	if err != nil {
 		return false, storedObject{}, nil, err
 	}
-	if !slices.ContainsFunc(st.Orgs, func(o Org) bool { return o.ID == org }) {
+	if !slices.ContainsFunc(st.Orgs, func(o store.Org) bool { return o.ID == org }) {
 		return false, storedObject{}, nil, errOrgNotFound(org)
 	}
 	file := s.file()
@@ -534,16 +544,16 @@ func (s *Server) storeObject(ctx context.Context, c *caller, k *objectKind, org,
 	if err := s.checkChange(file, st, next, k.plural, org, name); err != nil {
 		return false, storedObject{}, nil, err
 	}
-	// Written onto the state just checked: a write of another gateway since is errStale, and the change is
+	// Written onto the state just checked: a write of another gateway since is ErrStale, and the change is
 	// checked again on the state it made. So a PUT without If-Match replaces whatever was stored last (the
 	// later PUT wins whole), and one with If-Match conflicts as soon as the version moved.
-	at := s.store.at(st.Generation)
+	at := s.store.At(st.Generation)
 	if config == nil {
 		return false, storedObject{name: name, version: version}, prev, k.del(at, ctx, c.actor, org, name, version)
 	}
 	expect := version
 	if create {
-		expect = createOnly
+		expect = store.CreateOnly
 	}
 	written, err = k.write(at, ctx, c.actor, org, name, config, expect)
 	return written.version == 1, written, prev, err
@@ -556,7 +566,7 @@ const staleTries = 8
 func retryStale(write func() error) error {
 	for try := 1; ; try++ {
 		err := write()
-		if !errors.Is(err, errStale) {
+		if !errors.Is(err, store.ErrStale) {
 			return err
 		}
 		if try == staleTries {
@@ -572,7 +582,7 @@ func (s *Server) applyOrUndo(ctx context.Context, org string, undo func() error)
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, store.ErrUnavailable):
 		return errStoredUnapplied(err)
 	}
 	return s.applyFailed(org, err, undo())
@@ -594,7 +604,7 @@ func (s *Server) applyFailed(org string, err, undo error) error {
 // as the gateway will run it. Problems of the object written (kind, org, name) are its fields (400);
 // problems of other objects that st did not have are what the change breaks (409). Problems st has already
 // are not the change's doing and do not refuse it.
-func (s *Server) checkChange(file *engine.Config, st, next *State, kind, org, name string) error {
+func (s *Server) checkChange(file *engine.Config, st, next *store.State, kind, org, name string) error {
 	_, before, _, err := problems(file, st, kind, org, name)
 	if err != nil {
 		return err
@@ -631,7 +641,7 @@ func (s *Server) checkChange(file *engine.Config, st, next *State, kind, org, na
 
 // problems composes st with file, validates it, and splits the problems into those of the object (kind,
 // org, name) and the others; quota says some of the object's are quotas exceeded.
-func problems(file *engine.Config, st *State, kind, org, name string) (own []FieldError, other []string, quota bool, _ error) {
+func problems(file *engine.Config, st *store.State, kind, org, name string) (own []FieldError, other []string, quota bool, _ error) {
 	cfg, o, err := Compose(file, st)
 	if err != nil {
 		return nil, nil, false, err
@@ -658,7 +668,7 @@ func errQuota(format string, args ...any) *apiError {
 // total. An object that exists may be replaced or deleted whatever the counts, so that an org over a
 // quota the operator lowered can still shrink. The routing memory quota is the validator's
 // (engine.ValidateConfig), as it counts the file's routes too.
-func checkQuotas(q engine.QuotaConfig, k *objectKind, next *State, org, name string, exists bool) error {
+func checkQuotas(q engine.QuotaConfig, k *objectKind, next *store.State, org, name string, exists bool) error {
 	switch k {
 	case providerKind:
 		n := 0

@@ -11,10 +11,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/rolter-ai/rolter/control/store"
 )
 
-// maxBody bounds a request body: the store keeps configs up to maxConfigLen.
-const maxBody = maxConfigLen
+// maxBody bounds a request body: the store keeps configs up to store.MaxConfigLen.
+const maxBody = store.MaxConfigLen
 
 // readBody reads r's body, at most maxBody bytes.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rolter-ai/rolter/control/store"
+
 	"github.com/rolter-ai/rolter/engine"
 )
 
@@ -25,7 +27,9 @@ type orgView struct {
 // fileOrgView is the org of rolter.toml's providers and routes.
 var fileOrgView = orgView{ID: fileOrg, Name: "rolter.toml", ReadOnly: true}
 
-func viewOrg(o Org) orgView { return orgView{ID: o.ID, Name: o.Name, Created: timestamp(o.Created)} }
+func viewOrg(o store.Org) orgView {
+	return orgView{ID: o.ID, Name: o.Name, Created: timestamp(o.Created)}
+}
 
 // listOrgs shows the superadmin every org, "file" first; an org token sees its own org only.
 func (s *Server) listOrgs(w http.ResponseWriter, r *http.Request, c *caller) error {
@@ -52,7 +56,7 @@ func (s *Server) listOrgs(w http.ResponseWriter, r *http.Request, c *caller) err
 // orgExists is nil for an org of the store, else the API's 404.
 func (s *Server) orgExists(ctx context.Context, org string) error {
 	_, err := s.store.GetOrg(ctx, org)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return errOrgNotFound(org)
 	}
 	return err
@@ -65,7 +69,7 @@ func (s *Server) getOrg(w http.ResponseWriter, r *http.Request, c *caller) error
 		return nil
 	}
 	o, err := s.store.GetOrg(r.Context(), org)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return errOrgNotFound(org)
 	}
 	if err != nil {
@@ -89,8 +93,8 @@ func decodeName(w http.ResponseWriter, r *http.Request, what string) (string, er
 	if err := decodeObject(body, &nb, "id", "created"); err != nil {
 		return "", err
 	}
-	if err := checkName(what+" name", nb.Name, maxNameLen); err != nil {
-		return "", fieldError("name", strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "))
+	if err := store.CheckName(what+" name", nb.Name, store.MaxNameLen); err != nil {
+		return "", fieldError("name", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
 	}
 	return nb.Name, nil
 }
@@ -127,24 +131,24 @@ func (s *Server) deleteOrg(w http.ResponseWriter, r *http.Request, c *caller) er
 		if err != nil {
 			return err
 		}
-		if !slices.ContainsFunc(st.Orgs, func(o Org) bool { return o.ID == org }) {
+		if !slices.ContainsFunc(st.Orgs, func(o store.Org) bool { return o.ID == org }) {
 			return errOrgNotFound(org)
 		}
 		next := *st
 		gone := func(id string) bool { return id == org }
-		next.Providers = slices.DeleteFunc(slices.Clone(st.Providers), func(p Provider) bool { return gone(p.OrgID) })
-		next.Routes = slices.DeleteFunc(slices.Clone(st.Routes), func(r Route) bool { return gone(r.OrgID) })
-		next.Keys = slices.DeleteFunc(slices.Clone(st.Keys), func(k KeyHash) bool { return gone(k.OrgID) })
+		next.Providers = slices.DeleteFunc(slices.Clone(st.Providers), func(p store.Provider) bool { return gone(p.OrgID) })
+		next.Routes = slices.DeleteFunc(slices.Clone(st.Routes), func(r store.Route) bool { return gone(r.OrgID) })
+		next.Keys = slices.DeleteFunc(slices.Clone(st.Keys), func(k store.KeyHash) bool { return gone(k.OrgID) })
 		if err := s.checkChange(s.file(), st, &next, "orgs", org, ""); err != nil {
 			return err
 		}
-		return s.store.at(st.Generation).DeleteOrg(ctx, c.actor, org) // onto the state checked (storeObject)
+		return s.store.At(st.Generation).DeleteOrg(ctx, c.actor, org) // onto the state checked (storeObject)
 	})
 	if err != nil {
 		return err
 	}
 	if err := s.applyLocked(ctx); err != nil {
-		if errors.Is(err, ErrUnavailable) {
+		if errors.Is(err, store.ErrUnavailable) {
 			return errStoredUnapplied(err)
 		}
 		s.log.Error("an org was deleted from the store but the gateway refused the change; it serves the org until a reload succeeds", "org", org, "error", err.Error())
@@ -162,14 +166,14 @@ type credentialKind struct {
 	// apply: the gateway's config holds the credential (keys), so a change is applied; tokens are the
 	// control plane's own and checked against the store on every request.
 	apply  bool
-	create func(s *Store, ctx context.Context, actor, org, name string, hash [32]byte, prefix string) (Credential, error)
-	list   func(s *Store, ctx context.Context, org string) ([]Credential, error)
-	revoke func(s *Store, ctx context.Context, actor, org, id string) error
+	create func(s *store.Store, ctx context.Context, actor, org, name string, hash [32]byte, prefix string) (store.Credential, error)
+	list   func(s *store.Store, ctx context.Context, org string) ([]store.Credential, error)
+	revoke func(s *store.Store, ctx context.Context, actor, org, id string) error
 }
 
 var (
-	keyCredentials   = &credentialKind{object: "key", prefix: "rk-", apply: true, create: (*Store).CreateKey, list: (*Store).ListKeys, revoke: (*Store).RevokeKey}
-	tokenCredentials = &credentialKind{object: "token", prefix: "rt-", create: (*Store).CreateToken, list: (*Store).ListTokens, revoke: (*Store).RevokeToken}
+	keyCredentials   = &credentialKind{object: "key", prefix: "rk-", apply: true, create: (*store.Store).CreateKey, list: (*store.Store).ListKeys, revoke: (*store.Store).RevokeKey}
+	tokenCredentials = &credentialKind{object: "token", prefix: "rt-", create: (*store.Store).CreateToken, list: (*store.Store).ListTokens, revoke: (*store.Store).RevokeToken}
 )
 
 // credentialView is a key or token as listed: never its secret, nor its hash.
@@ -182,7 +186,7 @@ type credentialView struct {
 	Revoked string `json:"revoked,omitempty"`
 }
 
-func viewCredential(cr Credential) credentialView {
+func viewCredential(cr store.Credential) credentialView {
 	v := credentialView{ID: cr.ID, Org: cr.OrgID, Name: cr.Name, Prefix: cr.Prefix, Created: timestamp(cr.Created)}
 	if !cr.Revoked.IsZero() {
 		v.Revoked = timestamp(cr.Revoked)
@@ -204,7 +208,7 @@ func newSecret(prefix string) string {
 
 func (s *Server) listCredentials(k *credentialKind) func(http.ResponseWriter, *http.Request, *caller) error {
 	return func(w http.ResponseWriter, r *http.Request, c *caller) error {
-		list := func(ctx context.Context, org string) ([]Credential, error) { return k.list(s.store, ctx, org) }
+		list := func(ctx context.Context, org string) ([]store.Credential, error) { return k.list(s.store, ctx, org) }
 		return listOrgObjects(w, r, list, viewCredential)
 	}
 }
@@ -218,7 +222,7 @@ func listOrgObjects[T, V any](w http.ResponseWriter, r *http.Request, list func(
 		return nil
 	}
 	items, err := list(r.Context(), org)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return errOrgNotFound(org)
 	}
 	if err != nil {
@@ -252,7 +256,7 @@ func (s *Server) createCredential(k *credentialKind) func(http.ResponseWriter, *
 			return err
 		}
 		cr, err := k.create(s.store, ctx, c.actor, org, name, s.secretHash(secret), secret[:secretPrefixLen])
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return errOrgNotFound(org)
 		}
 		if err != nil {
@@ -260,7 +264,7 @@ func (s *Server) createCredential(k *credentialKind) func(http.ResponseWriter, *
 		}
 		if k.apply {
 			if err := s.applyLocked(ctx); err != nil {
-				if errors.Is(err, ErrUnavailable) {
+				if errors.Is(err, store.ErrUnavailable) {
 					return errorf(http.StatusServiceUnavailable, "store_unavailable",
 						"%s %q is stored, but the store became unreachable before this gateway loaded it, so its secret is not shown: revoke it when the store is back and create another (%s)", k.object, cr.ID, err)
 				}
@@ -285,7 +289,7 @@ func (s *Server) checkCredentialQuota(ctx context.Context, k *credentialKind, or
 		limit = q.Tokens
 	}
 	crs, err := k.list(s.store, ctx, org)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return errOrgNotFound(org)
 	}
 	if err != nil {
@@ -316,7 +320,7 @@ func (s *Server) revokeCredential(k *credentialKind) func(http.ResponseWriter, *
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err := k.revoke(s.store, ctx, c.actor, org, id); err != nil {
-			if errors.Is(err, ErrNotFound) {
+			if errors.Is(err, store.ErrNotFound) {
 				if err := s.orgExists(ctx, org); err != nil {
 					return err
 				}
@@ -326,7 +330,7 @@ func (s *Server) revokeCredential(k *credentialKind) func(http.ResponseWriter, *
 		}
 		if k.apply {
 			if err := s.applyLocked(ctx); err != nil {
-				if errors.Is(err, ErrUnavailable) {
+				if errors.Is(err, store.ErrUnavailable) {
 					return errStoredUnapplied(err)
 				}
 				s.log.Error("a key was revoked in the store but the gateway refused the change; it accepts the key until a reload succeeds", "org", org, "key", id, "error", err.Error())

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rolter-ai/rolter/control/store"
+
 	"github.com/rolter-ai/rolter/engine"
 )
 
@@ -19,7 +21,7 @@ type secretView struct {
 	Updated string `json:"updated"`
 }
 
-func viewSecret(sc Secret) secretView {
+func viewSecret(sc store.Secret) secretView {
 	return secretView{Org: sc.OrgID, Name: sc.Name, Created: timestamp(sc.Created), Updated: timestamp(sc.Updated)}
 }
 
@@ -29,7 +31,7 @@ type secretBody struct {
 }
 
 // errSecretsOff answers a secret write on a control plane without a secrets key.
-var errSecretsOff = errorf(http.StatusConflict, "secrets_disabled", "%s", ErrNoSecretsKey)
+var errSecretsOff = errorf(http.StatusConflict, "secrets_disabled", "%s", store.ErrNoSecretsKey)
 
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, c *caller) error {
 	return listOrgObjects(w, r, s.store.ListSecrets, viewSecret)
@@ -46,8 +48,8 @@ func decodeSecret(w http.ResponseWriter, r *http.Request) (string, error) {
 	if err := decodeObject(body, &sb, "org", "name", "created", "updated"); err != nil {
 		return "", err
 	}
-	if len(sb.Value) > maxSecretLen || !engine.HeaderSafe(sb.Value) {
-		return "", fieldError("value", fmt.Sprintf("want 1 to %d bytes without control characters or whitespace at either end (it is sent in a header)", maxSecretLen))
+	if len(sb.Value) > store.MaxSecretLen || !engine.HeaderSafe(sb.Value) {
+		return "", fieldError("value", fmt.Sprintf("want 1 to %d bytes without control characters or whitespace at either end (it is sent in a header)", store.MaxSecretLen))
 	}
 	return sb.Value, nil
 }
@@ -62,8 +64,8 @@ func (s *Server) putSecret(w http.ResponseWriter, r *http.Request, c *caller) er
 	if !s.store.HasSecretsKey() {
 		return errSecretsOff
 	}
-	if err := CheckSecretName(name); err != nil {
-		return fieldError("name", strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "))
+	if err := store.CheckSecretName(name); err != nil {
+		return fieldError("name", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
 	}
 	value, err := decodeSecret(w, r)
 	if err != nil {
@@ -95,12 +97,12 @@ func (s *Server) writeSecret(w http.ResponseWriter, r *http.Request, c *caller, 
 		if err != nil {
 			return err
 		}
-		if !slices.ContainsFunc(st.Orgs, func(o Org) bool { return o.ID == org }) {
+		if !slices.ContainsFunc(st.Orgs, func(o store.Org) bool { return o.ID == org }) {
 			return errOrgNotFound(org)
 		}
 		prev = nil
 		next := *st
-		next.Secrets = slices.DeleteFunc(slices.Clone(st.Secrets), func(sv SecretValue) bool {
+		next.Secrets = slices.DeleteFunc(slices.Clone(st.Secrets), func(sv store.SecretValue) bool {
 			if sv.OrgID == org && sv.Name == name {
 				v := sv.Value
 				prev = &v
@@ -112,12 +114,12 @@ func (s *Server) writeSecret(w http.ResponseWriter, r *http.Request, c *caller, 
 			return errorf(http.StatusNotFound, "not_found", "org %q has no secret %q", org, name)
 		}
 		if value != nil {
-			next.Secrets = append(next.Secrets, SecretValue{OrgID: org, Name: name, Value: *value})
+			next.Secrets = append(next.Secrets, store.SecretValue{OrgID: org, Name: name, Value: *value})
 		}
 		if err := s.checkChange(s.file(), st, &next, "secrets", org, name); err != nil {
 			return err
 		}
-		at := s.store.at(st.Generation)
+		at := s.store.At(st.Generation)
 		if value == nil {
 			return at.DeleteSecret(ctx, c.actor, org, name)
 		}
@@ -153,7 +155,7 @@ func (s *Server) writeSecret(w http.ResponseWriter, r *http.Request, c *caller, 
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(scs, func(sc Secret) bool { return sc.Name == name })
+	i := slices.IndexFunc(scs, func(sc store.Secret) bool { return sc.Name == name })
 	if i < 0 {
 		return errorf(http.StatusConflict, "conflict", "secret %q was deleted meanwhile", name)
 	}

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter-ai/rolter/control/store"
+
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
@@ -38,6 +40,8 @@ import (
 // (apiClient.do), and every request answered 2xx must be one openapi.json allows.
 
 const rootToken = "root-secret-token"
+
+var bg = context.Background()
 
 var (
 	specOnce   sync.Once
@@ -241,7 +245,7 @@ type env struct {
 	t        *testing.T
 	dir      string
 	path     string // of the store: a file in dir, or a PostgreSQL URL
-	store    *Store
+	store    *store.Store
 	srv      *Server
 	api      *apiClient
 	gw       *engine.Gateway
@@ -333,7 +337,7 @@ func newEnvWith(t *testing.T, path, extra string, secretsKey []byte) *env {
 func newEnvFor(t *testing.T, path, listen, extra string, secretsKey []byte) *env {
 	t.Helper()
 	dir := filepath.Dir(path)
-	if isPostgres(path) {
+	if strings.Contains(path, "://") { // a PostgreSQL URL, not a file
 		dir = t.TempDir()
 	}
 	e := &env{t: t, dir: dir, path: path, S: newUpstream(t), A: newUpstream(t), B: newUpstream(t), logs: &syncBuffer{}, secretsKey: secretsKey}
@@ -368,7 +372,7 @@ func newEnvFor(t *testing.T, path, listen, extra string, secretsKey []byte) *env
 // open opens the store and serves a new control plane on it.
 func (e *env) open(log *slog.Logger) {
 	t := e.t
-	st, err := Open(e.path)
+	st, err := store.Open(e.path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -604,9 +608,9 @@ func TestAPIOpenMode(t *testing.T) {
 	}
 }
 
-func openStoreAt(t *testing.T, path string) *Store {
+func openStoreAt(t *testing.T, path string) *store.Store {
 	t.Helper()
-	s, err := Open(path)
+	s, err := store.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -870,7 +874,7 @@ func TestAPIValidation(t *testing.T) {
 	f("providers", ``, 400, "invalid_json")
 	f("providers", `{"name":"x",`+okBase+`,"max_conns":1e999}`, 400, "invalid_json", fe{"max_conns", "must be an integer"})
 	f("providers", `{"name":"a\u0001b",`+okBase+`}`, 400, "invalid_config", fe{"name", "control characters"})
-	f("providers", `{"name":"`+strings.Repeat("n", maxNameLen+1)+`",`+okBase+`}`, 400, "invalid_config", fe{"name", "more than 256"})
+	f("providers", `{"name":"`+strings.Repeat("n", store.MaxNameLen+1)+`",`+okBase+`}`, 400, "invalid_config", fe{"name", "more than 256"})
 	// Routes.
 	f("routes", `{"model":"m","targets":[{"provider":"nope"}]}`, 400, "invalid_config", fe{"targets[0].provider", `unknown provider "nope"`})
 	f("routes", `{"model":"m","targets":[{"provider":"p"},{"provider":"bp"}]}`, 400, "invalid_config", fe{"targets[1].provider", `unknown provider "bp"`})

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rolter-ai/rolter/control/store"
+
 	"github.com/rolter-ai/rolter/engine"
 )
 
@@ -37,7 +39,7 @@ func engineName(org, name string) string { return org + "/" + name }
 // (Origins.Suspended), and comes back when the file drops the model. An org route's target names a provider of its own org, or else one of the
 // file's (shared engines). Objects are decoded strictly (unknown fields are errors). The result is not
 // validated: engine.ValidateConfig does that, one path for the file and the API alike.
-func Compose(file *engine.Config, st *State) (*engine.Config, *Origins, error) {
+func Compose(file *engine.Config, st *store.State) (*engine.Config, *Origins, error) {
 	// Validation sets defaults in place: everything it can write is copied, so the file's config (read by
 	// whoever holds it) is never written.
 	cfg := *file

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rolter-ai/rolter/control/store"
+
 	"github.com/rolter-ai/rolter/engine"
 )
 
@@ -22,15 +24,15 @@ provider = "shared"
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &State{
+	st := &store.State{
 		Pepper: [32]byte{9},
-		Providers: []Provider{
+		Providers: []store.Provider{
 			{OrgID: "org_a", Name: "gpu", Config: []byte(`{"api_base":"http://127.0.0.1:9002","kv_events":{"endpoint":"tcp://169.254.169.254:5557"}}`)},
 		},
-		Routes: []Route{
+		Routes: []store.Route{
 			{OrgID: "org_a", Model: "a-model", Config: []byte(`{"strategy":"cache_aware","targets":[{"provider":"gpu"},{"provider":"shared"},{"provider":"nope"}]}`)},
 		},
-		Keys: []KeyHash{{OrgID: "org_a", Hash: [32]byte{1}}},
+		Keys: []store.KeyHash{{OrgID: "org_a", Hash: [32]byte{1}}},
 	}
 	cfg, o, err := Compose(file, st)
 	if err != nil {
@@ -60,7 +62,7 @@ provider = "shared"
 	if len(own) != 1 || own[0].Field != "targets[2].provider" || !strings.Contains(own[0].Message, `unknown provider "nope"`) {
 		t.Fatalf("route field errors %+v", own)
 	}
-	if _, _, err := Compose(file, &State{Providers: []Provider{{OrgID: "o", Name: "x", Config: []byte(`{"api_bse":"x"}`)}}}); err == nil {
+	if _, _, err := Compose(file, &store.State{Providers: []store.Provider{{OrgID: "o", Name: "x", Config: []byte(`{"api_bse":"x"}`)}}}); err == nil {
 		t.Fatal("an unknown field in a stored provider was accepted")
 	}
 }

@@ -4,17 +4,24 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/rolter-ai/rolter/control/pgtest"
+	"github.com/rolter-ai/rolter/control/store/pgtest"
 )
 
 // The fleet tests run several gateways (each an env: a gateway, its control plane and a Follower) on one
-// PostgreSQL database (issue 21).
+// PostgreSQL database (control/store/pgtest): make test requires it.
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.StopShared()
+	os.Exit(code)
+}
 
 // converge is how soon a change answered by one gateway must be served by every gateway.
 const converge = time.Second
@@ -98,7 +105,7 @@ func (e *env) waitReplicas(within time.Duration, ids ...string) stateView {
 // shows both replicas at the same generation; concurrent PUTs through both gateways lose nothing: without
 // If-Match the later one wins whole, with If-Match one wins and the others answer 409.
 func TestFleetChangeReachesEveryGateway(t *testing.T) {
-	dsn := testPostgres(t)
+	dsn := pgtest.Database(t)
 	g1, g2 := newEnvAt(t, dsn), newEnvAt(t, dsn)
 	g1.follow(time.Hour)
 	f2 := g2.follow(time.Hour)
@@ -304,7 +311,7 @@ func TestFleetDatabaseRestart(t *testing.T) {
 // gives orgs less routing memory) leaves the other serving the generation it had, and GET /api/v1/state shows it
 // behind with the reason; the next change it can serve brings it back in line.
 func TestFleetRefusedChange(t *testing.T) {
-	dsn := testPostgres(t)
+	dsn := pgtest.Database(t)
 	g1, g2 := newEnvAt(t, dsn), newEnvAt(t, dsn)
 	g2.file.Store(parseFile(t, fileConfigText(g2.S.URL)+"[control.quotas]\nrouting_memory_bytes = 1048576\n"))
 	if err := g2.srv.Reload(); err != nil {

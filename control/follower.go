@@ -9,6 +9,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/rolter-ai/rolter/control/store"
 )
 
 // Follower keeps one gateway on the store's latest generation and reports it. With a PostgreSQL
@@ -90,17 +92,17 @@ func (f *Follower) Stop() {
 // run listens, catches up and reports until ctx ends.
 func (f *Follower) run(ctx context.Context) {
 	st := followState{f: f}
-	var l *listener
+	var l *store.Listener
 	defer func() {
 		if l != nil {
-			l.close()
+			l.Close()
 		}
 	}()
 	retry := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		if l == nil && f.srv.store.pg != nil {
+		if l == nil && f.srv.store.Postgres() {
 			var err error
-			if l, err = f.srv.store.listen(ctx); err != nil {
+			if l, err = f.srv.store.Listen(ctx); err != nil {
 				st.failed(err)
 				l = nil
 			} else {
@@ -109,7 +111,7 @@ func (f *Follower) run(ctx context.Context) {
 		}
 		// After (re)connecting, on a notification or a check: whatever was missed, the generation tells.
 		st.sync(ctx)
-		if l == nil && f.srv.store.pg != nil {
+		if l == nil && f.srv.store.Postgres() {
 			// Not listening: try again soon, with a backoff up to opts.Retry.
 			sleep(ctx, retry)
 			retry = min(2*retry, f.opts.Retry)
@@ -119,9 +121,9 @@ func (f *Follower) run(ctx context.Context) {
 			sleep(ctx, f.opts.Check) // SQLite: nothing to hear, the check alone
 			continue
 		}
-		if _, err := l.wait(ctx, f.opts.Check); err != nil && ctx.Err() == nil {
-			st.failed(fmt.Errorf("cannot listen for changes: %w", f.srv.store.reach(err)))
-			l.close()
+		if _, err := l.Wait(ctx, f.opts.Check); err != nil && ctx.Err() == nil {
+			st.failed(fmt.Errorf("cannot listen for changes: %w", err))
+			l.Close()
 			l = nil
 		}
 	}
@@ -151,7 +153,7 @@ func (st *followState) sync(ctx context.Context) {
 	start := time.Now()
 	applied, err := f.srv.Sync(ctx)
 	switch {
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, store.ErrUnavailable):
 		st.failed(err)
 		return
 	case err != nil:
@@ -165,7 +167,7 @@ func (st *followState) sync(ctx context.Context) {
 	if gen == st.gen && refused == st.refused && time.Since(st.reported) < f.opts.Report {
 		return
 	}
-	err = f.srv.store.ReportReplica(ctx, Replica{ID: f.srv.replicaID, Address: f.opts.Address, Version: f.srv.version, Generation: gen, Error: refused})
+	err = f.srv.store.ReportReplica(ctx, store.Replica{ID: f.srv.replicaID, Address: f.opts.Address, Version: f.srv.version, Generation: gen, Error: refused})
 	if err != nil {
 		st.failed(err)
 		return
@@ -175,7 +177,7 @@ func (st *followState) sync(ctx context.Context) {
 
 // failed logs that the store cannot be reached, once per outage; other errors every time.
 func (st *followState) failed(err error) {
-	if !errors.Is(err, ErrUnavailable) {
+	if !errors.Is(err, store.ErrUnavailable) {
 		st.f.log.Error("the store follower failed", "error", err.Error())
 		return
 	}

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/control"
+	"github.com/rolter-ai/rolter/control/store"
 	"github.com/rolter-ai/rolter/engine"
 )
 
 // controlPlane is `rolter serve`'s control plane ([control] enabled): the store, the /api/v1 server on its
 // own listener, and the live file config the server composes with the store.
 type controlPlane struct {
-	store  *control.Store
+	store  *store.Store
 	srv    *control.Server
 	follow *control.Follower
 	http   *http.Server
@@ -31,43 +32,43 @@ type controlPlane struct {
 // openControl opens the store and returns the config to start the gateway with: the file's composed with
 // the store's orgs. Nothing listens yet (start does that, once the gateway exists).
 func openControl(file *engine.Config, log *slog.Logger) (*controlPlane, *engine.Config, error) {
-	store, err := control.Open(file.Control.Store)
+	db, err := store.Open(file.Control.Store)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := useSecretsKey(store, file.Control.SecretsKeyEnv); err != nil {
-		store.Close()
+	if err := useSecretsKey(db, file.Control.SecretsKeyEnv); err != nil {
+		db.Close()
 		return nil, nil, err
 	}
-	st, err := store.Load(context.Background())
+	st, err := db.Load(context.Background())
 	if err != nil {
-		store.Close()
+		db.Close()
 		return nil, nil, err
 	}
 	cfg, _, err := control.Compose(file, st)
 	if err == nil {
 		if errs := engine.ValidateConfig(cfg); len(errs) > 0 {
-			err = fmt.Errorf("the config composed with the control plane's store %s has problems:\n%w", store.Path(), errs)
+			err = fmt.Errorf("the config composed with the control plane's store %s has problems:\n%w", db.Path(), errs)
 		}
 	}
 	if err != nil {
-		store.Close()
+		db.Close()
 		return nil, nil, err
 	}
-	cp := &controlPlane{store: store, gen: st.Generation, log: log}
+	cp := &controlPlane{store: db, gen: st.Generation, log: log}
 	cp.file.Store(file)
 	return cp, cfg, nil
 }
 
 // useSecretsKey gives the store the key of its org secrets from the environment variable env names ("":
 // secrets are off).
-func useSecretsKey(store *control.Store, env string) error {
+func useSecretsKey(db *store.Store, env string) error {
 	if env == "" {
 		return nil
 	}
-	key, err := control.ParseSecretsKey(os.Getenv(env))
+	key, err := store.ParseSecretsKey(os.Getenv(env))
 	if err == nil {
-		err = store.UseSecretsKey(key)
+		err = db.UseSecretsKey(key)
 	}
 	if err != nil {
 		return fmt.Errorf("cannot read [control] secrets_key_env %q: %w", env, err)

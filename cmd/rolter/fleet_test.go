@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rolter-ai/rolter/control/pgtest"
+	"github.com/rolter-ai/rolter/control/store/pgtest"
 	"github.com/rolter-ai/rolter/internal/freeport"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rolter-ai/rolter/control"
+	"github.com/rolter-ai/rolter/control/store"
 )
 
 // TestUseSecretsKey: the store gets its secrets key from the variable [control] secrets_key_env names; a
@@ -14,15 +14,15 @@ import (
 func TestUseSecretsKey(t *testing.T) {
 	f := func(value, wantErr string) {
 		t.Helper()
-		store, err := control.Open(filepath.Join(t.TempDir(), "rolter.db"))
+		db, err := store.Open(filepath.Join(t.TempDir(), "rolter.db"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer store.Close()
+		defer db.Close()
 		t.Setenv("TEST_SECRETS_KEY", value)
-		err = useSecretsKey(store, "TEST_SECRETS_KEY")
+		err = useSecretsKey(db, "TEST_SECRETS_KEY")
 		switch {
-		case wantErr == "" && (err != nil || !store.HasSecretsKey()):
+		case wantErr == "" && (err != nil || !db.HasSecretsKey()):
 			t.Fatalf("key %q: %v", value, err)
 		case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr) || value != "" && strings.Contains(err.Error(), value)):
 			t.Fatalf("key %q: error %v, want one saying %q and not the value", value, err, wantErr)

@@ -1,4 +1,4 @@
-package control
+package store
 
 import (
 	"context"
@@ -94,7 +94,8 @@ func (s *Store) unseal(orgID, name string, nonce, sealed []byte) (string, error)
 
 // Limits of secrets.
 const (
-	maxSecretLen = 8 << 10
+	// MaxSecretLen bounds the value of a secret, in bytes.
+	MaxSecretLen = 8 << 10
 	maxSecrets   = 256 // per org
 )
 
@@ -115,8 +116,8 @@ func (s *Store) PutSecret(ctx context.Context, actor, orgID, name, value string)
 	if err := CheckSecretName(name); err != nil {
 		return false, fmt.Errorf("cannot put secret %q of org %q: %w", name, orgID, err)
 	}
-	if value == "" || len(value) > maxSecretLen {
-		return false, fmt.Errorf("cannot put secret %q of org %q: %w: the value must have 1 to %d bytes", name, orgID, ErrInvalid, maxSecretLen)
+	if value == "" || len(value) > MaxSecretLen {
+		return false, fmt.Errorf("cannot put secret %q of org %q: %w: the value must have 1 to %d bytes", name, orgID, ErrInvalid, MaxSecretLen)
 	}
 	nonce, sealed, err := s.seal(orgID, name, value)
 	if err != nil {

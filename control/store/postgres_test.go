@@ -1,4 +1,4 @@
-package control
+package store
 
 import (
 	"os"
@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rolter-ai/rolter/control/pgtest"
+	"github.com/rolter-ai/rolter/control/store/pgtest"
 )
 
-// The PostgreSQL tests run a real server (control/pgtest): make test requires it.
+// The PostgreSQL tests run a real server (control/store/pgtest): make test requires it.
 
 func TestMain(m *testing.M) {
 	code := m.Run()

@@ -1,4 +1,4 @@
--- 0001: the first control-plane schema. Applied in one transaction by control/store.go (migrate), which
+-- 0001: the first control-plane schema. Applied in one transaction by control/store/migrate.go, which
 -- sets PRAGMA user_version = 1 in the same transaction. Never edit an applied migration: add 0002_*.sql.
 --
 -- Times are INTEGER Unix milliseconds (UTC). Configs are JSON blobs the store does not interpret. Secrets

@@ -1,4 +1,4 @@
-package control
+package store
 
 import (
 	"context"
@@ -17,11 +17,11 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// The PostgreSQL store (issue 21): `[control] store = "postgres://..."`. Every gateway of a fleet opens the
+// The PostgreSQL store: `[control] store = "postgres://..."`. Every gateway of a fleet opens the
 // same database; the schema and the Store methods are SQLite's. What differs is here: the connection, the
 // migrations' bookkeeping (rolter_schema stands for SQLite's user_version), telling a database that cannot
 // be reached from one that refused a query (ErrUnavailable), and LISTEN, by which a gateway hears of every
-// write another gateway commits (replica.go).
+// write another gateway commits (Listen).
 
 // notifyChannel is the channel every write notifies at commit, with its generation as the payload.
 const notifyChannel = "rolter_generation"
@@ -169,14 +169,18 @@ func unreachable(err error) bool {
 		strings.Contains(err.Error(), "conn closed")
 }
 
-// listener hears every write committed to a PostgreSQL store: a connection of its own that LISTENs on
-// notifyChannel. Not safe for concurrent use: one goroutine (the replica's) owns it.
-type listener struct {
-	conn *pgx.Conn
+// Listener hears every write committed to a PostgreSQL store: a connection of its own that LISTENs on
+// notifyChannel. Not safe for concurrent use: one goroutine (the follower's) owns it.
+type Listener struct {
+	conn  *pgx.Conn
+	store *Store // whose reach tells Wait's errors of an unreachable database
 }
 
-// listen opens a listener; nil for a SQLite store, which has no one to hear from.
-func (s *Store) listen(ctx context.Context) (*listener, error) {
+// Postgres reports whether the store is a PostgreSQL database, whose writes a Listener hears.
+func (s *Store) Postgres() bool { return s.pg != nil }
+
+// Listen opens a Listener; nil for a SQLite store, which has no one to hear from.
+func (s *Store) Listen(ctx context.Context) (*Listener, error) {
 	if s.pg == nil {
 		return nil, nil
 	}
@@ -188,13 +192,18 @@ func (s *Store) listen(ctx context.Context) (*listener, error) {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("cannot listen for changes: %w", s.reach(err))
 	}
-	return &listener{conn: conn}, nil
+	return &Listener{conn: conn, store: s}, nil
 }
 
-// wait returns true when a write was committed since the last wait, false when d passed without one. After
-// a quiet d it pings the server, since a cut network closes nothing. An error means the connection is gone:
-// close it and listen again.
-func (l *listener) wait(ctx context.Context, d time.Duration) (bool, error) {
+// Wait returns true when a write was committed since the last Wait, false when d passed without one. After
+// a quiet d it pings the server, since a cut network closes nothing. An error means the connection is gone
+// (ErrUnavailable when the database cannot be reached): Close it and Listen again.
+func (l *Listener) Wait(ctx context.Context, d time.Duration) (bool, error) {
+	ok, err := l.wait(ctx, d)
+	return ok, l.store.reach(err)
+}
+
+func (l *Listener) wait(ctx context.Context, d time.Duration) (bool, error) {
 	wctx, cancel := context.WithTimeout(ctx, d)
 	_, err := l.conn.WaitForNotification(wctx)
 	quiet := err != nil && wctx.Err() != nil && ctx.Err() == nil
@@ -213,7 +222,8 @@ func (l *listener) wait(ctx context.Context, d time.Duration) (bool, error) {
 	return false, nil
 }
 
-func (l *listener) close() {
+// Close closes the listening connection.
+func (l *Listener) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = l.conn.Close(ctx)
