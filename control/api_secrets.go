@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/config"
 )
 
 // secretView is an org secret as the API shows it (openapi.json's Secret): never its value.
@@ -46,7 +46,7 @@ func decodeSecret(w http.ResponseWriter, r *http.Request) (string, error) {
 	if err := decodeObject(body, &sb, "org", "name", "created", "updated"); err != nil {
 		return "", err
 	}
-	if len(sb.Value) > maxSecretLen || !engine.HeaderSafe(sb.Value) {
+	if len(sb.Value) > maxSecretLen || !config.HeaderSafe(sb.Value) {
 		return "", fieldError("value", fmt.Sprintf("want 1 to %d bytes without control characters or whitespace at either end (it is sent in a header)", maxSecretLen))
 	}
 	return sb.Value, nil
