@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/sim"
@@ -78,7 +79,7 @@ func startFleet(n int, simCfg sim.Config, strategy string, log *slog.Logger, ext
 		return nil, fmt.Errorf("cannot listen on loopback: %w", err)
 	}
 	text := fleetConfig(ln.Addr().String(), strategy, f.URLs(), f.kvEndpoints(), f.sims[0].Config().Model) + strings.Join(extra, "")
-	cfg, err := engine.ParseConfig([]byte(text), "bench.toml")
+	cfg, err := config.Parse([]byte(text), "bench.toml")
 	if err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("cannot parse the generated gateway config: %w\n%s", err, text)
@@ -110,7 +111,7 @@ func checkStrategy(n int, strategy string) error {
 			kv[i] = fmt.Sprintf("tcp://127.0.0.1:%d", 1+i)
 		}
 	}
-	_, err := engine.ParseConfig([]byte(fleetConfig("127.0.0.1:0", strategy, urls, kv, "sim-model")), "bench.toml")
+	_, err := config.Parse([]byte(fleetConfig("127.0.0.1:0", strategy, urls, kv, "sim-model")), "bench.toml")
 	if err == nil {
 		return nil
 	}

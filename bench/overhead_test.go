@@ -18,7 +18,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/config"
 )
 
 // startUpstream serves NewFakeUpstream on loopback for a test.
@@ -142,7 +142,7 @@ func TestOverheadConfigs(t *testing.T) {
 	for _, c := range cases {
 		for _, mem := range []int{0, 1 << 20} {
 			text := rolterConfig(c, "127.0.0.1:18080", "127.0.0.1:18081", mem)
-			cfg, err := engine.ParseConfig([]byte(text), c.Name+".toml")
+			cfg, err := config.Parse([]byte(text), c.Name+".toml")
 			if err != nil {
 				t.Fatalf("%s config:\n%s\n%s", c.Name, text, err)
 			}
@@ -152,7 +152,7 @@ func TestOverheadConfigs(t *testing.T) {
 			}
 			want := mem
 			if mem == 0 {
-				want = engine.DefaultConfig().Server.RoutingMemoryBytes
+				want = config.Default().Server.RoutingMemoryBytes
 			}
 			if cfg.Server.RoutingMemoryBytes != want {
 				t.Fatalf("%s config: routing memory %d, want %d", c.Name, cfg.Server.RoutingMemoryBytes, want)

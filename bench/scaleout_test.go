@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/cluster"
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/loadtest"
 )
@@ -44,7 +45,7 @@ func serveForTest(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg, err := engine.LoadConfig(*path)
+	cfg, err := config.Load(*path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

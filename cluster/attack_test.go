@@ -81,7 +81,7 @@ func TestForgedLoadWithKey(t *testing.T) {
 	t.Setenv(testKeyEnv, strings.Repeat("fleet key ", 4))
 	ns := natstest.New(t)
 	ups := upstreams(t, 3)
-	text := withCluster(config(t, ns.URL(), "least_load", "", ups, nil), `key_env = "`+testKeyEnv+`"`)
+	text := withCluster(fleetConfig(t, ns.URL(), "least_load", "", ups, nil), `key_env = "`+testKeyEnv+`"`)
 	a, b := startGateway(t, text), startGateway(t, text)
 	ca, cb := a.join(t), b.join(t)
 	waitPeers(t, ca, cb) // the replicas' own envelopes pass
@@ -109,7 +109,7 @@ func TestForgedLoadWithoutKey(t *testing.T) {
 	// requests), though each claim is cut to the cap (max_conns, 1024 here).
 	ns := natstest.New(t)
 	ups := upstreams(t, 3)
-	b := startGateway(t, config(t, ns.URL(), "least_load", "", ups, nil))
+	b := startGateway(t, fleetConfig(t, ns.URL(), "least_load", "", ups, nil))
 	cb := b.join(t)
 	waitFor(t, "connected", func() bool { return cb.Stats().Connected })
 	bare, _ := hugeClaims("rolter-attacker")
@@ -162,7 +162,7 @@ func retarget(msg []byte, engine uint64) []byte {
 func plantEvidence(t *testing.T, ns *natstest.Server, ups []*upstream, b *gateway, wantRefused string) (decisions, targets []string) {
 	t.Helper()
 	nc := rawClient(t, ns.URL())
-	x := startGateway(t, strings.Replace(config(t, ns.URL(), "cache_aware", "", ups, nil),
+	x := startGateway(t, strings.Replace(fleetConfig(t, ns.URL(), "cache_aware", "", ups, nil),
 		"subject = \"", "subject = \"attacker.", 1))
 	x.join(t)
 	p2 := engine.PeerID("p2", "up-model")
@@ -193,7 +193,7 @@ func TestForgedEvidenceWithKey(t *testing.T) {
 	t.Setenv(testKeyEnv, strings.Repeat("fleet key ", 4))
 	ns := natstest.New(t)
 	ups := upstreams(t, 3)
-	text := withCluster(config(t, ns.URL(), "cache_aware", "", ups, nil), `key_env = "`+testKeyEnv+`"`)
+	text := withCluster(fleetConfig(t, ns.URL(), "cache_aware", "", ups, nil), `key_env = "`+testKeyEnv+`"`)
 	a, b := startGateway(t, text), startGateway(t, text)
 	waitPeers(t, a.join(t), b.join(t))
 	if _, decision, _ := turns(t, a, b, "a real conversation"); decision != "prefix_hit" {
@@ -215,7 +215,7 @@ func TestForgedEvidenceWithoutKey(t *testing.T) {
 	// and every planted conversation is a prefix_hit on p2. This is why a nats_url off loopback needs one.
 	ns := natstest.New(t)
 	ups := upstreams(t, 3)
-	b := startGateway(t, config(t, ns.URL(), "cache_aware", "", ups, nil))
+	b := startGateway(t, fleetConfig(t, ns.URL(), "cache_aware", "", ups, nil))
 	b.join(t)
 	waitFor(t, "connected", func() bool { return b.c.Stats().Connected })
 	decisions, targets := plantEvidence(t, ns, ups, b, "")
@@ -232,7 +232,7 @@ func TestForgedClaimsBoundedWithoutKey(t *testing.T) {
 	// than the cap per provider, nor send evidence past its rate, and peers past max_peers are refused.
 	ns := natstest.New(t)
 	ups := upstreams(t, 3)
-	text := withCluster(config(t, ns.URL(), "least_load", "", ups, nil),
+	text := withCluster(fleetConfig(t, ns.URL(), "least_load", "", ups, nil),
 		"max_peer_inflight = 4\nmax_peers = 3\npeer_evidence_per_sec = 20")
 	b := startGateway(t, text)
 	cb := b.join(t)

@@ -22,13 +22,13 @@ import (
 
 	"github.com/rolter-ai/rolter/cluster"
 	"github.com/rolter-ai/rolter/cluster/natstest"
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
-	"github.com/rolter-ai/rolter/engine"
 )
 
 // joinWith starts a cluster on url with the NATS settings of auth, logging into logs; it is closed at
 // cleanup.
-func joinWith(t *testing.T, url string, auth engine.ClusterConfig, logs *lockedBuffer) *cluster.Cluster {
+func joinWith(t *testing.T, url string, auth config.ClusterConfig, logs *lockedBuffer) *cluster.Cluster {
 	t.Helper()
 	cfg := auth
 	cfg.NATSURL, cfg.Subject, cfg.PublishIntervalMs, cfg.MaxEntries = url, "t", 20, 1024
@@ -62,26 +62,26 @@ func TestNATSAuth(t *testing.T) {
 	t.Run("user and password", func(t *testing.T) {
 		ns := natstest.NewWithConfig(t, "authorization {\n  user: gw\n  password: \"s3cret pass\"\n}\n")
 		var ok, bad, none lockedBuffer
-		c := joinWith(t, ns.URL(), engine.ClusterConfig{UserEnv: "TEST_NATS_USER", PasswordEnv: "TEST_NATS_PASSWORD"}, &ok)
+		c := joinWith(t, ns.URL(), config.ClusterConfig{UserEnv: "TEST_NATS_USER", PasswordEnv: "TEST_NATS_PASSWORD"}, &ok)
 		waitFor(t, "connected", func() bool { return c.Stats().Connected })
-		neverConnects(t, joinWith(t, ns.URL(), engine.ClusterConfig{UserEnv: "TEST_NATS_USER", PasswordEnv: "TEST_NATS_WRONG"}, &bad), &bad, refused)
-		neverConnects(t, joinWith(t, ns.URL(), engine.ClusterConfig{}, &none), &none, refused)
+		neverConnects(t, joinWith(t, ns.URL(), config.ClusterConfig{UserEnv: "TEST_NATS_USER", PasswordEnv: "TEST_NATS_WRONG"}, &bad), &bad, refused)
+		neverConnects(t, joinWith(t, ns.URL(), config.ClusterConfig{}, &none), &none, refused)
 	})
 	t.Run("token", func(t *testing.T) {
 		ns := natstest.NewWithConfig(t, "authorization {\n  token: \"t0ken-of-the-fleet\"\n}\n")
 		var ok, bad lockedBuffer
-		c := joinWith(t, ns.URL(), engine.ClusterConfig{TokenEnv: "TEST_NATS_TOKEN"}, &ok)
+		c := joinWith(t, ns.URL(), config.ClusterConfig{TokenEnv: "TEST_NATS_TOKEN"}, &ok)
 		waitFor(t, "connected", func() bool { return c.Stats().Connected })
-		neverConnects(t, joinWith(t, ns.URL(), engine.ClusterConfig{TokenEnv: "TEST_NATS_WRONG"}, &bad), &bad, refused)
+		neverConnects(t, joinWith(t, ns.URL(), config.ClusterConfig{TokenEnv: "TEST_NATS_WRONG"}, &bad), &bad, refused)
 	})
 	t.Run("nkey", func(t *testing.T) {
 		dir := t.TempDir()
 		user, other := nkeyUser(t, dir, "user.nk"), nkeyUser(t, dir, "other.nk")
 		ns := natstest.NewWithConfig(t, fmt.Sprintf("authorization {\n  users: [ { nkey: %s } ]\n}\n", user.pub))
 		var ok, bad lockedBuffer
-		c := joinWith(t, ns.URL(), engine.ClusterConfig{NKeySeedFile: user.seedFile}, &ok)
+		c := joinWith(t, ns.URL(), config.ClusterConfig{NKeySeedFile: user.seedFile}, &ok)
 		waitFor(t, "connected", func() bool { return c.Stats().Connected })
-		neverConnects(t, joinWith(t, ns.URL(), engine.ClusterConfig{NKeySeedFile: other.seedFile}, &bad), &bad, refused)
+		neverConnects(t, joinWith(t, ns.URL(), config.ClusterConfig{NKeySeedFile: other.seedFile}, &bad), &bad, refused)
 	})
 	t.Run("tls", func(t *testing.T) {
 		dir := t.TempDir()
@@ -90,14 +90,14 @@ func TestNATSAuth(t *testing.T) {
 			pki.serverCert, pki.serverKey, pki.ca))
 		url := "tls://127.0.0.1:" + fmt.Sprint(ns.Port())
 		var ok, noCert, noCA lockedBuffer
-		c := joinWith(t, url, engine.ClusterConfig{TLSCAFile: pki.ca, TLSCertFile: pki.clientCert, TLSKeyFile: pki.clientKey}, &ok)
+		c := joinWith(t, url, config.ClusterConfig{TLSCAFile: pki.ca, TLSCertFile: pki.clientCert, TLSKeyFile: pki.clientKey}, &ok)
 		waitFor(t, "connected over TLS", func() bool { return c.Stats().Connected })
 		if !c.Stats().Connected || !strings.Contains(ok.String(), "tls://127.0.0.1") {
 			t.Fatalf("log:\n%s", ok.String())
 		}
 		// Without a client certificate the server refuses; without the CA this replica refuses the server.
-		neverConnects(t, joinWith(t, url, engine.ClusterConfig{TLSCAFile: pki.ca}, &noCert), &noCert, "cannot reach NATS")
-		neverConnects(t, joinWith(t, url, engine.ClusterConfig{TLSCertFile: pki.clientCert, TLSKeyFile: pki.clientKey}, &noCA),
+		neverConnects(t, joinWith(t, url, config.ClusterConfig{TLSCAFile: pki.ca}, &noCert), &noCert, "cannot reach NATS")
+		neverConnects(t, joinWith(t, url, config.ClusterConfig{TLSCertFile: pki.clientCert, TLSKeyFile: pki.clientKey}, &noCA),
 			&noCA, "certificate")
 	})
 }

@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/config"
 )
 
-var testKey = []byte(strings.Repeat("k", engine.MinClusterKeyBytes))
+var testKey = []byte(strings.Repeat("k", config.MinClusterKeyBytes))
 
 // newKeyedCluster is a Cluster without NATS that holds key.
-func newKeyedCluster(cfg engine.ClusterConfig, id uint64, key []byte) *Cluster {
+func newKeyedCluster(cfg config.ClusterConfig, id uint64, key []byte) *Cluster {
 	c := newCluster(cfg, nopGateway{}, id, key)
 	c.log = quietLog
 	return c

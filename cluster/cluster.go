@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/telemetry"
@@ -164,12 +165,12 @@ type Stats struct {
 
 // Start connects the gateway to the other replicas: it installs itself as g's Peers, publishes g's routed
 // evidence and in-flight counts, and hands the peers' in-flight counts to g. Zero fields of cfg take
-// engine.DefaultConfig's values; an empty NATSURL is an error. NATS is dialled through the egress policy of
+// config.Default's values; an empty NATSURL is an error. NATS is dialled through the egress policy of
 // egressCfg.
 //
 // Start does not wait for NATS: when no server can be reached it returns a Cluster that keeps trying in the
 // background (logged, and rolter_cluster_connected is 0), while g routes on its own evidence.
-func Start(cfg engine.ClusterConfig, egressCfg egress.Config, g Gateway, log *slog.Logger) (*Cluster, error) {
+func Start(cfg config.ClusterConfig, egressCfg egress.Config, g Gateway, log *slog.Logger) (*Cluster, error) {
 	if cfg.NATSURL == "" {
 		return nil, errors.New("cannot start cluster: no nats_url")
 	}
@@ -183,9 +184,9 @@ func Start(cfg engine.ClusterConfig, egressCfg egress.Config, g Gateway, log *sl
 	}
 	var key []byte
 	if cfg.KeyEnv != "" {
-		if key = []byte(os.Getenv(cfg.KeyEnv)); len(key) < engine.MinClusterKeyBytes {
+		if key = []byte(os.Getenv(cfg.KeyEnv)); len(key) < config.MinClusterKeyBytes {
 			return nil, fmt.Errorf("cannot start cluster: environment variable %s must hold a key of at least %d bytes",
-				cfg.KeyEnv, engine.MinClusterKeyBytes)
+				cfg.KeyEnv, config.MinClusterKeyBytes)
 		}
 	}
 	auth, err := natsAuth(cfg)
@@ -258,7 +259,7 @@ func Start(cfg engine.ClusterConfig, egressCfg egress.Config, g Gateway, log *sl
 
 // natsAuth returns the options that present [cluster]'s NATS credentials and TLS files (the validator has
 // checked them; this reads them).
-func natsAuth(cfg engine.ClusterConfig) ([]nats.Option, error) {
+func natsAuth(cfg config.ClusterConfig) ([]nats.Option, error) {
 	var opts []nats.Option
 	switch {
 	case cfg.UserEnv != "" || cfg.PasswordEnv != "":
@@ -295,9 +296,9 @@ func redact(urls string) string {
 	return strings.Join(parts, ",")
 }
 
-// withDefaults fills the zero fields of cfg with engine.DefaultConfig's.
-func withDefaults(cfg engine.ClusterConfig) engine.ClusterConfig {
-	d := engine.DefaultConfig().Cluster
+// withDefaults fills the zero fields of cfg with config.Default's.
+func withDefaults(cfg config.ClusterConfig) config.ClusterConfig {
+	d := config.Default().Cluster
 	if cfg.Subject == "" {
 		cfg.Subject = d.Subject
 	}
@@ -326,8 +327,8 @@ func withDefaults(cfg engine.ClusterConfig) engine.ClusterConfig {
 }
 
 // newCluster builds a Cluster without NATS or goroutines (Start adds them; tests use it alone); key is the
-// shared key, nil for none. Zero bounds take engine.DefaultConfig's.
-func newCluster(cfg engine.ClusterConfig, g Gateway, id uint64, key []byte) *Cluster {
+// shared key, nil for none. Zero bounds take config.Default's.
+func newCluster(cfg config.ClusterConfig, g Gateway, id uint64, key []byte) *Cluster {
 	cfg = withDefaults(cfg)
 	interval := time.Duration(cfg.PublishIntervalMs) * time.Millisecond
 	// A peer is forgotten after three intervals without a word, and never sooner than a second: one lost

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rolter-ai/rolter/cluster"
 	"github.com/rolter-ai/rolter/cluster/natstest"
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/engine"
 )
@@ -117,7 +118,7 @@ func (u *upstream) release() {
 // gateway is an engine.Gateway serving on loopback, with its cluster when it has one.
 type gateway struct {
 	g   *engine.Gateway
-	cfg *engine.Config
+	cfg *config.Config
 	url string
 	c   *cluster.Cluster
 }
@@ -125,7 +126,7 @@ type gateway struct {
 // startGateway starts a gateway from a TOML config; it is shut down at cleanup.
 func startGateway(t testing.TB, cfgText string) *gateway {
 	t.Helper()
-	cfg, err := engine.ParseConfig([]byte(cfgText), "test.toml")
+	cfg, err := config.Parse([]byte(cfgText), "test.toml")
 	if err != nil {
 		t.Fatalf("bad test config: %s\n%s", err, cfgText)
 	}
@@ -165,10 +166,10 @@ func (gw *gateway) join(t testing.TB) *cluster.Cluster {
 	return c
 }
 
-// config renders a gateway config: providers p0..pN-1 over ups, route "m" with strategy over the
+// fleetConfig renders a gateway config: providers p0..pN-1 over ups, route "m" with strategy over the
 // providers named by targets (all when nil), and [cluster] on natsURL unless it is empty, with subject
 // "rolter.<t's name>" so that the fleets of one test's cases do not meet.
-func config(t testing.TB, natsURL, strategy, params string, ups []*upstream, targets []int) string {
+func fleetConfig(t testing.TB, natsURL, strategy, params string, ups []*upstream, targets []int) string {
 	var b strings.Builder
 	b.WriteString("[server]\nlisten = \"127.0.0.1:0\"\n")
 	if natsURL != "" {
@@ -319,8 +320,8 @@ func evidenceAcross(t *testing.T, ns *natstest.Server, ups []*upstream, clustere
 		url = ns.URL()
 	}
 	params := fmt.Sprintf("home = %v", home)
-	a := startGateway(t, config(t, url, "cache_aware", params, ups, nil))
-	b := startGateway(t, config(t, url, "cache_aware", params, ups, nil))
+	a := startGateway(t, fleetConfig(t, url, "cache_aware", params, ups, nil))
+	b := startGateway(t, fleetConfig(t, url, "cache_aware", params, ups, nil))
 	if clustered {
 		waitPeers(t, a.join(t), b.join(t))
 	}
@@ -351,7 +352,7 @@ func evidenceAcross(t *testing.T, ns *natstest.Server, ups []*upstream, clustere
 func TestNATSOutage(t *testing.T) {
 	ns := natstest.New(t)
 	ups := upstreams(t, 4)
-	cfg := config(t, ns.URL(), "cache_aware", "home = false", ups, nil)
+	cfg := fleetConfig(t, ns.URL(), "cache_aware", "home = false", ups, nil)
 	a, b := startGateway(t, cfg), startGateway(t, cfg)
 	ca, cb := a.join(t), b.join(t)
 	waitPeers(t, ca, cb)
@@ -463,8 +464,8 @@ func TestPeerInflight(t *testing.T) {
 	ns := natstest.New(t)
 	ups := upstreams(t, 2) // p0 slow, p1 fast
 	// Gateway a sends everything to p0; b balances p0 and p1 by load.
-	a := startGateway(t, config(t, ns.URL(), "least_load", "", ups, []int{0}))
-	b := startGateway(t, config(t, ns.URL(), "least_load", "", ups, nil))
+	a := startGateway(t, fleetConfig(t, ns.URL(), "least_load", "", ups, []int{0}))
+	b := startGateway(t, fleetConfig(t, ns.URL(), "least_load", "", ups, nil))
 	waitPeers(t, a.join(t), b.join(t))
 	providerLoad := func(gw *gateway, name string) int64 {
 		for _, p := range gw.g.Snapshot().Providers {
@@ -537,7 +538,7 @@ func (g *stubGateway) Inflight(fn func(string, int64)) { fn("p0", 1) }
 
 func startCluster(t testing.TB, url string, g cluster.Gateway, maxEntries int) *cluster.Cluster {
 	t.Helper()
-	cfg := engine.ClusterConfig{NATSURL: url, Subject: "t", PublishIntervalMs: 20, MaxEntries: maxEntries,
+	cfg := config.ClusterConfig{NATSURL: url, Subject: "t", PublishIntervalMs: 20, MaxEntries: maxEntries,
 		EvidenceTTLSecs: 600, QueueSize: 4096}
 	c, err := cluster.Start(cfg, egress.DefaultConfig(), g, testLog(t))
 	if err != nil {
@@ -582,7 +583,7 @@ func TestStartWithoutNATS(t *testing.T) {
 }
 
 func TestStartRefused(t *testing.T) {
-	f := func(cfg engine.ClusterConfig, eg egress.Config, want string) {
+	f := func(cfg config.ClusterConfig, eg egress.Config, want string) {
 		t.Helper()
 		c, err := cluster.Start(cfg, eg, &stubGateway{}, testLog(t))
 		if err == nil {
@@ -593,16 +594,16 @@ func TestStartRefused(t *testing.T) {
 			t.Fatalf("error %q; want %q", err, want)
 		}
 	}
-	f(engine.ClusterConfig{}, egress.DefaultConfig(), "no nats_url")
-	f(engine.ClusterConfig{NATSURL: "nats://127.0.0.1:4222"}, egress.Config{DenyCIDRs: []string{"nonsense"}}, "nonsense")
-	f(engine.ClusterConfig{NATSURL: "nats://127.0.0.1:4222", Subject: "bad subject"}, egress.DefaultConfig(), "cannot subscribe")
+	f(config.ClusterConfig{}, egress.DefaultConfig(), "no nats_url")
+	f(config.ClusterConfig{NATSURL: "nats://127.0.0.1:4222"}, egress.Config{DenyCIDRs: []string{"nonsense"}}, "nonsense")
+	f(config.ClusterConfig{NATSURL: "nats://127.0.0.1:4222", Subject: "bad subject"}, egress.DefaultConfig(), "cannot subscribe")
 }
 
 func TestEgressPolicy(t *testing.T) {
 	// NATS on loopback with loopback refused: never connected, and the refusal is logged as the reason.
 	ns := natstest.New(t)
 	var logs lockedBuffer
-	cfg := engine.ClusterConfig{NATSURL: ns.URL(), PublishIntervalMs: 20}
+	cfg := config.ClusterConfig{NATSURL: ns.URL(), PublishIntervalMs: 20}
 	c, err := cluster.Start(cfg, egress.Config{BlockLoopback: true}, &stubGateway{}, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -619,7 +620,7 @@ func TestEgressPolicy(t *testing.T) {
 	}
 
 	// With a real gateway the refusals are also counted in its /metrics, as its own connections' are.
-	gw := startGateway(t, config(t, ns.URL(), "round_robin", "", upstreams(t, 1), nil))
+	gw := startGateway(t, fleetConfig(t, ns.URL(), "round_robin", "", upstreams(t, 1), nil))
 	c2, err := cluster.Start(gw.cfg.Cluster, egress.Config{BlockLoopback: true}, gw.g, testLog(t))
 	if err != nil {
 		t.Fatal(err)

@@ -5,15 +5,15 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/cluster/natstest"
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
-	"github.com/rolter-ai/rolter/engine"
 )
 
 func TestEvidenceFlood(t *testing.T) {
 	// One replica sends the evidence of 100k distinct prompts (1.6M checkpoints); the other's table keeps
 	// its 4096 slots and its heap does not grow with the flood.
 	ns := natstest.New(t)
-	cfg := engine.ClusterConfig{NATSURL: ns.URL(), Subject: "flood", PublishIntervalMs: 20, MaxEntries: 4096,
+	cfg := config.ClusterConfig{NATSURL: ns.URL(), Subject: "flood", PublishIntervalMs: 20, MaxEntries: 4096,
 		EvidenceTTLSecs: 600, QueueSize: 4096,
 		PeerEvidencePerSec: 1 << 20} // the table's bound under test, not the sender's rate
 	start := func() *Cluster {

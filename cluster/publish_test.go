@@ -8,19 +8,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/engine"
 )
 
 // testConfig is a small cluster config for tests that build a Cluster without NATS.
-func testConfig() engine.ClusterConfig {
-	return engine.ClusterConfig{NATSURL: "nats://127.0.0.1:1", Subject: "t", PublishIntervalMs: 20, MaxEntries: 1024,
+func testConfig() config.ClusterConfig {
+	return config.ClusterConfig{NATSURL: "nats://127.0.0.1:1", Subject: "t", PublishIntervalMs: 20, MaxEntries: 1024,
 		EvidenceTTLSecs: 60, QueueSize: 64}
 }
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // newTestCluster is a Cluster without NATS, goroutines or logs, id 1.
-func newTestCluster(cfg engine.ClusterConfig) *Cluster {
+func newTestCluster(cfg config.ClusterConfig) *Cluster {
 	c := newCluster(cfg, nopGateway{}, 1, nil)
 	c.log = quietLog
 	return c

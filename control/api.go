@@ -19,6 +19,7 @@ import (
 
 	"github.com/rolter-ai/rolter/control/store"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/engine"
 )
 
@@ -39,12 +40,12 @@ const readOnlyFile = "defined in rolter.toml: read-only; change the file and sen
 // is a loopback address.
 type Options struct {
 	Store *store.Store
-	// File returns the live file config (valid, with its defaults set, as engine.ParseConfig returns it); it
+	// File returns the live file config (valid, with its defaults set, as config.Parse returns it); it
 	// changes on SIGHUP, after which the caller calls Reload. The Server never modifies it.
-	File func() *engine.Config
+	File func() *config.Config
 	// Apply makes a config serve (engine.Gateway.Reload): it returns after the new snapshot serves, or with
 	// the reason it refused the config, in which case the running config keeps serving.
-	Apply func(*engine.Config) error
+	Apply func(*config.Config) error
 	// State returns the gateway's live state (engine.Gateway.State).
 	State func() engine.State
 	// Metrics writes the gateway's metrics for a scope (engine.Gateway.WriteMetrics); nil: GET
@@ -71,15 +72,15 @@ type Options struct {
 }
 
 // Server is the control plane's REST API under /api/v1 (the contract is openapi.json). Every accepted
-// change goes through one path: the candidate store state is composed with the file config and validated by engine.ValidateConfig, written to the store, and applied
+// change goes through one path: the candidate store state is composed with the file config and validated by config.Validate, written to the store, and applied
 // to the gateway; the answer is sent after the gateway serves it, and a change the gateway refuses is
 // taken back out of the store.
 //
 // Server is safe for concurrent use: reads go to the store concurrently, writes and reloads are serialised.
 type Server struct {
 	store   *store.Store
-	file    func() *engine.Config
-	apply   func(*engine.Config) error
+	file    func() *config.Config
+	apply   func(*config.Config) error
 	state   func() engine.State
 	metrics func(w io.Writer, scope string)
 	log     *slog.Logger
@@ -216,7 +217,7 @@ func (s *Server) applyState(st *store.State) (err error) {
 			s.setAside.Store(&o.Suspended)
 		}
 	}()
-	if errs := engine.ValidateConfig(cfg); len(errs) > 0 {
+	if errs := config.Validate(cfg); len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, e := range errs {
 			msgs[i] = describe(e, o)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/rolter-ai/rolter/control/store"
 
-	"github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/config"
 )
 
 // objectKind is what the providers and routes endpoints share: both are versioned config objects of an
@@ -26,21 +26,21 @@ type objectKind struct {
 
 	// find returns org's stored object name in st, or ok false; a route is found whatever its org (owner
 	// may be another): the public model names are one namespace.
-	find func(st *store.State, org, name string) (owner string, config []byte, version int64, ok bool)
+	find func(st *store.State, org, name string) (owner string, raw []byte, version int64, ok bool)
 	// with returns a copy of st where org's object name has config (nil: it is gone).
-	with func(st *store.State, org, name string, config []byte) *store.State
+	with func(st *store.State, org, name string, raw []byte) *store.State
 	// decode decodes a request body strictly and returns the name it gives ("" if none) and the config to
 	// store: the body without the name.
-	decode func(body []byte) (name string, config []byte, err error)
+	decode func(body []byte) (name string, raw []byte, err error)
 	// view returns the object as the API shows it: the config as the gateway runs it (defaults filled).
-	view func(org, name string, config []byte) (any, error)
+	view func(org, name string, raw []byte) (any, error)
 	// fileObjects returns the objects of rolter.toml, as the API shows them.
-	fileObjects func(file *engine.Config) []fileObject
+	fileObjects func(file *config.Config) []fileObject
 
 	// The store's methods (a method expression: the store first). write is put (or create, with expect
 	// createOnly) returning the object as written.
-	write func(s *store.Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (storedObject, error)
-	put   func(s *store.Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (bool, int64, error)
+	write func(s *store.Store, ctx context.Context, actor, org, name string, raw []byte, expect int64) (storedObject, error)
+	put   func(s *store.Store, ctx context.Context, actor, org, name string, raw []byte, expect int64) (bool, int64, error)
 	del   func(s *store.Store, ctx context.Context, actor, org, name string, expect int64) error
 	list  func(s *store.Store, ctx context.Context, org string) ([]storedObject, error)
 	get   func(s *store.Store, ctx context.Context, org, name string) (storedObject, error)
@@ -49,7 +49,7 @@ type objectKind struct {
 // storedObject is a provider or route as read from the store.
 type storedObject struct {
 	name             string
-	config           []byte
+	raw              []byte
 	version          int64
 	created, updated time.Time
 }
@@ -70,12 +70,12 @@ type meta struct {
 }
 
 type providerView struct {
-	engine.ProviderConfig
+	config.ProviderConfig
 	meta
 }
 
 type routeView struct {
-	engine.RouteConfig
+	config.RouteConfig
 	meta
 	// Suspended says why the route is not served ("" when it is): rolter.toml routes its model (Compose).
 	Suspended string `json:"suspended,omitempty"`
@@ -94,42 +94,42 @@ var providerKind = &objectKind{
 		}
 		return "", nil, 0, false
 	},
-	with: func(st *store.State, org, name string, config []byte) *store.State {
+	with: func(st *store.State, org, name string, raw []byte) *store.State {
 		next := *st
 		next.Providers = slices.DeleteFunc(slices.Clone(st.Providers), func(p store.Provider) bool { return p.OrgID == org && p.Name == name })
-		if config != nil {
-			next.Providers = append(next.Providers, store.Provider{OrgID: org, Name: name, Config: config})
+		if raw != nil {
+			next.Providers = append(next.Providers, store.Provider{OrgID: org, Name: name, Config: raw})
 		}
 		return &next
 	},
 	decode: func(body []byte) (string, []byte, error) {
-		var pc engine.ProviderConfig
+		var pc config.ProviderConfig
 		if err := decodeObject(body, &pc, readOnlyFields...); err != nil {
 			return "", nil, err
 		}
-		config, err := withoutField(body, "name")
-		return pc.Name, config, err
+		raw, err := withoutField(body, "name")
+		return pc.Name, raw, err
 	},
-	view: func(org, name string, config []byte) (any, error) {
-		var pc engine.ProviderConfig
-		if err := decodeStrict(config, &pc); err != nil {
+	view: func(org, name string, raw []byte) (any, error) {
+		var pc config.ProviderConfig
+		if err := decodeStrict(raw, &pc); err != nil {
 			return nil, fmt.Errorf("cannot decode provider %q of org %q from the store: %w", name, org, err)
 		}
 		pc.Name = name
 		// The defaults are the engine's, set as it sets them for the file.
-		cfg := engine.Config{Providers: []engine.ProviderConfig{pc}}
+		cfg := config.Config{Providers: []config.ProviderConfig{pc}}
 		cfg.SetDefaults()
 		return providerView{ProviderConfig: cfg.Providers[0]}, nil
 	},
-	fileObjects: func(file *engine.Config) []fileObject {
+	fileObjects: func(file *config.Config) []fileObject {
 		out := make([]fileObject, len(file.Providers))
 		for i, p := range file.Providers {
 			out[i] = fileObject{name: p.Name, view: providerView{ProviderConfig: p, meta: meta{Org: fileOrg}}}
 		}
 		return out
 	},
-	write: func(s *store.Store, ctx context.Context, actor, org, name string, config []byte, expect int64) (storedObject, error) {
-		p, err := s.WriteProvider(ctx, actor, org, name, config, expect)
+	write: func(s *store.Store, ctx context.Context, actor, org, name string, raw []byte, expect int64) (storedObject, error) {
+		p, err := s.WriteProvider(ctx, actor, org, name, raw, expect)
 		if err != nil {
 			return storedObject{}, err
 		}
@@ -161,41 +161,41 @@ var routeKind = &objectKind{
 		}
 		return "", nil, 0, false
 	},
-	with: func(st *store.State, org, model string, config []byte) *store.State {
+	with: func(st *store.State, org, model string, raw []byte) *store.State {
 		next := *st
 		next.Routes = slices.DeleteFunc(slices.Clone(st.Routes), func(r store.Route) bool { return r.Model == model })
-		if config != nil {
-			next.Routes = append(next.Routes, store.Route{OrgID: org, Model: model, Config: config})
+		if raw != nil {
+			next.Routes = append(next.Routes, store.Route{OrgID: org, Model: model, Config: raw})
 		}
 		return &next
 	},
 	decode: func(body []byte) (string, []byte, error) {
-		var rc engine.RouteConfig
+		var rc config.RouteConfig
 		if err := decodeObject(body, &rc, readOnlyFields...); err != nil {
 			return "", nil, err
 		}
-		config, err := withoutField(body, "model")
-		return rc.Model, config, err
+		raw, err := withoutField(body, "model")
+		return rc.Model, raw, err
 	},
-	view: func(org, model string, config []byte) (any, error) {
-		var rc engine.RouteConfig
-		if err := decodeStrict(config, &rc); err != nil {
+	view: func(org, model string, raw []byte) (any, error) {
+		var rc config.RouteConfig
+		if err := decodeStrict(raw, &rc); err != nil {
 			return nil, fmt.Errorf("cannot decode route %q of org %q from the store: %w", model, org, err)
 		}
 		rc.Model = model
-		cfg := engine.Config{Routes: []engine.RouteConfig{rc}} // defaults, as for providers
+		cfg := config.Config{Routes: []config.RouteConfig{rc}} // defaults, as for providers
 		cfg.SetDefaults()
 		return routeView{RouteConfig: cfg.Routes[0]}, nil
 	},
-	fileObjects: func(file *engine.Config) []fileObject {
+	fileObjects: func(file *config.Config) []fileObject {
 		out := make([]fileObject, len(file.Routes))
 		for i, r := range file.Routes {
 			out[i] = fileObject{name: r.Model, view: routeView{RouteConfig: r, meta: meta{Org: fileOrg}}}
 		}
 		return out
 	},
-	write: func(s *store.Store, ctx context.Context, actor, org, model string, config []byte, expect int64) (storedObject, error) {
-		r, err := s.WriteRoute(ctx, actor, org, model, config, expect)
+	write: func(s *store.Store, ctx context.Context, actor, org, model string, raw []byte, expect int64) (storedObject, error) {
+		r, err := s.WriteRoute(ctx, actor, org, model, raw, expect)
 		if err != nil {
 			return storedObject{}, err
 		}
@@ -230,7 +230,7 @@ func withoutField(body []byte, name string) ([]byte, error) {
 
 // objectView is a stored object as the API shows it.
 func objectView(k *objectKind, org string, o storedObject) (any, error) {
-	v, err := k.view(org, o.name, o.config)
+	v, err := k.view(org, o.name, o.raw)
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +355,7 @@ func (s *Server) getObject(k *objectKind) func(http.ResponseWriter, *http.Reques
 // withSuspension marks a route view that rolter.toml's routes set aside (Compose).
 func (s *Server) withSuspension(v any) any {
 	rv, ok := v.(routeView)
-	if ok && slices.ContainsFunc(s.file().Routes, func(rc engine.RouteConfig) bool { return rc.Model == rv.Model }) {
+	if ok && slices.ContainsFunc(s.file().Routes, func(rc config.RouteConfig) bool { return rc.Model == rv.Model }) {
 		rv.Suspended = suspendedReason
 		return rv
 	}
@@ -373,14 +373,14 @@ func (s *Server) createObject(k *objectKind) func(http.ResponseWriter, *http.Req
 		if err != nil {
 			return err
 		}
-		name, config, err := k.decode(body)
+		name, raw, err := k.decode(body)
 		if err != nil {
 			return err
 		}
 		if name == "" {
 			return fieldError(k.key, missingName(k))
 		}
-		return s.writeObject(w, r, c, k, org, name, config, precondition{}, true)
+		return s.writeObject(w, r, c, k, org, name, raw, precondition{}, true)
 	}
 }
 
@@ -400,14 +400,14 @@ func (s *Server) putObject(k *objectKind) func(http.ResponseWriter, *http.Reques
 		if err != nil {
 			return err
 		}
-		bodyName, config, err := k.decode(body)
+		bodyName, raw, err := k.decode(body)
 		if err != nil {
 			return err
 		}
 		if bodyName != "" && bodyName != name {
 			return fieldError(k.key, fmt.Sprintf("%q differs from the %s in the path, %q: a %s is renamed by creating the new one and deleting the old", bodyName, k.key, name, k.object))
 		}
-		return s.writeObject(w, r, c, k, org, name, config, cond, false)
+		return s.writeObject(w, r, c, k, org, name, raw, cond, false)
 	}
 }
 
@@ -444,8 +444,8 @@ func fieldError(field, msg string) *apiError {
 // the live file config (400 for problems of the object, 409 for problems it causes elsewhere), write the
 // store, apply; if the gateway refuses, put the store back and answer 422. The answer is written after the
 // gateway serves the change.
-func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, k *objectKind, org, name string, config []byte, cond precondition, createOnly bool) error {
-	if config != nil {
+func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, k *objectKind, org, name string, raw []byte, cond precondition, createOnly bool) error {
+	if raw != nil {
 		if err := store.CheckName(k.object+" "+k.key, name, store.MaxNameLen); err != nil {
 			return fieldError(k.key, strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
 		}
@@ -459,7 +459,7 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, 
 	var prev []byte
 	err := retryStale(func() error {
 		var err error
-		created, written, prev, err = s.storeObject(ctx, c, k, org, name, config, cond, createOnly)
+		created, written, prev, err = s.storeObject(ctx, c, k, org, name, raw, cond, createOnly)
 		return err
 	})
 	version := written.version
@@ -468,7 +468,7 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, 
 	}
 	if err := s.applyOrUndo(ctx, org, func() (undo error) {
 		switch {
-		case config == nil:
+		case raw == nil:
 			_, _, undo = k.put(s.store, ctx, c.actor, org, name, prev, 0)
 		case created:
 			undo = k.del(s.store, ctx, c.actor, org, name, version)
@@ -481,13 +481,13 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, 
 	}
 	action := "replace"
 	switch {
-	case config == nil:
+	case raw == nil:
 		action = "delete"
 	case created:
 		action = "create"
 	}
 	s.log.Info("control plane change", "actor", c.actor, "action", action, "object", k.object, "org", org, "name", name, "version", version)
-	if config == nil {
+	if raw == nil {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
@@ -511,7 +511,7 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, c *caller, 
 // and writes it onto exactly that state (Store.At): ErrStale when another gateway wrote meanwhile, and the
 // caller checks again. It returns whether the object was created, the object as written (for a delete: the
 // version deleted) and its config before. s.mu is held.
-func (s *Server) storeObject(ctx context.Context, c *caller, k *objectKind, org, name string, config []byte, cond precondition, create bool) (created bool, written storedObject, prev []byte, err error) {
+func (s *Server) storeObject(ctx context.Context, c *caller, k *objectKind, org, name string, raw []byte, cond precondition, create bool) (created bool, written storedObject, prev []byte, err error) {
 	st, err := s.store.Load(ctx)
 	if err != nil {
 		return false, storedObject{}, nil, err
@@ -521,7 +521,7 @@ func (s *Server) storeObject(ctx context.Context, c *caller, k *objectKind, org,
 	}
 	file := s.file()
 	what := fmt.Sprintf("%s %q", k.object, name)
-	if k == routeKind && slices.ContainsFunc(file.Routes, func(rc engine.RouteConfig) bool { return rc.Model == name }) {
+	if k == routeKind && slices.ContainsFunc(file.Routes, func(rc config.RouteConfig) bool { return rc.Model == name }) {
 		return false, storedObject{}, nil, errorf(http.StatusConflict, "conflict", "model %q is routed by rolter.toml: the public model names are one namespace", name)
 	}
 	owner, prev, version, exists := k.find(st, org, name)
@@ -529,7 +529,7 @@ func (s *Server) storeObject(ctx context.Context, c *caller, k *objectKind, org,
 	case exists && owner != org:
 		// As the store says it: that the model is taken, not by whom.
 		return false, storedObject{}, nil, errorf(http.StatusConflict, "conflict", "model %q is used by another org", name)
-	case config == nil && !exists && cond == precondition{}:
+	case raw == nil && !exists && cond == precondition{}:
 		return false, storedObject{}, nil, errorf(http.StatusNotFound, "not_found", "org %q has no %s", org, what)
 	case create && exists:
 		return false, storedObject{}, nil, errorf(http.StatusConflict, "conflict", "%s exists (version %d): replace it with PUT", what, version)
@@ -537,7 +537,7 @@ func (s *Server) storeObject(ctx context.Context, c *caller, k *objectKind, org,
 	if err := cond.check(what, exists, version); err != nil {
 		return false, storedObject{}, nil, err
 	}
-	next := k.with(st, org, name, config)
+	next := k.with(st, org, name, raw)
 	if err := checkQuotas(file.Control.Quotas, k, next, org, name, exists); err != nil {
 		return false, storedObject{}, nil, err
 	}
@@ -548,14 +548,14 @@ func (s *Server) storeObject(ctx context.Context, c *caller, k *objectKind, org,
 	// checked again on the state it made. So a PUT without If-Match replaces whatever was stored last (the
 	// later PUT wins whole), and one with If-Match conflicts as soon as the version moved.
 	at := s.store.At(st.Generation)
-	if config == nil {
+	if raw == nil {
 		return false, storedObject{name: name, version: version}, prev, k.del(at, ctx, c.actor, org, name, version)
 	}
 	expect := version
 	if create {
 		expect = store.CreateOnly
 	}
-	written, err = k.write(at, ctx, c.actor, org, name, config, expect)
+	written, err = k.write(at, ctx, c.actor, org, name, raw, expect)
 	return written.version == 1, written, prev, err
 }
 
@@ -597,14 +597,14 @@ func (s *Server) applyFailed(org string, err, undo error) error {
 		s.log.Error("cannot take a refused change back out of the store", "org", org, "error", undo.Error())
 		return errorf(http.StatusUnprocessableEntity, "apply_failed", "the gateway refused the change: %s; and it could not be taken back out of the store (%s): the store now differs from what serves", reason, undo)
 	}
-	return errorf(http.StatusUnprocessableEntity, "apply_failed", "the gateway refused the change: %s; the store was put back and the running config keeps serving", reason)
+	return errorf(http.StatusUnprocessableEntity, "apply_failed", "the gateway refused the change: %s; the store was put back and the running raw keeps serving", reason)
 }
 
 // checkChange validates next, the store state st with one change applied, composed with the file config
 // as the gateway will run it. Problems of the object written (kind, org, name) are its fields (400);
 // problems of other objects that st did not have are what the change breaks (409). Problems st has already
 // are not the change's doing and do not refuse it.
-func (s *Server) checkChange(file *engine.Config, st, next *store.State, kind, org, name string) error {
+func (s *Server) checkChange(file *config.Config, st, next *store.State, kind, org, name string) error {
 	_, before, _, err := problems(file, st, kind, org, name)
 	if err != nil {
 		return err
@@ -641,14 +641,14 @@ func (s *Server) checkChange(file *engine.Config, st, next *store.State, kind, o
 
 // problems composes st with file, validates it, and splits the problems into those of the object (kind,
 // org, name) and the others; quota says some of the object's are quotas exceeded.
-func problems(file *engine.Config, st *store.State, kind, org, name string) (own []FieldError, other []string, quota bool, _ error) {
+func problems(file *config.Config, st *store.State, kind, org, name string) (own []FieldError, other []string, quota bool, _ error) {
 	cfg, o, err := Compose(file, st)
 	if err != nil {
 		return nil, nil, false, err
 	}
-	errs := engine.ValidateConfig(cfg)
+	errs := config.Validate(cfg)
 	own, other = FieldErrors(errs, o, kind, org, name)
-	var quotas engine.ConfigErrors
+	var quotas config.Errors
 	for _, e := range errs {
 		if e.Quota {
 			quotas = append(quotas, e)
@@ -667,8 +667,8 @@ func errQuota(format string, args ...any) *apiError {
 // a new provider or route must fit the org's count, and a route's targets the per-route and the org's
 // total. An object that exists may be replaced or deleted whatever the counts, so that an org over a
 // quota the operator lowered can still shrink. The routing memory quota is the validator's
-// (engine.ValidateConfig), as it counts the file's routes too.
-func checkQuotas(q engine.QuotaConfig, k *objectKind, next *store.State, org, name string, exists bool) error {
+// (config.Validate), as it counts the file's routes too.
+func checkQuotas(q config.QuotaConfig, k *objectKind, next *store.State, org, name string, exists bool) error {
 	switch k {
 	case providerKind:
 		n := 0
@@ -687,7 +687,7 @@ func checkQuotas(q engine.QuotaConfig, k *objectKind, next *store.State, org, na
 				continue
 			}
 			n++
-			var rc engine.RouteConfig
+			var rc config.RouteConfig
 			if decodeStrict(r.Config, &rc) != nil {
 				continue // the validator says why
 			}

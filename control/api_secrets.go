@@ -10,7 +10,7 @@ import (
 
 	"github.com/rolter-ai/rolter/control/store"
 
-	"github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/config"
 )
 
 // secretView is an org secret as the API shows it (openapi.json's Secret): never its value.
@@ -48,7 +48,7 @@ func decodeSecret(w http.ResponseWriter, r *http.Request) (string, error) {
 	if err := decodeObject(body, &sb, "org", "name", "created", "updated"); err != nil {
 		return "", err
 	}
-	if len(sb.Value) > store.MaxSecretLen || !engine.HeaderSafe(sb.Value) {
+	if len(sb.Value) > store.MaxSecretLen || !config.HeaderSafe(sb.Value) {
 		return "", fieldError("value", fmt.Sprintf("want 1 to %d bytes without control characters or whitespace at either end (it is sent in a header)", store.MaxSecretLen))
 	}
 	return sb.Value, nil

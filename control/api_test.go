@@ -31,6 +31,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/kvindex"
 )
@@ -250,7 +251,7 @@ type env struct {
 	api      *apiClient
 	gw       *engine.Gateway
 	gwURL    string
-	file     atomic.Pointer[engine.Config]
+	file     atomic.Pointer[config.Config]
 	S, A, B  *upstream
 	logs     *syncBuffer
 	closeAPI func()
@@ -295,9 +296,9 @@ provider = "shared"
 `, sharedURL)
 }
 
-func parseFile(t *testing.T, text string) *engine.Config {
+func parseFile(t *testing.T, text string) *config.Config {
 	t.Helper()
-	cfg, err := engine.ParseConfig([]byte(text), "rolter.toml")
+	cfg, err := config.Parse([]byte(text), "rolter.toml")
 	if err != nil {
 		t.Fatalf("bad test config: %s", err)
 	}
@@ -563,7 +564,7 @@ func TestAPIOpenMode(t *testing.T) {
 		t.Helper()
 		var logs syncBuffer
 		_, err := NewServer(Options{
-			Store: st, File: func() *engine.Config { return engine.DefaultConfig() }, Apply: func(*engine.Config) error { return nil },
+			Store: st, File: func() *config.Config { return config.Default() }, Apply: func(*config.Config) error { return nil },
 			State: func() engine.State { return engine.State{} }, AdminToken: token, Listen: listen,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		})
@@ -893,15 +894,15 @@ func TestAPIValidation(t *testing.T) {
 
 	// One validation path: the API's message for a key is the TOML loader's for the same key.
 	toml := fileConfigText(e.S.URL) + "[[providers]]\nname = \"x\"\napi_base = \"http://169.254.169.254\"\nmax_conns = -1\n"
-	_, err := engine.ParseConfig([]byte(toml), "rolter.toml")
-	var errs engine.ConfigErrors
+	_, err := config.Parse([]byte(toml), "rolter.toml")
+	var errs config.Errors
 	if !errors.As(err, &errs) {
 		t.Fatalf("the TOML was accepted: %v", err)
 	}
 	r := e.su("POST", "/api/v1/orgs/"+a+"/providers", `{"name":"x","api_base":"http://169.254.169.254","max_conns":-1}`)
 	fields := want(t, r, 400, "invalid_config").Error.Fields
 	for _, fe := range fields {
-		i := slices.IndexFunc(errs, func(ce *engine.ConfigError) bool { return ce.Key == "providers[1]."+fe.Field })
+		i := slices.IndexFunc(errs, func(ce *config.Error) bool { return ce.Key == "providers[1]."+fe.Field })
 		if i < 0 || errs[i].Msg != fe.Message || errs[i].Line == 0 {
 			t.Fatalf("API %+v; TOML %v", fe, errs)
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rolter-ai/rolter/control/store"
 
-	"github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/config"
 )
 
 // Origin says where a provider or route of a composed config comes from: the file (Org "") or an org of
@@ -38,8 +38,8 @@ func engineName(org, name string) string { return org + "/" + name }
 // whose model rolter.toml routes too (the operator added it later) is set aside, not served
 // (Origins.Suspended), and comes back when the file drops the model. An org route's target names a provider of its own org, or else one of the
 // file's (shared engines). Objects are decoded strictly (unknown fields are errors). The result is not
-// validated: engine.ValidateConfig does that, one path for the file and the API alike.
-func Compose(file *engine.Config, st *store.State) (*engine.Config, *Origins, error) {
+// validated: config.Validate does that, one path for the file and the API alike.
+func Compose(file *config.Config, st *store.State) (*config.Config, *Origins, error) {
 	// Validation sets defaults in place: everything it can write is copied, so the file's config (read by
 	// whoever holds it) is never written.
 	cfg := *file
@@ -67,7 +67,7 @@ func Compose(file *engine.Config, st *store.State) (*engine.Config, *Origins, er
 		secrets[[2]string{sv.OrgID, sv.Name}] = sv.Value
 	}
 	for _, sp := range st.Providers {
-		var pc engine.ProviderConfig
+		var pc config.ProviderConfig
 		if err := decodeStrict(sp.Config, &pc); err != nil {
 			return nil, nil, fmt.Errorf("cannot decode provider %q of org %q from the store: %w", sp.Name, sp.OrgID, err)
 		}
@@ -85,12 +85,12 @@ func Compose(file *engine.Config, st *store.State) (*engine.Config, *Origins, er
 			o.Suspended = append(o.Suspended, Origin{Org: sr.OrgID, Name: sr.Model})
 			continue
 		}
-		var rc engine.RouteConfig
+		var rc config.RouteConfig
 		if err := decodeStrict(sr.Config, &rc); err != nil {
 			return nil, nil, fmt.Errorf("cannot decode route %q of org %q from the store: %w", sr.Model, sr.OrgID, err)
 		}
 		rc.Model, rc.Org = sr.Model, sr.OrgID
-		rc.Targets = append([]engine.TargetConfig(nil), rc.Targets...)
+		rc.Targets = append([]config.TargetConfig(nil), rc.Targets...)
 		for i := range rc.Targets {
 			if orgProviders[sr.OrgID][rc.Targets[i].Provider] {
 				rc.Targets[i].Provider = engineName(sr.OrgID, rc.Targets[i].Provider)
@@ -101,7 +101,7 @@ func Compose(file *engine.Config, st *store.State) (*engine.Config, *Origins, er
 	}
 	cfg.KeyPepper = st.Pepper
 	for _, k := range st.Keys {
-		cfg.Keys = append(cfg.Keys, engine.DataKey{Org: k.OrgID, Hash: k.Hash})
+		cfg.Keys = append(cfg.Keys, config.DataKey{Org: k.OrgID, Hash: k.Hash})
 	}
 	return &cfg, o, nil
 }
@@ -109,7 +109,7 @@ func Compose(file *engine.Config, st *store.State) (*engine.Config, *Origins, er
 // providerSecrets returns the values of the secrets of its own org that pc names (api_key_secret,
 // header_secrets), by name; a name the org has no secret of is absent (the validator says so). A provider
 // gets only what it names, and only from its org.
-func providerSecrets(pc *engine.ProviderConfig, secrets map[[2]string]string) map[string]string {
+func providerSecrets(pc *config.ProviderConfig, secrets map[[2]string]string) map[string]string {
 	names := make([]string, 0, 1+len(pc.HeaderSecrets))
 	if pc.APIKeySecret != "" {
 		names = append(names, pc.APIKeySecret)
@@ -130,7 +130,7 @@ func providerSecrets(pc *engine.ProviderConfig, secrets map[[2]string]string) ma
 }
 
 // copyProvider copies p deeply enough that setting its defaults does not write into p.
-func copyProvider(p engine.ProviderConfig) engine.ProviderConfig {
+func copyProvider(p config.ProviderConfig) config.ProviderConfig {
 	if p.KVEvents != nil {
 		kv := *p.KVEvents
 		p.KVEvents = &kv
@@ -150,8 +150,8 @@ func copyProvider(p engine.ProviderConfig) engine.ProviderConfig {
 }
 
 // copyRoute copies r deeply enough that setting its defaults does not write into r.
-func copyRoute(r engine.RouteConfig) engine.RouteConfig {
-	r.Targets = append([]engine.TargetConfig(nil), r.Targets...)
+func copyRoute(r config.RouteConfig) config.RouteConfig {
+	r.Targets = append([]config.TargetConfig(nil), r.Targets...)
 	return r
 }
 
@@ -179,7 +179,7 @@ type FieldError struct {
 // provider or route (kind "providers" or "routes") of org named name. Problems of other objects are
 // returned apart (they mean the change breaks something else, e.g. a route that names a provider being
 // deleted).
-func FieldErrors(errs engine.ConfigErrors, o *Origins, kind, org, name string) (own []FieldError, other []string) {
+func FieldErrors(errs config.Errors, o *Origins, kind, org, name string) (own []FieldError, other []string) {
 	for _, e := range errs {
 		idx, rest, ok := indexOf(e.Key, kind)
 		if ok {
@@ -223,7 +223,7 @@ func indexOf(key, kind string) (int, string, bool) {
 }
 
 // describe names where a problem is, in the API's terms.
-func describe(e *engine.ConfigError, o *Origins) string {
+func describe(e *config.Error, o *Origins) string {
 	for _, kind := range []string{"providers", "routes"} {
 		if i, rest, ok := indexOf(e.Key, kind); ok {
 			var origin Origin

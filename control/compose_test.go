@@ -6,14 +6,14 @@ import (
 
 	"github.com/rolter-ai/rolter/control/store"
 
-	"github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/config"
 )
 
 // TestComposeAndFieldErrors: an org's providers and routes join the file's under org-scoped names, a route
 // names its org's providers or the file's, and validation problems come back as the fields of the object
 // written.
 func TestComposeAndFieldErrors(t *testing.T) {
-	file, err := engine.ParseConfig([]byte(`[[providers]]
+	file, err := config.Parse([]byte(`[[providers]]
 name = "shared"
 api_base = "http://127.0.0.1:9001"
 [[routes]]
@@ -48,7 +48,7 @@ provider = "shared"
 	if len(cfg.Keys) != 1 || cfg.KeyPepper != st.Pepper || len(file.Providers) != 1 {
 		t.Fatal("keys, pepper, or the file config was changed")
 	}
-	errs := engine.ValidateConfig(cfg)
+	errs := config.Validate(cfg)
 	own, other := FieldErrors(errs, o, "providers", "org_a", "gpu")
 	found := false
 	for _, fe := range own {

@@ -30,6 +30,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/kvindex"
 )
@@ -61,7 +62,7 @@ const svgNamespace = "http://www.w3.org/2000/svg"
 func TestDashboardAssets(t *testing.T) {
 	st := openStoreAt(t, filepath.Join(t.TempDir(), "rolter.db"))
 	srv, err := NewServer(Options{
-		Store: st, File: engine.DefaultConfig, Apply: func(*engine.Config) error { return nil },
+		Store: st, File: config.Default, Apply: func(*config.Config) error { return nil },
 		State: func() engine.State { return engine.State{} }, AdminToken: rootToken, Listen: "127.0.0.1:0",
 		Logger: slog.New(slog.DiscardHandler),
 	})

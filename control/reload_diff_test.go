@@ -20,26 +20,27 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/internal/freeport"
 )
 
 // apiObjects are an org's providers (by name) and routes (by model), as the API takes them.
 type apiObjects struct {
-	providers map[string]*engine.ProviderConfig
-	routes    map[string]*engine.RouteConfig
+	providers map[string]*config.ProviderConfig
+	routes    map[string]*config.RouteConfig
 }
 
 func (o apiObjects) clone(t *testing.T) apiObjects {
 	t.Helper()
-	c := apiObjects{map[string]*engine.ProviderConfig{}, map[string]*engine.RouteConfig{}}
+	c := apiObjects{map[string]*config.ProviderConfig{}, map[string]*config.RouteConfig{}}
 	for n, p := range o.providers {
-		var q engine.ProviderConfig
+		var q config.ProviderConfig
 		roundTrip(t, p, &q)
 		c.providers[n] = &q
 	}
 	for n, r := range o.routes {
-		var q engine.RouteConfig
+		var q config.RouteConfig
 		roundTrip(t, r, &q)
 		c.routes[n] = &q
 	}
@@ -73,28 +74,28 @@ func apiBase(e *env, connect, bind int) apiObjects {
 	i := func(v int) *int { return &v }
 	b := func(v bool) *bool { return &v }
 	return apiObjects{
-		providers: map[string]*engine.ProviderConfig{
+		providers: map[string]*config.ProviderConfig{
 			"p": {Name: "p", APIBase: e.A.URL + "/v1", APIKeyEnv: "ROLTER_API_DIFF_KEY", Headers: map[string]string{"X-Team": "t1"},
-				MaxConns: 64, KVEvents: &engine.KVEventsConfig{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", connect), Topic: "kv@p",
+				MaxConns: 64, KVEvents: &config.KVEventsConfig{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", connect), Topic: "kv@p",
 					MaxBlocks: 1000, StaleSecs: 30},
-				LMCache: &engine.LMCacheConfig{Endpoint: e.A.URL + "/lmcache", RefreshSecs: 30, StaleSecs: 60}},
-			"q": {Name: "q", APIBase: e.B.URL, KVEvents: &engine.KVEventsConfig{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", bind),
+				LMCache: &config.LMCacheConfig{Endpoint: e.A.URL + "/lmcache", RefreshSecs: 30, StaleSecs: 60}},
+			"q": {Name: "q", APIBase: e.B.URL, KVEvents: &config.KVEventsConfig{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", bind),
 				Mode: "bind", Topic: "kv@q", AllowedPublishers: []string{"127.0.0.1"}}},
 			"d": {Name: "d", APIBase: e.B.URL + "/d"},
 		},
-		routes: map[string]*engine.RouteConfig{
-			"m": {Model: "m", Strategy: "precise_cache_aware", Params: engine.RouteParams{Threshold: w(0.5), MaxTrieNodes: i(1000),
+		routes: map[string]*config.RouteConfig{
+			"m": {Model: "m", Strategy: "precise_cache_aware", Params: config.RouteParams{Threshold: w(0.5), MaxTrieNodes: i(1000),
 				MaxTrieBytes: i(100000), StaleGap: w(0.4), StaleWindow: i(50), Home: b(true)},
-				Shadow:  &engine.ShadowConfig{Strategies: []string{"cache_aware"}},
-				Targets: []engine.TargetConfig{{Provider: "p", Model: "up-p"}, {Provider: "q", Model: "up-q"}}},
-			"c": {Model: "c", Strategy: "cache_aware", Params: engine.RouteParams{OverloadMargin: w(2), OverloadFactor: w(1.5)},
-				Targets: []engine.TargetConfig{{Provider: "p"}, {Provider: "q"}}},
-			"pl": {Model: "pl", Strategy: "pipeline", Params: engine.RouteParams{WeightFactor: w(1), LoadFactor: w(1), CacheFactor: w(1),
+				Shadow:  &config.ShadowConfig{Strategies: []string{"cache_aware"}},
+				Targets: []config.TargetConfig{{Provider: "p", Model: "up-p"}, {Provider: "q", Model: "up-q"}}},
+			"c": {Model: "c", Strategy: "cache_aware", Params: config.RouteParams{OverloadMargin: w(2), OverloadFactor: w(1.5)},
+				Targets: []config.TargetConfig{{Provider: "p"}, {Provider: "q"}}},
+			"pl": {Model: "pl", Strategy: "pipeline", Params: config.RouteParams{WeightFactor: w(1), LoadFactor: w(1), CacheFactor: w(1),
 				SessionTTLSecs: w(60), MaxSessions: i(100), HotWindow: i(64)},
-				Targets: []engine.TargetConfig{{Provider: "p", Weight: w(1)}, {Provider: "q", Weight: w(2)}}},
-			"h": {Model: "h", Strategy: "consistent_hash", Params: engine.RouteParams{Epsilon: w(0.25), VirtualNodes: i(40), KeyBytes: i(256)},
-				Targets: []engine.TargetConfig{{Provider: "p"}, {Provider: "q"}}},
-			"rr": {Model: "rr", Strategy: "round_robin", Targets: []engine.TargetConfig{{Provider: "d"}}},
+				Targets: []config.TargetConfig{{Provider: "p", Weight: w(1)}, {Provider: "q", Weight: w(2)}}},
+			"h": {Model: "h", Strategy: "consistent_hash", Params: config.RouteParams{Epsilon: w(0.25), VirtualNodes: i(40), KeyBytes: i(256)},
+				Targets: []config.TargetConfig{{Provider: "p"}, {Provider: "q"}}},
+			"rr": {Model: "rr", Strategy: "round_robin", Targets: []config.TargetConfig{{Provider: "d"}}},
 		},
 	}
 }
@@ -158,7 +159,7 @@ func apiMutations(t *testing.T, e *env, connect2, bind2 int) map[string]func(o a
 		"provider.max_conns":      func(o apiObjects) { o.providers["p"].MaxConns = 65 },
 		"provider.kv_events": func(o apiObjects) {
 			// A source added to a provider that had none, and its route switched to precise_cache_aware.
-			o.providers["d"].KVEvents = &engine.KVEventsConfig{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", connect2)}
+			o.providers["d"].KVEvents = &config.KVEventsConfig{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", connect2)}
 			o.routes["rr"].Strategy = "precise_cache_aware"
 		},
 		"provider.kv_events.endpoint": func(o apiObjects) {
@@ -185,7 +186,7 @@ func apiMutations(t *testing.T, e *env, connect2, bind2 int) map[string]func(o a
 			o.providers["q"].KVEvents.CurveSecretKeyEnv = "ROLTER_API_DIFF_CURVE"
 			o.providers["q"].KVEvents.CurveClientKeys = []string{curvePublic, curvePublic[:39] + "a"}
 		},
-		"provider.lmcache":              func(o apiObjects) { o.providers["q"].LMCache = &engine.LMCacheConfig{Endpoint: e.B.URL + "/lmcache"} },
+		"provider.lmcache":              func(o apiObjects) { o.providers["q"].LMCache = &config.LMCacheConfig{Endpoint: e.B.URL + "/lmcache"} },
 		"provider.lmcache.endpoint":     func(o apiObjects) { o.providers["p"].LMCache.Endpoint = e.A.URL + "/lmcache/v2" },
 		"provider.lmcache.refresh_secs": func(o apiObjects) { o.providers["p"].LMCache.RefreshSecs = 31 },
 		"provider.lmcache.stale_secs":   func(o apiObjects) { o.providers["p"].LMCache.StaleSecs = 61 },
@@ -196,7 +197,7 @@ func apiMutations(t *testing.T, e *env, connect2, bind2 int) map[string]func(o a
 			r.Model = "c2"
 			o.routes["c2"] = r
 		},
-		"route.strategy":                func(o apiObjects) { o.routes["h"].Strategy = "least_load"; o.routes["h"].Params = engine.RouteParams{} },
+		"route.strategy":                func(o apiObjects) { o.routes["h"].Strategy = "least_load"; o.routes["h"].Params = config.RouteParams{} },
 		"route.targets":                 func(o apiObjects) { o.routes["m"].Targets = o.routes["m"].Targets[:1] },
 		"route.targets.provider":        func(o apiObjects) { o.routes["c"].Targets[1].Provider = "d" },
 		"route.targets.model":           func(o apiObjects) { o.routes["m"].Targets[0].Model = "up-p2" },
@@ -219,7 +220,7 @@ func apiMutations(t *testing.T, e *env, connect2, bind2 int) map[string]func(o a
 		"route.params.overload_factor":  func(o apiObjects) { o.routes["c"].Params.OverloadFactor = w(2) },
 		"route.params.hot_window":       func(o apiObjects) { o.routes["pl"].Params.HotWindow = i(128) },
 		"route.shadow": func(o apiObjects) {
-			o.routes["c"].Shadow = &engine.ShadowConfig{Strategies: []string{"pipeline", "precise_cache_aware"}}
+			o.routes["c"].Shadow = &config.ShadowConfig{Strategies: []string{"pipeline", "precise_cache_aware"}}
 		},
 		"route.shadow.strategies": func(o apiObjects) { o.routes["m"].Shadow.Strategies = []string{"cache_aware", "pipeline"} },
 	}
@@ -326,7 +327,7 @@ func freshBuilt(t *testing.T, e *env, c *apiCloser) string {
 	back = append(back, fmt.Sprintf("KVBindPorts:%v", ports), fmt.Sprintf("KVBindPorts:%v", cfg.Egress.KVBindPorts),
 		`"kv_bind_ports":`+string(ownJSON), `"kv_bind_ports":`+string(storeJSON))
 	cfg.Egress.KVBindPorts = ports
-	if errs := engine.ValidateConfig(cfg); len(errs) > 0 {
+	if errs := config.Validate(cfg); len(errs) > 0 {
 		t.Fatalf("the store does not validate: %s", errs)
 	}
 	g, err := engine.New(cfg, engine.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -385,13 +386,13 @@ kv_bind_ports = [%d, %d]
 	muts := apiMutations(t, e, connect2, bind2)
 	c := &apiCloser{}
 	defer c.wg.Wait()
-	empty := apiObjects{map[string]*engine.ProviderConfig{}, map[string]*engine.RouteConfig{}}
+	empty := apiObjects{map[string]*config.ProviderConfig{}, map[string]*config.RouteConfig{}}
 	base := apiBase(e, connect, bind)
 	syncObjects(t, e, org, empty, base)
 	before := wantFresh(t, e, c, "the base objects")
 
-	paths := append(prefixed("provider.", objectPaths(reflect.TypeFor[engine.ProviderConfig]())),
-		prefixed("route.", objectPaths(reflect.TypeFor[engine.RouteConfig]()))...)
+	paths := append(prefixed("provider.", objectPaths(reflect.TypeFor[config.ProviderConfig]())),
+		prefixed("route.", objectPaths(reflect.TypeFor[config.RouteConfig]()))...)
 	for path := range muts {
 		if !slices.Contains(paths, path) {
 			t.Errorf("the mutation for %s names no field of a provider or route", path)

@@ -3,6 +3,8 @@ package engine
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // admission caps the requests in flight to one provider ([queue] max_inflight_per_target) with a bounded
@@ -22,7 +24,7 @@ type admission struct {
 	wake    chan struct{}
 }
 
-func newAdmission(q QueueConfig) *admission {
+func newAdmission(q config.QueueConfig) *admission {
 	a := &admission{max: int64(q.MaxInflightPerTarget), maxWait: int64(q.MaxWaitingPerTarget), wait: secs(q.WaitTimeoutSecs)}
 	if a.max > 0 && a.maxWait > 0 {
 		a.wake = make(chan struct{}, a.maxWait)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/kvindex"
 )
 
@@ -227,7 +228,7 @@ func TestAllocsWholeRequestTCP(t *testing.T) {
 	}}
 	go upSrv.Serve(upLn) //nolint:errcheck
 	t.Cleanup(func() { _ = upSrv.Shutdown() })
-	cfg, err := ParseConfig([]byte(gatewayConfig("least_load", "", "http://"+upLn.Addr().String())), "t.toml")
+	cfg, err := config.Parse([]byte(gatewayConfig("least_load", "", "http://"+upLn.Addr().String())), "t.toml")
 	if err != nil {
 		t.Fatal(err)
 	}

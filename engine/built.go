@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // Built describes, as stable text, what every runtime component of the gateway was actually built from:
@@ -64,7 +66,7 @@ func (g *Gateway) Built() string {
 
 // liveSections renders the config's sections, which requests read from the live snapshot, without the
 // providers and routes (described by what was built from them) and with secrets digested.
-func liveSections(cfg *Config) string {
+func liveSections(cfg *config.Config) string {
 	c := *cfg
 	c.Providers, c.Routes = nil, nil
 	c.Tracing.Headers = digestValues(c.Tracing.Headers)

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rolter-ai/rolter/accesslog"
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/tracing"
 )
@@ -573,7 +574,7 @@ func (c *call) busyError(t *Target) *apiError {
 		retryAfterMs: ms}
 }
 
-func backoff(cfg *RetryConfig, attempt int) time.Duration {
+func backoff(cfg *config.RetryConfig, attempt int) time.Duration {
 	if cfg.BackoffMs <= 0 {
 		return 0
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/rolter-ai/rolter/capture"
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/logfile"
 	"github.com/rolter-ai/rolter/telemetry"
 )
@@ -29,7 +30,7 @@ import (
 // as dropped); lines are written whole, one or more per write, so two writers of one file never tear a
 // line.
 type captureWriter struct {
-	cfg   TraceConfig
+	cfg   config.TraceConfig
 	salt  uint64
 	queue chan captureItem
 	out   *logfile.File
@@ -42,7 +43,7 @@ type captureWriter struct {
 
 // openCapture returns the writer for cfg: cur when it already writes cfg, nil when [trace] is off, or a new
 // one.
-func openCapture(cfg TraceConfig, cur *captureWriter, log *slog.Logger) (*captureWriter, error) {
+func openCapture(cfg config.TraceConfig, cur *captureWriter, log *slog.Logger) (*captureWriter, error) {
 	if cfg.Path == "" {
 		return nil, nil
 	}
@@ -88,7 +89,7 @@ type captureItem struct {
 var blockPool = sync.Pool{New: func() any { b := make([]uint64, 0, 64); return &b }}
 
 // newCaptureWriter opens the trace file and starts its writer.
-func newCaptureWriter(cfg TraceConfig, log *slog.Logger) (*captureWriter, error) {
+func newCaptureWriter(cfg config.TraceConfig, log *slog.Logger) (*captureWriter, error) {
 	out, err := logfile.Open(cfg.Path, logfile.Options{MaxBytes: cfg.MaxBytes, Keep: cfg.Keep})
 	if err != nil {
 		return nil, fmt.Errorf("trace.path: %w", err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/capture"
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/sim"
 )
 
@@ -104,7 +105,7 @@ func TestCaptureTrace(t *testing.T) {
 
 func TestCaptureRecordAllocs(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "trace.jsonl")
-	cfg := DefaultConfig().Trace
+	cfg := config.Default().Trace
 	cfg.Path = path
 	w, err := newCaptureWriter(cfg, quietLog())
 	if err != nil {

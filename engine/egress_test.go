@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // TestEgressRefusesMetadataEverywhere: the default policy refuses 169.254.169.254 for every kind of
@@ -32,7 +34,7 @@ model = "m"
 [[routes.targets]]
 provider = "a"
 `
-	_, err := ParseConfig([]byte(text), "egress.toml")
+	_, err := config.Parse([]byte(text), "egress.toml")
 	if err == nil {
 		t.Fatal("a config pointing at the metadata address loaded")
 	}
@@ -55,7 +57,7 @@ func TestEgressConfigRules(t *testing.T) {
 	f := func(egress, apiBase, want string) {
 		t.Helper()
 		text := "[egress]\n" + egress + "\n[[providers]]\nname = \"a\"\napi_base = \"" + apiBase + "\"\n[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"a\"\n"
-		_, err := ParseConfig([]byte(text), "e.toml")
+		_, err := config.Parse([]byte(text), "e.toml")
 		switch {
 		case want == "" && err != nil:
 			t.Fatalf("[egress] %s, %s: %s", egress, apiBase, err)

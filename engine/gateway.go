@@ -15,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/telemetry"
 )
@@ -84,8 +85,8 @@ type Gateway struct {
 	_       [56]byte
 }
 
-// New builds a gateway for a validated config (see LoadConfig/ParseConfig). Start serving with Serve.
-func New(cfg *Config, opts Options) (*Gateway, error) {
+// New builds a gateway for a validated config (config.Load, config.Parse). Start serving with Serve.
+func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	g := &Gateway{
 		log:        opts.Logger,
 		version:    opts.Version,
@@ -257,7 +258,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 // max_conns, max_conns_per_ip), [control] and [cluster] need a restart: a config that changes them is refused.
 //
 // Reload is safe for concurrent use; reloads are applied one at a time.
-func (g *Gateway) Reload(cfg *Config) (err error) {
+func (g *Gateway) Reload(cfg *config.Config) (err error) {
 	start := time.Now()
 	defer func() {
 		g.reloads.Reloaded(err == nil, start)
@@ -265,7 +266,7 @@ func (g *Gateway) Reload(cfg *Config) (err error) {
 			g.log.Error("config reload refused; the running config keeps serving", "error", err.Error())
 		}
 	}()
-	if errs := validateConfig(cfg); len(errs) > 0 {
+	if errs := config.Validate(cfg); len(errs) > 0 {
 		return errs
 	}
 	g.reloadMu.Lock()
@@ -278,7 +279,7 @@ func (g *Gateway) Reload(cfg *Config) (err error) {
 		return err
 	}
 	// The quotas are read by the control plane at every write: they change on reload.
-	if !cur.cfg.Control.equal(&cfg.Control) {
+	if !cur.cfg.Control.Equal(&cfg.Control) {
 		return errors.New("cannot reload: [control] changed, which needs a restart")
 	}
 	if cur.cfg.Cluster != cfg.Cluster {
@@ -316,7 +317,7 @@ func (g *Gateway) Reload(cfg *Config) (err error) {
 // ReloadFile reads the config file at path and reloads it (SIGHUP). A file that does not load is refused
 // like any bad config: every problem is logged with file:line, and the running config keeps serving.
 func (g *Gateway) ReloadFile(path string) error {
-	cfg, err := LoadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		g.RefuseReload(path, err)
 		return err
@@ -328,7 +329,7 @@ func (g *Gateway) ReloadFile(path string) error {
 // counted as failed and every problem is logged (with file:line). The running config keeps serving.
 func (g *Gateway) RefuseReload(path string, err error) {
 	g.reloads.Reloaded(false, time.Now())
-	var errs ConfigErrors
+	var errs config.Errors
 	if errors.As(err, &errs) {
 		for _, e := range errs {
 			g.log.Error("config reload refused", "problem", e.Error())
@@ -340,7 +341,7 @@ func (g *Gateway) RefuseReload(path string, err error) {
 }
 
 // restartOnly refuses a change to a [server] setting the running listener cannot take.
-func restartOnly(cur, next *ServerConfig) error {
+func restartOnly(cur, next *config.ServerConfig) error {
 	var changed []string
 	f := func(key string, same bool) {
 		if !same {

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 func TestProxyChatCompletion(t *testing.T) {
@@ -574,7 +576,7 @@ func TestDrain(t *testing.T) {
 // TestShutdownRightAfterServe: Shutdown called before the Serve goroutine got going still stops it.
 func TestShutdownRightAfterServe(t *testing.T) {
 	for i := 0; i < 50; i++ {
-		cfg, _ := ParseConfig([]byte(gatewayConfig("round_robin", "", "http://127.0.0.1:1")), "t.toml")
+		cfg, _ := config.Parse([]byte(gatewayConfig("round_robin", "", "http://127.0.0.1:1")), "t.toml")
 		g, err := New(cfg, Options{Logger: quietLog()})
 		if err != nil {
 			t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // rawUpstream is an upstream that answers with bytes the test writes itself, to misbehave in ways net/http
@@ -558,11 +560,11 @@ func TestTrieCeilingsShareTheBudget(t *testing.T) {
 		for i := range urls {
 			urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 9000+i)
 		}
-		cfg, err := ParseConfig([]byte(withServer(gatewayConfig("cache_aware", "", urls...), extra)), "t.toml")
+		cfg, err := config.Parse([]byte(withServer(gatewayConfig("cache_aware", "", urls...), extra)), "t.toml")
 		if err != nil {
 			t.Fatal(err)
 		}
-		nodes, bytes := trieShare(cfg)
+		nodes, bytes := cfg.TrieShare()
 		if nodes != wantNodes || bytes != wantBytes {
 			t.Fatalf("%d targets %q: ceilings %d nodes, %d bytes; want %d, %d", targets, extra, nodes, bytes, wantNodes, wantBytes)
 		}

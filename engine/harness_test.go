@@ -17,6 +17,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/internal/freeport"
 )
 
@@ -117,7 +118,7 @@ func startGateway(t *testing.T, cfgText string) *testGateway {
 // startGatewayWith starts a gateway with opts (logger, version and watch delay are the harness's).
 func startGatewayWith(t *testing.T, cfgText string, opts Options) *testGateway {
 	t.Helper()
-	cfg, err := ParseConfig([]byte(cfgText), "test.toml")
+	cfg, err := config.Parse([]byte(cfgText), "test.toml")
 	if err != nil {
 		t.Fatalf("bad test config: %s\n%s", err, cfgText)
 	}
@@ -125,7 +126,7 @@ func startGatewayWith(t *testing.T, cfgText string, opts Options) *testGateway {
 }
 
 // startGatewayConfig starts a gateway on a config already parsed (and changed by the test).
-func startGatewayConfig(t *testing.T, cfg *Config, opts Options) *testGateway {
+func startGatewayConfig(t *testing.T, cfg *config.Config, opts Options) *testGateway {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -285,7 +286,7 @@ func readAndPrepare(c *call, ctx *fasthttp.RequestCtx) *apiError {
 }
 
 // testSnapshot builds the snapshot of cfg as a gateway would, without serving it or starting anything.
-func testSnapshot(tb testing.TB, cfg *Config) *Snapshot {
+func testSnapshot(tb testing.TB, cfg *config.Config) *Snapshot {
 	tb.Helper()
 	g := &Gateway{log: quietLog(), series: map[string]*series{}}
 	g.reloadMu.Lock()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
@@ -47,8 +48,8 @@ var breakerNames = [...]string{"closed", "half_open", "open"}
 type providerHealth struct {
 	name string
 	log  *slog.Logger
-	cd   CooldownConfig
-	br   BreakerConfig
+	cd   config.CooldownConfig
+	br   config.BreakerConfig
 
 	_         [64]byte
 	down      atomic.Bool  // marked down by active health checks
@@ -129,7 +130,7 @@ func (s *telemetryStates) inc(state string) {
 	c.Inc()
 }
 
-func newProviderHealth(name string, cfg *Config, log *slog.Logger, set *telemetry.Set) *providerHealth {
+func newProviderHealth(name string, cfg *config.Config, log *slog.Logger, set *telemetry.Set) *providerHealth {
 	h := &providerHealth{name: name, log: log, cd: cfg.Cooldown, br: cfg.Breaker}
 	if set != nil {
 		h.states = &telemetryStates{set: set.Inner(), target: name, c: map[string]*metrics.Counter{}}

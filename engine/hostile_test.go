@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/kvindex"
 )
 
@@ -27,7 +28,7 @@ func TestHeaderValuesAreFieldValues(t *testing.T) {
 		t.Helper()
 		text := fmt.Sprintf("[[providers]]\nname = \"a\"\napi_base = \"http://127.0.0.1:9\"\n[providers.headers]\nX-Evil = %q\n"+
 			"[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"a\"\n", value)
-		_, err := ParseConfig([]byte(text), "h.toml")
+		_, err := config.Parse([]byte(text), "h.toml")
 		switch {
 		case want == "" && err != nil:
 			t.Fatalf("%q refused: %s", value, err)
@@ -63,7 +64,7 @@ func TestUpstreamWriterEmitsNoControlCharacters(t *testing.T) {
 		mu.Unlock()
 		io.WriteString(c, jsonAnswer("a"))
 	})
-	cfg, err := ParseConfig([]byte(gatewayConfig("round_robin", "", up.URL)), "test.toml")
+	cfg, err := config.Parse([]byte(gatewayConfig("round_robin", "", up.URL)), "test.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestOwnListenersRefused(t *testing.T) {
 			text += fmt.Sprintf("[providers.kv_events]\nendpoint = %q\n", kv)
 		}
 		text += "[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"a\"\n"
-		_, err := ParseConfig([]byte(text), "s.toml")
+		_, err := config.Parse([]byte(text), "s.toml")
 		switch {
 		case want == "" && err != nil:
 			t.Fatalf("%s -> %s: %s", server, apiBase, err)
@@ -133,7 +134,7 @@ func TestOwnListenersRefused(t *testing.T) {
 	f("127.0.0.1:18080", "127.0.0.1:18081", "http://127.0.0.1:18083", "", "", "")
 	// [control] off: its listen address is no listener.
 	text := "[server]\nlisten = \"127.0.0.1:18080\"\n[control]\nlisten = \"127.0.0.1:18081\"\n[[providers]]\nname = \"a\"\napi_base = \"http://127.0.0.1:18081\"\n[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"a\"\n"
-	if _, err := ParseConfig([]byte(text), "s.toml"); err != nil {
+	if _, err := config.Parse([]byte(text), "s.toml"); err != nil {
 		t.Fatalf("[control] off: %s", err)
 	}
 }
@@ -168,7 +169,7 @@ model = "ok"
 [[routes.targets]]
 provider = "ok"
 `, port, ok.URL)
-	cfg, err := ParseConfig([]byte(text), "loop.toml")
+	cfg, err := config.Parse([]byte(text), "loop.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,12 +296,12 @@ func TestOrgKVEndpoints(t *testing.T) {
 	if !kvindex.Supported {
 		t.Skip("kv_events needs cgo")
 	}
-	f := func(org string, kv KVEventsConfig, bindPorts []int, want string) {
+	f := func(org string, kv config.KVEventsConfig, bindPorts []int, want string) {
 		t.Helper()
-		cfg := DefaultConfig()
+		cfg := config.Default()
 		cfg.Egress.KVBindPorts = bindPorts
-		cfg.Providers = []ProviderConfig{{Org: org, Name: "p", APIBase: "http://127.0.0.1:9", KVEvents: &kv}}
-		errs := ValidateConfig(cfg)
+		cfg.Providers = []config.ProviderConfig{{Org: org, Name: "p", APIBase: "http://127.0.0.1:9", KVEvents: &kv}}
+		errs := config.Validate(cfg)
 		switch {
 		case want == "" && len(errs) > 0:
 			t.Fatalf("org %q %+v: %s", org, kv, errs)
@@ -308,18 +309,18 @@ func TestOrgKVEndpoints(t *testing.T) {
 			t.Fatalf("org %q %+v: %v, want %q", org, kv, errs, want)
 		}
 	}
-	f("org_a", KVEventsConfig{Endpoint: "ipc:///tmp/engine.sock"}, nil, `providers[0].kv_events.endpoint: cannot use "ipc:///tmp/engine.sock": an org's provider takes tcp:// endpoints only`)
-	f("org_a", KVEventsConfig{Endpoint: "inproc://kv"}, nil, `cannot use "inproc://kv"`)
-	f("org_a", KVEventsConfig{Endpoint: "tcp://127.0.0.1:5557", ReplayEndpoint: "ipc:///tmp/replay"}, nil, `providers[0].kv_events.replay_endpoint: cannot use "ipc:///tmp/replay"`)
-	f("org_a", KVEventsConfig{Endpoint: "tcp://*:5557", Mode: "bind"}, nil, `providers[0].kv_events.endpoint: cannot bind "tcp://*:5557": an org's provider binds only on a port [egress] kv_bind_ports lists`)
-	f("org_a", KVEventsConfig{Endpoint: "tcp://*:5557", Mode: "bind"}, []int{5558}, `cannot bind "tcp://*:5557"`)
-	f("org_a", KVEventsConfig{Endpoint: "tcp://*:5557", Mode: "bind"}, []int{5557}, "")
-	f("org_a", KVEventsConfig{Endpoint: "tcp://127.0.0.1:5557"}, nil, "")
-	f("", KVEventsConfig{Endpoint: "ipc:///tmp/engine.sock"}, nil, "")
-	f("", KVEventsConfig{Endpoint: "tcp://*:5557", Mode: "bind"}, nil, "")
-	cfg := DefaultConfig()
+	f("org_a", config.KVEventsConfig{Endpoint: "ipc:///tmp/engine.sock"}, nil, `providers[0].kv_events.endpoint: cannot use "ipc:///tmp/engine.sock": an org's provider takes tcp:// endpoints only`)
+	f("org_a", config.KVEventsConfig{Endpoint: "inproc://kv"}, nil, `cannot use "inproc://kv"`)
+	f("org_a", config.KVEventsConfig{Endpoint: "tcp://127.0.0.1:5557", ReplayEndpoint: "ipc:///tmp/replay"}, nil, `providers[0].kv_events.replay_endpoint: cannot use "ipc:///tmp/replay"`)
+	f("org_a", config.KVEventsConfig{Endpoint: "tcp://*:5557", Mode: "bind"}, nil, `providers[0].kv_events.endpoint: cannot bind "tcp://*:5557": an org's provider binds only on a port [egress] kv_bind_ports lists`)
+	f("org_a", config.KVEventsConfig{Endpoint: "tcp://*:5557", Mode: "bind"}, []int{5558}, `cannot bind "tcp://*:5557"`)
+	f("org_a", config.KVEventsConfig{Endpoint: "tcp://*:5557", Mode: "bind"}, []int{5557}, "")
+	f("org_a", config.KVEventsConfig{Endpoint: "tcp://127.0.0.1:5557"}, nil, "")
+	f("", config.KVEventsConfig{Endpoint: "ipc:///tmp/engine.sock"}, nil, "")
+	f("", config.KVEventsConfig{Endpoint: "tcp://*:5557", Mode: "bind"}, nil, "")
+	cfg := config.Default()
 	cfg.Egress.KVBindPorts = []int{0}
-	if errs := ValidateConfig(cfg); !strings.Contains(errs.Error(), "kv_bind_ports entry 0") {
+	if errs := config.Validate(cfg); !strings.Contains(errs.Error(), "kv_bind_ports entry 0") {
 		t.Fatalf("kv_bind_ports = [0]: %v", errs)
 	}
 }
@@ -348,7 +349,7 @@ strategy = "precise_cache_aware"
 [[routes.targets]]
 provider = "pk"
 `, up.URL, gw.addr)
-	cfg, err := ParseConfig([]byte(text), "bind.toml")
+	cfg, err := config.Parse([]byte(text), "bind.toml")
 	if err != nil {
 		t.Fatalf("bad test config: %s\n%s", err, text)
 	}

@@ -6,17 +6,19 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // keyedConfig is a config with a public route "pub" and two org routes, "m1" (org1) and "m2" (org2), each
 // org with one data-plane key.
-func keyedConfig(t *testing.T, url string) *Config {
+func keyedConfig(t *testing.T, url string) *config.Config {
 	t.Helper()
 	text := gatewayConfig("round_robin", "", url)
 	for _, m := range []string{"m1", "m2", "pub"} {
 		text += "[[routes]]\nmodel = \"" + m + "\"\n[[routes.targets]]\nprovider = \"p0\"\nmodel = \"up-model\"\n"
 	}
-	cfg, err := ParseConfig([]byte(text), "keys.toml")
+	cfg, err := config.Parse([]byte(text), "keys.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +31,8 @@ func keyedConfig(t *testing.T, url string) *Config {
 		}
 	}
 	cfg.KeyPepper = [32]byte{1, 2, 3}
-	cfg.Keys = []DataKey{{Org: "org1", Hash: keyHash(cfg.KeyPepper, "sk-one")}, {Org: "org2", Hash: keyHash(cfg.KeyPepper, "sk-two")}}
-	if errs := validateConfig(cfg); len(errs) > 0 {
+	cfg.Keys = []config.DataKey{{Org: "org1", Hash: keyHash(cfg.KeyPepper, "sk-one")}, {Org: "org2", Hash: keyHash(cfg.KeyPepper, "sk-two")}}
+	if errs := config.Validate(cfg); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	return cfg
@@ -109,7 +111,7 @@ func TestDataPlaneKeys(t *testing.T) {
 func TestOrgProviderIsPrivate(t *testing.T) {
 	cfg := keyedConfig(t, "http://127.0.0.1:9")
 	cfg.Providers[0].Org = "org1"
-	errs := validateConfig(cfg)
+	errs := config.Validate(cfg)
 	if len(errs) == 0 || !strings.Contains(errs.Error(), `unknown provider "p0"`) {
 		t.Fatalf("a route of org2 over org1's provider: %v", errs)
 	}
@@ -162,13 +164,13 @@ func TestDataPlaneKeyNeverForwarded(t *testing.T) {
 func TestAnonymousMetricsNameNoOrg(t *testing.T) {
 	up := newFakeUpstream(t, okJSON)
 	cfg := keyedConfig(t, up.URL)
-	cfg.Providers = append(cfg.Providers, ProviderConfig{Org: "org1", Name: "org1/secret-engine", APIBase: up.URL})
+	cfg.Providers = append(cfg.Providers, config.ProviderConfig{Org: "org1", Name: "org1/secret-engine", APIBase: up.URL})
 	for i := range cfg.Routes {
 		if cfg.Routes[i].Model == "m1" {
-			cfg.Routes[i].Targets = []TargetConfig{{Provider: "org1/secret-engine"}}
+			cfg.Routes[i].Targets = []config.TargetConfig{{Provider: "org1/secret-engine"}}
 		}
 	}
-	if errs := validateConfig(cfg); len(errs) > 0 {
+	if errs := config.Validate(cfg); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	gw := startGatewayConfig(t, cfg, Options{})

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/telemetry"
@@ -35,7 +36,7 @@ type kvState struct {
 type kvSource struct {
 	id   int
 	name string
-	cfg  KVEventsConfig
+	cfg  config.KVEventsConfig
 	// sub is cfg as subscribed (secrets read from the environment at the reload that made it): a source
 	// is kept only while the new config converts to the same.
 	sub   kvindex.SubscriberConfig
@@ -59,9 +60,9 @@ func newKVState(log *slog.Logger) (*kvState, error) {
 
 // source returns the subscription of provider name with settings c and CURVE key curveKey: the current one when its settings are
 // the same, else a new one (subscribed at once, under a free id). fresh says it was made now.
-func (kv *kvState) source(name string, c *KVEventsConfig, curveKey string) (src *kvSource, fresh bool, err error) {
+func (kv *kvState) source(name string, c *config.KVEventsConfig, curveKey string) (src *kvSource, fresh bool, err error) {
 	// The same conversion the config was validated with: what passed `rolter check` is what runs.
-	sc := c.subscriberConfig(curveKey)
+	sc := c.SubscriberConfig(curveKey)
 	if cur := kv.current[name]; cur != nil && reflect.DeepEqual(cur.sub, sc) {
 		return cur, false, nil
 	}
@@ -108,7 +109,7 @@ func (kv *kvState) stop() {
 // mode, the replay endpoint) replaced by an address the egress policy checked. libzmq resolves names
 // itself, at every reconnect, so it is handed the checked address instead: the policy holds for the life of
 // the subscription, and a name is resolved again at each reload.
-func kvEndpoints(c *KVEventsConfig, d *egress.Dialer) (*KVEventsConfig, error) {
+func kvEndpoints(c *config.KVEventsConfig, d *egress.Dialer) (*config.KVEventsConfig, error) {
 	r := *c
 	resolve := func(endpoint string) (string, error) {
 		hostport, ok := strings.CutPrefix(endpoint, "tcp://")

@@ -3,6 +3,7 @@ package engine
 import (
 	"sync/atomic"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/telemetry"
 	"github.com/rolter-ai/rolter/trie"
@@ -76,8 +77,8 @@ func insertFresh(tr *trie.Trie, t *Target, key []byte) {
 
 // Defaults of the stale loop's route parameters.
 const (
-	defaultStaleGap    = 0.5
-	defaultStaleWindow = 50
+	defaultStaleGap    = config.DefaultStaleGap
+	defaultStaleWindow = config.DefaultStaleWindow
 )
 
 // checkStale runs after a measured response of target t on route r: when the recent gap between what the

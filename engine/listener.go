@@ -22,6 +22,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
@@ -177,7 +178,7 @@ type connLimiter struct {
 
 // newConnLimiter raises the open-file limit, derives the socket budget and max_conns from it (connLimits),
 // and logs the outcome once.
-func newConnLimiter(s *ServerConfig, control int, log *slog.Logger, global *telemetry.Global) *connLimiter {
+func newConnLimiter(s *config.ServerConfig, control int, log *slog.Logger, global *telemetry.Global) *connLimiter {
 	lim := raiseOpenFileLimit()
 	if lim.err != nil {
 		log.Warn("cannot adjust the open-file limit", "err", lim.err)

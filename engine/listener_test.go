@@ -32,6 +32,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
@@ -655,7 +656,7 @@ func TestListenerGoroutines(t *testing.T) {
 	before := runtime.NumGoroutine()
 	up := newFakeUpstream(t, okJSON)
 	// A short read timeout: fasthttp's drain waits 5 s for connections that never sent a byte otherwise.
-	cfg, err := ParseConfig([]byte(withServer(gatewayConfig("round_robin", "", up.URL), "max_conns = 4\nread_timeout_secs = 0.3\n")), "t.toml")
+	cfg, err := config.Parse([]byte(withServer(gatewayConfig("round_robin", "", up.URL), "max_conns = 4\nread_timeout_secs = 0.3\n")), "t.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -759,7 +760,7 @@ func TestListenerChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := newFakeUpstream(t, okJSON)
-	cfg, err := ParseConfig([]byte(gatewayConfig("round_robin", "", up.URL)), "child.toml")
+	cfg, err := config.Parse([]byte(gatewayConfig("round_robin", "", up.URL)), "child.toml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rolter-ai/rolter/accesslog"
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/telemetry"
 	"github.com/rolter-ai/rolter/tracing"
@@ -40,7 +41,7 @@ type observers struct {
 
 // openObservers returns the observers for cfg, keeping cur's logger and tracer where their sections are
 // unchanged. What it opened anew is closed again by closeNew if the reload fails.
-func (g *Gateway) openObservers(cfg *Config, cur *observers) (*observers, error) {
+func (g *Gateway) openObservers(cfg *config.Config, cur *observers) (*observers, error) {
 	o := &observers{logCfg: cfg.Log, traceCfg: cfg.Tracing, egress: cfg.Egress}
 	if cur != nil && cur.logCfg == cfg.Log {
 		o.log = cur.log

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // TestPeerFloor: every match rounds down to a checkpoint end (or stays, under the first).
@@ -63,7 +65,7 @@ func TestClusterConfig(t *testing.T) {
 	base := "[[providers]]\nname = \"a\"\napi_base = \"http://127.0.0.1:9\"\n[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"a\"\n"
 	f := func(section, want string) {
 		t.Helper()
-		cfg, err := ParseConfig([]byte(base+section), "c.toml")
+		cfg, err := config.Parse([]byte(base+section), "c.toml")
 		switch {
 		case want == "" && err != nil:
 			t.Fatalf("%s: %s", section, err)
@@ -75,8 +77,8 @@ func TestClusterConfig(t *testing.T) {
 	}
 	f("", "")
 	f("[cluster]\nnats_url = \"nats://127.0.0.1:4222\"", "")
-	t.Setenv("TEST_CLUSTER_KEY", strings.Repeat("k", MinClusterKeyBytes))
-	t.Setenv("TEST_SHORT_KEY", strings.Repeat("k", MinClusterKeyBytes-1))
+	t.Setenv("TEST_CLUSTER_KEY", strings.Repeat("k", config.MinClusterKeyBytes))
+	t.Setenv("TEST_SHORT_KEY", strings.Repeat("k", config.MinClusterKeyBytes-1))
 	t.Setenv("TEST_NATS_USER", "gw")
 	t.Setenv("TEST_NATS_PASSWORD", "pw")
 	f("[cluster]\nnats_url = \"nats://10.0.0.1:4222, tls://nats.example:4443\"\nsubject = \"fleet-a.gw\"\nkey_env = \"TEST_CLUSTER_KEY\"", "")

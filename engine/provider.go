@@ -16,6 +16,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/telemetry"
 )
@@ -34,7 +35,7 @@ type Provider struct {
 	nameBytes []byte
 	// cfg is the provider's config without its kv_events: the KV-event source lives apart (kvSource) and a
 	// provider is kept across reloads that change only that source, so a copy here would go stale.
-	cfg      ProviderConfig
+	cfg      config.ProviderConfig
 	sections providerSections // the global config sections that shaped it
 	up       *upstream
 	// auth is the Authorization header value sent upstream ("Bearer <key>"), or nil to pass the client's.
@@ -78,35 +79,35 @@ type Provider struct {
 
 // providerSections are the parts of the config outside [[providers]] that shape a Provider.
 type providerSections struct {
-	Timeouts      TimeoutsConfig
-	Queue         QueueConfig
-	Health        HealthConfig
-	Cooldown      CooldownConfig
-	Breaker       BreakerConfig
-	MetricsScrape ScrapeConfig
+	Timeouts      config.TimeoutsConfig
+	Queue         config.QueueConfig
+	Health        config.HealthConfig
+	Cooldown      config.CooldownConfig
+	Breaker       config.BreakerConfig
+	MetricsScrape config.ScrapeConfig
 	Egress        egress.Config
 	APIKey        string // the value of api_key_secret or api_key_env, read when the config was loaded
 }
 
-func sectionsOf(pc *ProviderConfig, cfg *Config) providerSections {
+func sectionsOf(pc *config.ProviderConfig, cfg *config.Config) providerSections {
 	s := providerSections{
 		Timeouts: cfg.Timeouts, Queue: cfg.Queue, Health: cfg.Health, Cooldown: cfg.Cooldown,
 		Breaker: cfg.Breaker, MetricsScrape: cfg.MetricsScrape, Egress: cfg.Egress,
 	}
 	// max_ejection_percent is applied to every provider by the snapshot (fleetHealth), not per provider.
 	s.Health.MaxEjectionPercent = 0
-	s.APIKey, _ = pc.apiKey(cfg.Control.ProviderEnv)
+	s.APIKey, _ = pc.APIKey(cfg.Control.ProviderEnv)
 	return s
 }
 
 // sameAs reports whether a provider built from pc and cfg would be identical to p, so p can be kept. The
 // KV-event source is not part of it: it lives apart (kvSource), built from the new config at every reload.
-func (p *Provider) sameAs(pc *ProviderConfig, cfg *Config) bool {
+func (p *Provider) sameAs(pc *config.ProviderConfig, cfg *config.Config) bool {
 	return reflect.DeepEqual(p.cfg, providerOwn(pc)) && reflect.DeepEqual(p.sections, sectionsOf(pc, cfg))
 }
 
 // providerOwn returns the part of pc a Provider is built from: all of it but kv_events.
-func providerOwn(pc *ProviderConfig) ProviderConfig {
+func providerOwn(pc *config.ProviderConfig) config.ProviderConfig {
 	c := *pc
 	c.KVEvents = nil
 	return c
@@ -121,7 +122,7 @@ type paddedCounter struct {
 
 // newProvider builds the provider of pc. prev, when not nil, is the provider of the same name it replaces;
 // its in-flight counter is taken over when both name the same engine.
-func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider) (*Provider, error) {
+func newProvider(pc *config.ProviderConfig, cfg *config.Config, env *buildEnv, prev *Provider) (*Provider, error) {
 	up, err := newUpstream(pc.Name, pc.APIBase, pc.MaxConns, cfg.Timeouts)
 	if err != nil {
 		return nil, err
@@ -148,7 +149,7 @@ func newProvider(pc *ProviderConfig, cfg *Config, env *buildEnv, prev *Provider)
 		// The provider's own copy of [health] (sections), which a kept provider keeps matching.
 		p.checker = newHealthChecker(p, p.sections.Health, p.set, env)
 	}
-	if _, ok := pc.apiKey(cfg.Control.ProviderEnv); ok {
+	if _, ok := pc.APIKey(cfg.Control.ProviderEnv); ok {
 		p.auth = []byte("Bearer " + wireValue(p.sections.APIKey))
 	}
 	if cfg.MetricsScrape.Enabled {
@@ -249,7 +250,7 @@ func (p *Provider) setsHeader(name []byte) bool {
 }
 
 // newScraper sets up the [metrics_scrape] poller of p: the engine's /metrics at the root of its api_base.
-func (p *Provider) newScraper(cfg *Config, log *slog.Logger, dialer *egress.Dialer) {
+func (p *Provider) newScraper(cfg *config.Config, log *slog.Logger, dialer *egress.Dialer) {
 	u, _ := url.Parse(p.cfg.APIBase)
 	mc := cfg.MetricsScrape
 	sc := telemetry.ScrapeConfig{
@@ -344,7 +345,7 @@ func (s *lmcacheSource) get(now int64) (occupancy float64, available, ok bool) {
 // healthChecker probes one provider; at most one probe is in flight (the loop is sequential).
 type healthChecker struct {
 	h      *providerHealth
-	cfg    HealthConfig
+	cfg    config.HealthConfig
 	client *fasthttp.HostClient
 	url    string
 	ok     *metrics.Counter
@@ -353,7 +354,7 @@ type healthChecker struct {
 	wg     sync.WaitGroup
 }
 
-func newHealthChecker(p *Provider, cfg HealthConfig, set *telemetry.Set, env *buildEnv) *healthChecker {
+func newHealthChecker(p *Provider, cfg config.HealthConfig, set *telemetry.Set, env *buildEnv) *healthChecker {
 	u, _ := url.Parse(p.cfg.APIBase)
 	hc := &healthChecker{
 		h:   p.health,

@@ -12,6 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // benchProxy runs a gateway and a zero-delay fasthttp upstream on in-memory listeners and returns a client
@@ -29,7 +31,7 @@ func benchProxyExtra(b testing.TB, upstream fasthttp.RequestHandler, extra strin
 	go upSrv.Serve(upLn) //nolint:errcheck
 	b.Cleanup(func() { _ = upSrv.Shutdown() })
 
-	cfg, err := ParseConfig([]byte(gatewayConfig("least_load", extra, "http://upstream:80")), "b.toml")
+	cfg, err := config.Parse([]byte(gatewayConfig("least_load", extra, "http://upstream:80")), "b.toml")
 	if err != nil {
 		b.Fatal(err)
 	}

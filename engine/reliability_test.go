@@ -10,17 +10,19 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
-func quietHealth(cfg *Config) *providerHealth {
+func quietHealth(cfg *config.Config) *providerHealth {
 	return newProviderHealth("t", cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 }
 
 // TestBreakerTransitions pins closed -> open -> half-open -> closed, and half-open -> open on a failed probe.
 func TestBreakerTransitions(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Cooldown.Enabled = false
-	cfg.Breaker = BreakerConfig{Enabled: true, Failures: 3, OpenSecs: 10, HalfOpenProbes: 1}
+	cfg.Breaker = config.BreakerConfig{Enabled: true, Failures: 3, OpenSecs: 10, HalfOpenProbes: 1}
 	h := quietHealth(cfg)
 	now := time.Now().UnixNano()
 	state := func(want int32) {
@@ -76,9 +78,9 @@ func TestBreakerTransitions(t *testing.T) {
 // TestCooldownEscalates pins the cooldown rules: threshold within a window, doubling while it keeps
 // failing, reset on success, and 429 retry-after.
 func TestCooldownEscalates(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Breaker.Enabled = false
-	cfg.Cooldown = CooldownConfig{Enabled: true, Failures: 3, WindowSecs: 10, BaseSecs: 1, MaxSecs: 3, MaxRetryAfterSecs: 5}
+	cfg.Cooldown = config.CooldownConfig{Enabled: true, Failures: 3, WindowSecs: 10, BaseSecs: 1, MaxSecs: 3, MaxRetryAfterSecs: 5}
 	h := quietHealth(cfg)
 	now := time.Now().UnixNano()
 	cooling := func(at int64, want bool) {

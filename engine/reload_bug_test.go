@@ -5,16 +5,20 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // TestReloadRefusesBuildPanic: a bug that panics while a snapshot is built refuses the reload with a
 // "BUG:" error instead of killing the process (SIGHUP) or every later write (the control plane): the
 // running config keeps serving, what the failed build made is released, and the next reload works.
 func TestReloadRefusesBuildPanic(t *testing.T) {
-	strategies["test_panic"] = strategySpec{build: func(*Route, RouteParams, *buildEnv) (Strategy, error) {
+	config.Strategies["test_panic"] = config.StrategySpec{}
+	strategies["test_panic"] = func(*Route, config.RouteParams, *buildEnv) (Strategy, error) {
 		panic("test_panic strategy")
-	}}
+	}
 	defer delete(strategies, "test_panic")
+	defer delete(config.Strategies, "test_panic")
 	up, other := newFakeUpstream(t, okJSON), newFakeUpstream(t, okJSON)
 	text := gatewayConfig("round_robin", "", up.URL)
 	gw := startGateway(t, text)

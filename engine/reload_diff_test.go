@@ -20,6 +20,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/internal/freeport"
 )
 
@@ -241,19 +242,19 @@ provider = "b"
 
 // diffConfig parses the base config and adds what the file cannot hold: an org's provider, route and
 // data-plane key, as the control plane composes them.
-func diffConfig(t *testing.T, dir string, ps diffPorts) *Config {
+func diffConfig(t *testing.T, dir string, ps diffPorts) *config.Config {
 	t.Helper()
-	cfg, err := ParseConfig([]byte(diffBase(dir, ps)), "diff.toml")
+	cfg, err := config.Parse([]byte(diffBase(dir, ps)), "diff.toml")
 	if err != nil {
 		t.Fatalf("bad base config: %s", err)
 	}
-	cfg.Providers = append(cfg.Providers, ProviderConfig{Org: "org_1", Name: "org_1/o", APIBase: "http://127.0.0.1:11",
+	cfg.Providers = append(cfg.Providers, config.ProviderConfig{Org: "org_1", Name: "org_1/o", APIBase: "http://127.0.0.1:11",
 		APIKeySecret: "k", Secrets: map[string]string{"k": "org secret one", "k2": "org secret two"}})
-	cfg.Routes = append(cfg.Routes, RouteConfig{Org: "org_1", Model: "org_1/r", Strategy: "round_robin",
-		Targets: []TargetConfig{{Provider: "org_1/o"}}})
+	cfg.Routes = append(cfg.Routes, config.RouteConfig{Org: "org_1", Model: "org_1/r", Strategy: "round_robin",
+		Targets: []config.TargetConfig{{Provider: "org_1/o"}}})
 	cfg.KeyPepper = [32]byte{1}
-	cfg.Keys = []DataKey{{Org: "org_1", Hash: sha256.Sum256([]byte("key one"))}}
-	if errs := ValidateConfig(cfg); len(errs) > 0 {
+	cfg.Keys = []config.DataKey{{Org: "org_1", Hash: sha256.Sum256([]byte("key one"))}}
+	if errs := config.Validate(cfg); len(errs) > 0 {
 		t.Fatalf("bad base config: %s", errs)
 	}
 	return cfg
@@ -288,7 +289,7 @@ func configPaths() []string {
 			out = append(out, path)
 		}
 	}
-	walk("", reflect.TypeFor[Config]())
+	walk("", reflect.TypeFor[config.Config]())
 	return out
 }
 
@@ -316,7 +317,7 @@ var invisible = map[string]bool{
 	"control.quotas.tokens": true,
 }
 
-func route(cfg *Config, model string) *RouteConfig {
+func route(cfg *config.Config, model string) *config.RouteConfig {
 	for i := range cfg.Routes {
 		if cfg.Routes[i].Model == model {
 			return &cfg.Routes[i]
@@ -325,7 +326,7 @@ func route(cfg *Config, model string) *RouteConfig {
 	panic("no route " + model)
 }
 
-func provider(cfg *Config, name string) *ProviderConfig {
+func provider(cfg *config.Config, name string) *config.ProviderConfig {
 	for i := range cfg.Providers {
 		if cfg.Providers[i].Name == name {
 			return &cfg.Providers[i]
@@ -336,248 +337,251 @@ func provider(cfg *Config, name string) *ProviderConfig {
 
 // diffMutations are one valid alternative value for every field path (configPaths): the change the
 // differential test reloads. A change some field needs alongside (CURVE's keys, say) goes with it.
-func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*Config) {
+func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*config.Config) {
 	k := diffCurveKeys(t)
 	curvePublic, curveSecret, clientPublic := k.public, k.secret, k.client
 	t.Setenv("ROLTER_DIFF_KEY", "secret one")
 	t.Setenv("ROLTER_DIFF_KEY2", "secret two")
 	t.Setenv("ROLTER_DIFF_CURVE", curveSecret)
 	t.Setenv("ROLTER_DIFF_SALT", "salt")
-	a := func(c *Config) *ProviderConfig { return provider(c, "a") }
-	b := func(c *Config) *ProviderConfig { return provider(c, "b") }
-	return map[string]func(*Config){
-		"server.listen":                  func(c *Config) { c.Server.Listen = "127.0.0.1:1" },
-		"server.max_body_bytes":          func(c *Config) { c.Server.MaxBodyBytes = 2000000 },
-		"server.max_header_bytes":        func(c *Config) { c.Server.MaxHeaderBytes = 16384 },
-		"server.max_body_memory_bytes":   func(c *Config) { c.Server.MaxBodyMemoryBytes = 200000000 },
-		"server.max_conns":               func(c *Config) { c.Server.MaxConns = 600 },
-		"server.max_conns_per_ip":        func(c *Config) { c.Server.MaxConnsPerIP = 50 },
-		"server.routing_memory_bytes":    func(c *Config) { c.Server.RoutingMemoryBytes = 50000000 },
-		"server.read_timeout_secs":       func(c *Config) { c.Server.ReadTimeoutSecs = 31 },
-		"server.write_timeout_secs":      func(c *Config) { c.Server.WriteTimeoutSecs = 31 },
-		"server.idle_timeout_secs":       func(c *Config) { c.Server.IdleTimeoutSecs = 31 },
-		"server.drain_secs":              func(c *Config) { c.Server.DrainSecs = 6 },
-		"server.expose_decision_headers": func(c *Config) { c.Server.ExposeDecisionHeaders = false },
-		"server.expose_metrics":          func(c *Config) { c.Server.ExposeMetrics = false },
-		"server.cache_key_fields":        func(c *Config) { c.Server.CacheKeyFields = []string{"user", "tenant"} },
-		"server.session_headers":         func(c *Config) { c.Server.SessionHeaders = []string{"x-thread"} },
+	a := func(c *config.Config) *config.ProviderConfig { return provider(c, "a") }
+	b := func(c *config.Config) *config.ProviderConfig { return provider(c, "b") }
+	return map[string]func(*config.Config){
+		"server.listen":                  func(c *config.Config) { c.Server.Listen = "127.0.0.1:1" },
+		"server.max_body_bytes":          func(c *config.Config) { c.Server.MaxBodyBytes = 2000000 },
+		"server.max_header_bytes":        func(c *config.Config) { c.Server.MaxHeaderBytes = 16384 },
+		"server.max_body_memory_bytes":   func(c *config.Config) { c.Server.MaxBodyMemoryBytes = 200000000 },
+		"server.max_conns":               func(c *config.Config) { c.Server.MaxConns = 600 },
+		"server.max_conns_per_ip":        func(c *config.Config) { c.Server.MaxConnsPerIP = 50 },
+		"server.routing_memory_bytes":    func(c *config.Config) { c.Server.RoutingMemoryBytes = 50000000 },
+		"server.read_timeout_secs":       func(c *config.Config) { c.Server.ReadTimeoutSecs = 31 },
+		"server.write_timeout_secs":      func(c *config.Config) { c.Server.WriteTimeoutSecs = 31 },
+		"server.idle_timeout_secs":       func(c *config.Config) { c.Server.IdleTimeoutSecs = 31 },
+		"server.drain_secs":              func(c *config.Config) { c.Server.DrainSecs = 6 },
+		"server.expose_decision_headers": func(c *config.Config) { c.Server.ExposeDecisionHeaders = false },
+		"server.expose_metrics":          func(c *config.Config) { c.Server.ExposeMetrics = false },
+		"server.cache_key_fields":        func(c *config.Config) { c.Server.CacheKeyFields = []string{"user", "tenant"} },
+		"server.session_headers":         func(c *config.Config) { c.Server.SessionHeaders = []string{"x-thread"} },
 
-		"providers": func(c *Config) {
-			c.Providers = append(c.Providers, ProviderConfig{Name: "e", APIBase: "http://127.0.0.1:13"})
+		"providers": func(c *config.Config) {
+			c.Providers = append(c.Providers, config.ProviderConfig{Name: "e", APIBase: "http://127.0.0.1:13"})
 		},
-		"providers.Org": func(c *Config) {
+		"providers.Org": func(c *config.Config) {
 			o := provider(c, "org_1/o")
 			o.Org, o.APIKeySecret, o.Secrets = "", "", nil // a provider of the file has no org secrets
 		},
-		"providers.name":           func(c *Config) { renameProvider(c, "b", "b2") },
-		"providers.kind":           func(c *Config) { a(c).Kind = "" }, // one kind: unset takes the default
-		"providers.api_base":       func(c *Config) { a(c).APIBase = "https://127.0.0.1:9/v2" },
-		"providers.api_key_env":    func(c *Config) { a(c).APIKeyEnv = "ROLTER_DIFF_KEY2" },
-		"providers.headers":        func(c *Config) { a(c).Headers = map[string]string{"X-Team": "t2"} },
-		"providers.api_key_secret": func(c *Config) { provider(c, "org_1/o").APIKeySecret = "k2" },
-		"providers.header_secrets": func(c *Config) { provider(c, "org_1/o").HeaderSecrets = map[string]string{"X-Org": "k2"} },
-		"providers.Secrets":        func(c *Config) { provider(c, "org_1/o").Secrets["k"] = "org secret three" },
-		"providers.max_conns":      func(c *Config) { a(c).MaxConns = 65 },
-		"providers.kv_events": func(c *Config) {
+		"providers.name":           func(c *config.Config) { renameProvider(c, "b", "b2") },
+		"providers.kind":           func(c *config.Config) { a(c).Kind = "" }, // one kind: unset takes the default
+		"providers.api_base":       func(c *config.Config) { a(c).APIBase = "https://127.0.0.1:9/v2" },
+		"providers.api_key_env":    func(c *config.Config) { a(c).APIKeyEnv = "ROLTER_DIFF_KEY2" },
+		"providers.headers":        func(c *config.Config) { a(c).Headers = map[string]string{"X-Team": "t2"} },
+		"providers.api_key_secret": func(c *config.Config) { provider(c, "org_1/o").APIKeySecret = "k2" },
+		"providers.header_secrets": func(c *config.Config) { provider(c, "org_1/o").HeaderSecrets = map[string]string{"X-Org": "k2"} },
+		"providers.Secrets":        func(c *config.Config) { provider(c, "org_1/o").Secrets["k"] = "org secret three" },
+		"providers.max_conns":      func(c *config.Config) { a(c).MaxConns = 65 },
+		"providers.kv_events": func(c *config.Config) {
 			// A source added to a provider that had none, and a route switched to precise_cache_aware.
-			provider(c, "org_1/o").KVEvents = &KVEventsConfig{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", ps.connect2)}
+			provider(c, "org_1/o").KVEvents = &config.KVEventsConfig{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", ps.connect2)}
 			r := route(c, "org_1/r")
 			r.Strategy = "precise_cache_aware"
 		},
-		"providers.kv_events.endpoint": func(c *Config) {
+		"providers.kv_events.endpoint": func(c *config.Config) {
 			a(c).KVEvents.Endpoint = fmt.Sprintf("tcp://127.0.0.1:%d", ps.connect2)
 		},
-		"providers.kv_events.topic": func(c *Config) { a(c).KVEvents.Topic = "kv@a2" },
-		"providers.kv_events.replay_endpoint": func(c *Config) {
+		"providers.kv_events.topic": func(c *config.Config) { a(c).KVEvents.Topic = "kv@a2" },
+		"providers.kv_events.replay_endpoint": func(c *config.Config) {
 			a(c).KVEvents.ReplayEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", ps.replay2)
 		},
-		"providers.kv_events.mode": func(c *Config) {
+		"providers.kv_events.mode": func(c *config.Config) {
 			a(c).KVEvents.Mode = "bind"
 			a(c).KVEvents.Endpoint = fmt.Sprintf("tcp://127.0.0.1:%d", ps.bind2)
 		},
-		"providers.kv_events.max_blocks": func(c *Config) { a(c).KVEvents.MaxBlocks = 2000 },
-		"providers.kv_events.stale_secs": func(c *Config) { a(c).KVEvents.StaleSecs = 31 },
-		"providers.kv_events.allowed_publishers": func(c *Config) {
+		"providers.kv_events.max_blocks": func(c *config.Config) { a(c).KVEvents.MaxBlocks = 2000 },
+		"providers.kv_events.stale_secs": func(c *config.Config) { a(c).KVEvents.StaleSecs = 31 },
+		"providers.kv_events.allowed_publishers": func(c *config.Config) {
 			b(c).KVEvents.AllowedPublishers = []string{"127.0.0.0/8"}
 		},
-		"providers.kv_events.curve_secret_key_env": func(c *Config) {
+		"providers.kv_events.curve_secret_key_env": func(c *config.Config) {
 			b(c).KVEvents.CurveSecretKeyEnv = "ROLTER_DIFF_CURVE"
 			b(c).KVEvents.CurveClientKeys = []string{clientPublic}
 		},
-		"providers.kv_events.curve_client_keys": func(c *Config) {
+		"providers.kv_events.curve_client_keys": func(c *config.Config) {
 			b(c).KVEvents.CurveSecretKeyEnv = "ROLTER_DIFF_CURVE"
 			b(c).KVEvents.CurveClientKeys = []string{clientPublic, curvePublic}
 		},
-		"providers.lmcache":              func(c *Config) { b(c).LMCache = &LMCacheConfig{Endpoint: "http://127.0.0.1:10/lmcache"} },
-		"providers.lmcache.endpoint":     func(c *Config) { a(c).LMCache.Endpoint = "http://127.0.0.1:9/lmcache/v2" },
-		"providers.lmcache.refresh_secs": func(c *Config) { a(c).LMCache.RefreshSecs = 31 },
-		"providers.lmcache.stale_secs":   func(c *Config) { a(c).LMCache.StaleSecs = 61 },
+		"providers.lmcache":              func(c *config.Config) { b(c).LMCache = &config.LMCacheConfig{Endpoint: "http://127.0.0.1:10/lmcache"} },
+		"providers.lmcache.endpoint":     func(c *config.Config) { a(c).LMCache.Endpoint = "http://127.0.0.1:9/lmcache/v2" },
+		"providers.lmcache.refresh_secs": func(c *config.Config) { a(c).LMCache.RefreshSecs = 31 },
+		"providers.lmcache.stale_secs":   func(c *config.Config) { a(c).LMCache.StaleSecs = 61 },
 
-		"routes": func(c *Config) {
-			c.Routes = append(c.Routes, RouteConfig{Model: "n", Strategy: "power_of_two", Targets: []TargetConfig{{Provider: "d"}}})
+		"routes": func(c *config.Config) {
+			c.Routes = append(c.Routes, config.RouteConfig{Model: "n", Strategy: "power_of_two", Targets: []config.TargetConfig{{Provider: "d"}}})
 		},
-		"routes.targets": func(c *Config) {
+		"routes.targets": func(c *config.Config) {
 			r := route(c, "m")
 			r.Targets = r.Targets[:1] // a target removed: the other keeps its tries and source
 		},
-		"routes.shadow": func(c *Config) {
-			route(c, "c").Shadow = &ShadowConfig{Strategies: []string{"pipeline", "precise_cache_aware"}}
+		"routes.shadow": func(c *config.Config) {
+			route(c, "c").Shadow = &config.ShadowConfig{Strategies: []string{"pipeline", "precise_cache_aware"}}
 		},
-		"routes.Org":      func(c *Config) { route(c, "c").Org = "org_2" },
-		"routes.model":    func(c *Config) { route(c, "c").Model = "c2" },
-		"routes.strategy": func(c *Config) { route(c, "h").Strategy = "least_load"; route(c, "h").Params = RouteParams{} },
-		"routes.targets.provider": func(c *Config) {
+		"routes.Org":   func(c *config.Config) { route(c, "c").Org = "org_2" },
+		"routes.model": func(c *config.Config) { route(c, "c").Model = "c2" },
+		"routes.strategy": func(c *config.Config) {
+			route(c, "h").Strategy = "least_load"
+			route(c, "h").Params = config.RouteParams{}
+		},
+		"routes.targets.provider": func(c *config.Config) {
 			route(c, "c").Targets[1].Provider = "d"
 		},
-		"routes.targets.model":         func(c *Config) { route(c, "m").Targets[0].Model = "up-a2" },
-		"routes.targets.weight":        func(c *Config) { route(c, "p").Targets[1].Weight = ptr(3.0) },
-		"routes.params.threshold":      func(c *Config) { route(c, "m").Params.Threshold = ptr(0.6) },
-		"routes.params.max_trie_nodes": func(c *Config) { route(c, "m").Params.MaxTrieNodes = ptr(2000) },
-		"routes.params.max_trie_bytes": func(c *Config) { route(c, "m").Params.MaxTrieBytes = ptr(200000) },
-		"routes.params.session_ttl_secs": func(c *Config) {
+		"routes.targets.model":         func(c *config.Config) { route(c, "m").Targets[0].Model = "up-a2" },
+		"routes.targets.weight":        func(c *config.Config) { route(c, "p").Targets[1].Weight = ptr(3.0) },
+		"routes.params.threshold":      func(c *config.Config) { route(c, "m").Params.Threshold = ptr(0.6) },
+		"routes.params.max_trie_nodes": func(c *config.Config) { route(c, "m").Params.MaxTrieNodes = ptr(2000) },
+		"routes.params.max_trie_bytes": func(c *config.Config) { route(c, "m").Params.MaxTrieBytes = ptr(200000) },
+		"routes.params.session_ttl_secs": func(c *config.Config) {
 			route(c, "p").Params.SessionTTLSecs = ptr(61.0)
 		},
-		"routes.params.max_sessions":    func(c *Config) { route(c, "p").Params.MaxSessions = ptr(101) },
-		"routes.params.epsilon":         func(c *Config) { route(c, "h").Params.Epsilon = ptr(0.3) },
-		"routes.params.virtual_nodes":   func(c *Config) { route(c, "h").Params.VirtualNodes = ptr(41) },
-		"routes.params.key_bytes":       func(c *Config) { route(c, "h").Params.KeyBytes = ptr(257) },
-		"routes.params.weight_factor":   func(c *Config) { route(c, "p").Params.WeightFactor = ptr(2.0) },
-		"routes.params.load_factor":     func(c *Config) { route(c, "p").Params.LoadFactor = ptr(2.0) },
-		"routes.params.cache_factor":    func(c *Config) { route(c, "p").Params.CacheFactor = ptr(2.0) },
-		"routes.params.stale_gap":       func(c *Config) { route(c, "m").Params.StaleGap = ptr(0.5) },
-		"routes.params.stale_window":    func(c *Config) { route(c, "m").Params.StaleWindow = ptr(51) },
-		"routes.params.home":            func(c *Config) { route(c, "m").Params.Home = ptr(false) },
-		"routes.params.overload_margin": func(c *Config) { route(c, "c").Params.OverloadMargin = ptr(3.0) },
-		"routes.params.overload_factor": func(c *Config) { route(c, "c").Params.OverloadFactor = ptr(2.0) },
-		"routes.params.hot_window":      func(c *Config) { route(c, "p").Params.HotWindow = ptr(128) },
-		"routes.shadow.strategies": func(c *Config) {
+		"routes.params.max_sessions":    func(c *config.Config) { route(c, "p").Params.MaxSessions = ptr(101) },
+		"routes.params.epsilon":         func(c *config.Config) { route(c, "h").Params.Epsilon = ptr(0.3) },
+		"routes.params.virtual_nodes":   func(c *config.Config) { route(c, "h").Params.VirtualNodes = ptr(41) },
+		"routes.params.key_bytes":       func(c *config.Config) { route(c, "h").Params.KeyBytes = ptr(257) },
+		"routes.params.weight_factor":   func(c *config.Config) { route(c, "p").Params.WeightFactor = ptr(2.0) },
+		"routes.params.load_factor":     func(c *config.Config) { route(c, "p").Params.LoadFactor = ptr(2.0) },
+		"routes.params.cache_factor":    func(c *config.Config) { route(c, "p").Params.CacheFactor = ptr(2.0) },
+		"routes.params.stale_gap":       func(c *config.Config) { route(c, "m").Params.StaleGap = ptr(0.5) },
+		"routes.params.stale_window":    func(c *config.Config) { route(c, "m").Params.StaleWindow = ptr(51) },
+		"routes.params.home":            func(c *config.Config) { route(c, "m").Params.Home = ptr(false) },
+		"routes.params.overload_margin": func(c *config.Config) { route(c, "c").Params.OverloadMargin = ptr(3.0) },
+		"routes.params.overload_factor": func(c *config.Config) { route(c, "c").Params.OverloadFactor = ptr(2.0) },
+		"routes.params.hot_window":      func(c *config.Config) { route(c, "p").Params.HotWindow = ptr(128) },
+		"routes.shadow.strategies": func(c *config.Config) {
 			route(c, "m").Shadow.Strategies = []string{"cache_aware", "pipeline"}
 		},
 
-		"metrics_scrape.enabled":       func(c *Config) { c.MetricsScrape.Enabled = false },
-		"metrics_scrape.interval_secs": func(c *Config) { c.MetricsScrape.IntervalSecs = 31 },
-		"metrics_scrape.timeout_secs":  func(c *Config) { c.MetricsScrape.TimeoutSecs = 2 },
-		"metrics_scrape.path":          func(c *Config) { c.MetricsScrape.Path = "/m2" },
+		"metrics_scrape.enabled":       func(c *config.Config) { c.MetricsScrape.Enabled = false },
+		"metrics_scrape.interval_secs": func(c *config.Config) { c.MetricsScrape.IntervalSecs = 31 },
+		"metrics_scrape.timeout_secs":  func(c *config.Config) { c.MetricsScrape.TimeoutSecs = 2 },
+		"metrics_scrape.path":          func(c *config.Config) { c.MetricsScrape.Path = "/m2" },
 
-		"health.enabled":              func(c *Config) { c.Health.Enabled = false },
-		"health.path":                 func(c *Config) { c.Health.Path = "/h2" },
-		"health.interval_secs":        func(c *Config) { c.Health.IntervalSecs = 31 },
-		"health.timeout_secs":         func(c *Config) { c.Health.TimeoutSecs = 2 },
-		"health.unhealthy_threshold":  func(c *Config) { c.Health.UnhealthyThreshold = 3 },
-		"health.healthy_threshold":    func(c *Config) { c.Health.HealthyThreshold = 3 },
-		"health.fail_open":            func(c *Config) { c.Health.FailOpen = false },
-		"health.max_ejection_percent": func(c *Config) { c.Health.MaxEjectionPercent = 40 },
+		"health.enabled":              func(c *config.Config) { c.Health.Enabled = false },
+		"health.path":                 func(c *config.Config) { c.Health.Path = "/h2" },
+		"health.interval_secs":        func(c *config.Config) { c.Health.IntervalSecs = 31 },
+		"health.timeout_secs":         func(c *config.Config) { c.Health.TimeoutSecs = 2 },
+		"health.unhealthy_threshold":  func(c *config.Config) { c.Health.UnhealthyThreshold = 3 },
+		"health.healthy_threshold":    func(c *config.Config) { c.Health.HealthyThreshold = 3 },
+		"health.fail_open":            func(c *config.Config) { c.Health.FailOpen = false },
+		"health.max_ejection_percent": func(c *config.Config) { c.Health.MaxEjectionPercent = 40 },
 
-		"cooldown.enabled":              func(c *Config) { c.Cooldown.Enabled = false },
-		"cooldown.failures":             func(c *Config) { c.Cooldown.Failures = 4 },
-		"cooldown.window_secs":          func(c *Config) { c.Cooldown.WindowSecs = 11 },
-		"cooldown.base_secs":            func(c *Config) { c.Cooldown.BaseSecs = 6 },
-		"cooldown.max_secs":             func(c *Config) { c.Cooldown.MaxSecs = 61 },
-		"cooldown.max_retry_after_secs": func(c *Config) { c.Cooldown.MaxRetryAfterSecs = 61 },
-		"cooldown.consecutive_5xx":      func(c *Config) { c.Cooldown.Consecutive5xx = 6 },
+		"cooldown.enabled":              func(c *config.Config) { c.Cooldown.Enabled = false },
+		"cooldown.failures":             func(c *config.Config) { c.Cooldown.Failures = 4 },
+		"cooldown.window_secs":          func(c *config.Config) { c.Cooldown.WindowSecs = 11 },
+		"cooldown.base_secs":            func(c *config.Config) { c.Cooldown.BaseSecs = 6 },
+		"cooldown.max_secs":             func(c *config.Config) { c.Cooldown.MaxSecs = 61 },
+		"cooldown.max_retry_after_secs": func(c *config.Config) { c.Cooldown.MaxRetryAfterSecs = 61 },
+		"cooldown.consecutive_5xx":      func(c *config.Config) { c.Cooldown.Consecutive5xx = 6 },
 
-		"breaker.enabled":          func(c *Config) { c.Breaker.Enabled = false },
-		"breaker.failures":         func(c *Config) { c.Breaker.Failures = 6 },
-		"breaker.open_secs":        func(c *Config) { c.Breaker.OpenSecs = 11 },
-		"breaker.half_open_probes": func(c *Config) { c.Breaker.HalfOpenProbes = 2 },
+		"breaker.enabled":          func(c *config.Config) { c.Breaker.Enabled = false },
+		"breaker.failures":         func(c *config.Config) { c.Breaker.Failures = 6 },
+		"breaker.open_secs":        func(c *config.Config) { c.Breaker.OpenSecs = 11 },
+		"breaker.half_open_probes": func(c *config.Config) { c.Breaker.HalfOpenProbes = 2 },
 
-		"retry.max_retries":    func(c *Config) { c.Retry.MaxRetries = 3 },
-		"retry.backoff_ms":     func(c *Config) { c.Retry.BackoffMs = 26 },
-		"retry.max_backoff_ms": func(c *Config) { c.Retry.MaxBackoffMs = 501 },
+		"retry.max_retries":    func(c *config.Config) { c.Retry.MaxRetries = 3 },
+		"retry.backoff_ms":     func(c *config.Config) { c.Retry.BackoffMs = 26 },
+		"retry.max_backoff_ms": func(c *config.Config) { c.Retry.MaxBackoffMs = 501 },
 
-		"timeouts.connect_secs": func(c *Config) { c.Timeouts.ConnectSecs = 6 },
-		"timeouts.headers_secs": func(c *Config) { c.Timeouts.HeadersSecs = 601 },
-		"timeouts.idle_secs":    func(c *Config) { c.Timeouts.IdleSecs = 121 },
+		"timeouts.connect_secs": func(c *config.Config) { c.Timeouts.ConnectSecs = 6 },
+		"timeouts.headers_secs": func(c *config.Config) { c.Timeouts.HeadersSecs = 601 },
+		"timeouts.idle_secs":    func(c *config.Config) { c.Timeouts.IdleSecs = 121 },
 
-		"queue.max_inflight":            func(c *Config) { c.Queue.MaxInflight = 101 },
-		"queue.max_inflight_per_target": func(c *Config) { c.Queue.MaxInflightPerTarget = 11 },
-		"queue.max_waiting_per_target":  func(c *Config) { c.Queue.MaxWaitingPerTarget = 6 },
-		"queue.wait_timeout_secs":       func(c *Config) { c.Queue.WaitTimeoutSecs = 6 },
-		"queue.retry_after_secs":        func(c *Config) { c.Queue.RetryAfterSecs = 2 },
+		"queue.max_inflight":            func(c *config.Config) { c.Queue.MaxInflight = 101 },
+		"queue.max_inflight_per_target": func(c *config.Config) { c.Queue.MaxInflightPerTarget = 11 },
+		"queue.max_waiting_per_target":  func(c *config.Config) { c.Queue.MaxWaitingPerTarget = 6 },
+		"queue.wait_timeout_secs":       func(c *config.Config) { c.Queue.WaitTimeoutSecs = 6 },
+		"queue.retry_after_secs":        func(c *config.Config) { c.Queue.RetryAfterSecs = 2 },
 
-		"egress.block_metadata":   func(c *Config) { c.Egress.BlockMetadata = false },
-		"egress.kv_bind_ports":    func(c *Config) { c.Egress.KVBindPorts = []int{5600} },
-		"egress.block_link_local": func(c *Config) { c.Egress.BlockLinkLocal = false },
-		"egress.block_loopback":   func(c *Config) { c.Egress.BlockLoopback = true }, // allow_cidrs still admits 127/8
-		"egress.block_private":    func(c *Config) { c.Egress.BlockPrivate = true },
-		"egress.allow_hosts":      func(c *Config) { c.Egress.AllowHosts = []string{"localhost", "example.internal"} },
-		"egress.deny_hosts":       func(c *Config) { c.Egress.DenyHosts = []string{"evil2.example"} },
-		"egress.allow_cidrs":      func(c *Config) { c.Egress.AllowCIDRs = []string{"127.0.0.0/16"} },
-		"egress.deny_cidrs":       func(c *Config) { c.Egress.DenyCIDRs = []string{"10.9.8.0/24"} },
+		"egress.block_metadata":   func(c *config.Config) { c.Egress.BlockMetadata = false },
+		"egress.kv_bind_ports":    func(c *config.Config) { c.Egress.KVBindPorts = []int{5600} },
+		"egress.block_link_local": func(c *config.Config) { c.Egress.BlockLinkLocal = false },
+		"egress.block_loopback":   func(c *config.Config) { c.Egress.BlockLoopback = true }, // allow_cidrs still admits 127/8
+		"egress.block_private":    func(c *config.Config) { c.Egress.BlockPrivate = true },
+		"egress.allow_hosts":      func(c *config.Config) { c.Egress.AllowHosts = []string{"localhost", "example.internal"} },
+		"egress.deny_hosts":       func(c *config.Config) { c.Egress.DenyHosts = []string{"evil2.example"} },
+		"egress.allow_cidrs":      func(c *config.Config) { c.Egress.AllowCIDRs = []string{"127.0.0.0/16"} },
+		"egress.deny_cidrs":       func(c *config.Config) { c.Egress.DenyCIDRs = []string{"10.9.8.0/24"} },
 
-		"control.enabled":                     func(c *Config) { c.Control.Enabled = true },
-		"control.listen":                      func(c *Config) { c.Control.Listen = "127.0.0.1:1" },
-		"control.store":                       func(c *Config) { c.Control.Store = filepath.Join(dir, "other.db") },
-		"control.admin_token_env":             func(c *Config) { c.Control.AdminTokenEnv = "OTHER_TOKEN" },
-		"control.hosts":                       func(c *Config) { c.Control.Hosts = []string{"control.example"} },
-		"control.max_conns":                   func(c *Config) { c.Control.MaxConns = 65 },
-		"control.read_timeout_secs":           func(c *Config) { c.Control.ReadTimeoutSecs = 11 },
-		"control.write_timeout_secs":          func(c *Config) { c.Control.WriteTimeoutSecs = 61 },
-		"control.idle_timeout_secs":           func(c *Config) { c.Control.IdleTimeoutSecs = 61 },
-		"control.provider_env":                func(c *Config) { c.Control.ProviderEnv = []string{"ROLTER_DIFF_KEY2"} },
-		"control.secrets_key_env":             func(c *Config) { c.Control.SecretsKeyEnv = "ROLTER_DIFF_SECRETS" },
-		"control.quotas.routing_memory_bytes": func(c *Config) { c.Control.Quotas.RoutingMemoryBytes = 1 << 27 },
-		"control.quotas.routes":               func(c *Config) { c.Control.Quotas.Routes = 65 },
-		"control.quotas.providers":            func(c *Config) { c.Control.Quotas.Providers = 65 },
-		"control.quotas.targets_per_route":    func(c *Config) { c.Control.Quotas.TargetsPerRoute = 17 },
-		"control.quotas.targets":              func(c *Config) { c.Control.Quotas.Targets = 257 },
-		"control.quotas.keys":                 func(c *Config) { c.Control.Quotas.Keys = 65 },
-		"control.quotas.tokens":               func(c *Config) { c.Control.Quotas.Tokens = 17 },
+		"control.enabled":                     func(c *config.Config) { c.Control.Enabled = true },
+		"control.listen":                      func(c *config.Config) { c.Control.Listen = "127.0.0.1:1" },
+		"control.store":                       func(c *config.Config) { c.Control.Store = filepath.Join(dir, "other.db") },
+		"control.admin_token_env":             func(c *config.Config) { c.Control.AdminTokenEnv = "OTHER_TOKEN" },
+		"control.hosts":                       func(c *config.Config) { c.Control.Hosts = []string{"control.example"} },
+		"control.max_conns":                   func(c *config.Config) { c.Control.MaxConns = 65 },
+		"control.read_timeout_secs":           func(c *config.Config) { c.Control.ReadTimeoutSecs = 11 },
+		"control.write_timeout_secs":          func(c *config.Config) { c.Control.WriteTimeoutSecs = 61 },
+		"control.idle_timeout_secs":           func(c *config.Config) { c.Control.IdleTimeoutSecs = 61 },
+		"control.provider_env":                func(c *config.Config) { c.Control.ProviderEnv = []string{"ROLTER_DIFF_KEY2"} },
+		"control.secrets_key_env":             func(c *config.Config) { c.Control.SecretsKeyEnv = "ROLTER_DIFF_SECRETS" },
+		"control.quotas.routing_memory_bytes": func(c *config.Config) { c.Control.Quotas.RoutingMemoryBytes = 1 << 27 },
+		"control.quotas.routes":               func(c *config.Config) { c.Control.Quotas.Routes = 65 },
+		"control.quotas.providers":            func(c *config.Config) { c.Control.Quotas.Providers = 65 },
+		"control.quotas.targets_per_route":    func(c *config.Config) { c.Control.Quotas.TargetsPerRoute = 17 },
+		"control.quotas.targets":              func(c *config.Config) { c.Control.Quotas.Targets = 257 },
+		"control.quotas.keys":                 func(c *config.Config) { c.Control.Quotas.Keys = 65 },
+		"control.quotas.tokens":               func(c *config.Config) { c.Control.Quotas.Tokens = 17 },
 
-		"cluster.nats_url":              func(c *Config) { c.Cluster.NATSURL = "nats://127.0.0.1:4222" },
-		"cluster.subject":               func(c *Config) { c.Cluster.Subject = "other" },
-		"cluster.publish_interval_ms":   func(c *Config) { c.Cluster.PublishIntervalMs = 21 },
-		"cluster.max_entries":           func(c *Config) { c.Cluster.MaxEntries = 1 << 19 },
-		"cluster.evidence_ttl_secs":     func(c *Config) { c.Cluster.EvidenceTTLSecs = 601 },
-		"cluster.key_env":               func(c *Config) { c.Cluster.KeyEnv = "ROLTER_DIFF_CLUSTER_KEY" },
-		"cluster.user_env":              func(c *Config) { c.Cluster.UserEnv = "ROLTER_DIFF_USER" },
-		"cluster.password_env":          func(c *Config) { c.Cluster.PasswordEnv = "ROLTER_DIFF_PASSWORD" },
-		"cluster.token_env":             func(c *Config) { c.Cluster.TokenEnv = "ROLTER_DIFF_TOKEN" },
-		"cluster.nkey_seed_file":        func(c *Config) { c.Cluster.NKeySeedFile = filepath.Join(dir, "nkey.seed") },
-		"cluster.creds_file":            func(c *Config) { c.Cluster.CredsFile = filepath.Join(dir, "nats.creds") },
-		"cluster.tls_ca_file":           func(c *Config) { c.Cluster.TLSCAFile = filepath.Join(dir, "ca.pem") },
-		"cluster.tls_cert_file":         func(c *Config) { c.Cluster.TLSCertFile = filepath.Join(dir, "cert.pem") },
-		"cluster.tls_key_file":          func(c *Config) { c.Cluster.TLSKeyFile = filepath.Join(dir, "key.pem") },
-		"cluster.max_peers":             func(c *Config) { c.Cluster.MaxPeers = 65 },
-		"cluster.max_peer_inflight":     func(c *Config) { c.Cluster.MaxPeerInflight = 1025 },
-		"cluster.peer_evidence_per_sec": func(c *Config) { c.Cluster.PeerEvidencePerSec = 50001 },
-		"cluster.queue_size":            func(c *Config) { c.Cluster.QueueSize = 4097 },
+		"cluster.nats_url":              func(c *config.Config) { c.Cluster.NATSURL = "nats://127.0.0.1:4222" },
+		"cluster.subject":               func(c *config.Config) { c.Cluster.Subject = "other" },
+		"cluster.publish_interval_ms":   func(c *config.Config) { c.Cluster.PublishIntervalMs = 21 },
+		"cluster.max_entries":           func(c *config.Config) { c.Cluster.MaxEntries = 1 << 19 },
+		"cluster.evidence_ttl_secs":     func(c *config.Config) { c.Cluster.EvidenceTTLSecs = 601 },
+		"cluster.key_env":               func(c *config.Config) { c.Cluster.KeyEnv = "ROLTER_DIFF_CLUSTER_KEY" },
+		"cluster.user_env":              func(c *config.Config) { c.Cluster.UserEnv = "ROLTER_DIFF_USER" },
+		"cluster.password_env":          func(c *config.Config) { c.Cluster.PasswordEnv = "ROLTER_DIFF_PASSWORD" },
+		"cluster.token_env":             func(c *config.Config) { c.Cluster.TokenEnv = "ROLTER_DIFF_TOKEN" },
+		"cluster.nkey_seed_file":        func(c *config.Config) { c.Cluster.NKeySeedFile = filepath.Join(dir, "nkey.seed") },
+		"cluster.creds_file":            func(c *config.Config) { c.Cluster.CredsFile = filepath.Join(dir, "nats.creds") },
+		"cluster.tls_ca_file":           func(c *config.Config) { c.Cluster.TLSCAFile = filepath.Join(dir, "ca.pem") },
+		"cluster.tls_cert_file":         func(c *config.Config) { c.Cluster.TLSCertFile = filepath.Join(dir, "cert.pem") },
+		"cluster.tls_key_file":          func(c *config.Config) { c.Cluster.TLSKeyFile = filepath.Join(dir, "key.pem") },
+		"cluster.max_peers":             func(c *config.Config) { c.Cluster.MaxPeers = 65 },
+		"cluster.max_peer_inflight":     func(c *config.Config) { c.Cluster.MaxPeerInflight = 1025 },
+		"cluster.peer_evidence_per_sec": func(c *config.Config) { c.Cluster.PeerEvidencePerSec = 50001 },
+		"cluster.queue_size":            func(c *config.Config) { c.Cluster.QueueSize = 4097 },
 
-		"docs.base_url": func(c *Config) { c.Docs.BaseURL = "https://docs2.example/" },
+		"docs.base_url": func(c *config.Config) { c.Docs.BaseURL = "https://docs2.example/" },
 
-		"trace.path":        func(c *Config) { c.Trace.Path = filepath.Join(dir, "trace2.jsonl") },
-		"trace.max_bytes":   func(c *Config) { c.Trace.MaxBytes = 50 << 20 },
-		"trace.keep":        func(c *Config) { c.Trace.Keep = 6 },
-		"trace.block_bytes": func(c *Config) { c.Trace.BlockBytes *= 2 },
-		"trace.salt_env":    func(c *Config) { c.Trace.SaltEnv = "ROLTER_DIFF_SALT" },
-		"trace.queue_size":  func(c *Config) { c.Trace.QueueSize = 4097 },
+		"trace.path":        func(c *config.Config) { c.Trace.Path = filepath.Join(dir, "trace2.jsonl") },
+		"trace.max_bytes":   func(c *config.Config) { c.Trace.MaxBytes = 50 << 20 },
+		"trace.keep":        func(c *config.Config) { c.Trace.Keep = 6 },
+		"trace.block_bytes": func(c *config.Config) { c.Trace.BlockBytes *= 2 },
+		"trace.salt_env":    func(c *config.Config) { c.Trace.SaltEnv = "ROLTER_DIFF_SALT" },
+		"trace.queue_size":  func(c *config.Config) { c.Trace.QueueSize = 4097 },
 
-		"log.access":     func(c *Config) { c.Log.Access = filepath.Join(dir, "access2.log") },
-		"log.format":     func(c *Config) { c.Log.Format = "text" },
-		"log.sample":     func(c *Config) { c.Log.Sample = 0.5 },
-		"log.slow_ms":    func(c *Config) { c.Log.SlowMs = 100 },
-		"log.max_bytes":  func(c *Config) { c.Log.MaxBytes = 50 << 20 },
-		"log.keep":       func(c *Config) { c.Log.Keep++ },
-		"log.queue_size": func(c *Config) { c.Log.QueueSize++ },
+		"log.access":     func(c *config.Config) { c.Log.Access = filepath.Join(dir, "access2.log") },
+		"log.format":     func(c *config.Config) { c.Log.Format = "text" },
+		"log.sample":     func(c *config.Config) { c.Log.Sample = 0.5 },
+		"log.slow_ms":    func(c *config.Config) { c.Log.SlowMs = 100 },
+		"log.max_bytes":  func(c *config.Config) { c.Log.MaxBytes = 50 << 20 },
+		"log.keep":       func(c *config.Config) { c.Log.Keep++ },
+		"log.queue_size": func(c *config.Config) { c.Log.QueueSize++ },
 
-		"tracing.endpoint":     func(c *Config) { c.Tracing.Endpoint = "http://127.0.0.1:10/v1/traces" },
-		"tracing.protocol":     func(c *Config) { c.Tracing.Protocol = "grpc"; c.Tracing.Endpoint = "http://127.0.0.1:9" },
-		"tracing.sample_ratio": func(c *Config) { c.Tracing.SampleRatio = 0.2 },
-		"tracing.service_name": func(c *Config) { c.Tracing.ServiceName = "other" },
-		"tracing.headers":      func(c *Config) { c.Tracing.Headers = map[string]string{"X-Tenant": "t2"} },
-		"tracing.queue_size":   func(c *Config) { c.Tracing.QueueSize++ },
-		"tracing.timeout_secs": func(c *Config) { c.Tracing.TimeoutSecs = 11 },
+		"tracing.endpoint":     func(c *config.Config) { c.Tracing.Endpoint = "http://127.0.0.1:10/v1/traces" },
+		"tracing.protocol":     func(c *config.Config) { c.Tracing.Protocol = "grpc"; c.Tracing.Endpoint = "http://127.0.0.1:9" },
+		"tracing.sample_ratio": func(c *config.Config) { c.Tracing.SampleRatio = 0.2 },
+		"tracing.service_name": func(c *config.Config) { c.Tracing.ServiceName = "other" },
+		"tracing.headers":      func(c *config.Config) { c.Tracing.Headers = map[string]string{"X-Tenant": "t2"} },
+		"tracing.queue_size":   func(c *config.Config) { c.Tracing.QueueSize++ },
+		"tracing.timeout_secs": func(c *config.Config) { c.Tracing.TimeoutSecs = 11 },
 
-		"File": func(c *Config) { c.File = "other.toml" },
-		"Keys": func(c *Config) {
-			c.Keys = append(c.Keys, DataKey{Org: "org_1", Hash: sha256.Sum256([]byte("key two"))})
+		"File": func(c *config.Config) { c.File = "other.toml" },
+		"Keys": func(c *config.Config) {
+			c.Keys = append(c.Keys, config.DataKey{Org: "org_1", Hash: sha256.Sum256([]byte("key two"))})
 		},
-		"KeyPepper": func(c *Config) { c.KeyPepper = [32]byte{2} },
+		"KeyPepper": func(c *config.Config) { c.KeyPepper = [32]byte{2} },
 	}
 }
 
 // renameProvider renames provider from to to, in the routes too.
-func renameProvider(c *Config, from, to string) {
+func renameProvider(c *config.Config, from, to string) {
 	provider(c, from).Name = to
 	for i := range c.Routes {
 		for j := range c.Routes[i].Targets {
@@ -590,7 +594,7 @@ func renameProvider(c *Config, from, to string) {
 
 // diffGateway starts a gateway on cfg without serving: Built describes what New and Reload built.
 // Upstreams are dialed in memory (nothing answers); KV-event endpoints are real loopback sockets.
-func diffGateway(t *testing.T, cfg *Config) *Gateway {
+func diffGateway(t *testing.T, cfg *config.Config) *Gateway {
 	t.Helper()
 	g, err := New(cfg, Options{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -647,13 +651,13 @@ func TestReloadDifferential(t *testing.T) {
 			// Each field's gateways bind ports of their own: the last field's may still be closing.
 			ps := ps.rebound(t)
 			twin := ps.rebound(t)
-			fresh := func() *Config {
+			fresh := func() *config.Config {
 				cfg := diffConfig(t, dir, twin)
 				diffMutations(t, dir, twin)[path](cfg)
 				return cfg
 			}
 			mut := diffMutations(t, dir, ps)[path]
-			checkReloadField(t, c, path, mut, func() *Config { return diffConfig(t, dir, ps) }, fresh,
+			checkReloadField(t, c, path, mut, func() *config.Config { return diffConfig(t, dir, ps) }, fresh,
 				func(desc string) string { return ps.mapBinds(desc, twin) })
 		})
 	}
@@ -662,7 +666,7 @@ func TestReloadDifferential(t *testing.T) {
 // checkReloadField reloads a gateway on base() with mut applied, and compares what it built with a fresh
 // gateway on fresh(), the same config on other bind ports, whose description mapDesc writes in base's (or,
 // for a field that needs a restart, with what it built before).
-func checkReloadField(t *testing.T, c *closer, path string, mut func(*Config), base, fresh func() *Config,
+func checkReloadField(t *testing.T, c *closer, path string, mut func(*config.Config), base, fresh func() *config.Config,
 	mapDesc func(string) string) {
 	t.Helper()
 	g := diffGateway(t, base())
@@ -685,7 +689,7 @@ func checkReloadField(t *testing.T, c *closer, path string, mut func(*Config), b
 		t.Fatalf("reload: %s", err)
 	}
 	fc := fresh()
-	if errs := ValidateConfig(fc); len(errs) > 0 {
+	if errs := config.Validate(fc); len(errs) > 0 {
 		t.Fatalf("the mutation of %s is invalid: %s", path, errs)
 	}
 	f := diffGateway(t, fc)
@@ -728,11 +732,11 @@ func TestReloadRereadsEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	muts := diffMutations(t, dir, ps) // the mutations used here name no port
-	base := func(ps diffPorts) *Config {
+	base := func(ps diffPorts) *config.Config {
 		cfg := diffConfig(t, dir, ps)
 		muts["providers.kv_events.curve_secret_key_env"](cfg)
 		muts["trace.salt_env"](cfg)
-		if errs := ValidateConfig(cfg); len(errs) > 0 {
+		if errs := config.Validate(cfg); len(errs) > 0 {
 			t.Fatal(errs)
 		}
 		return cfg

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/sim"
 )
 
@@ -35,7 +36,7 @@ func fleetConfig(strategy, params string, urls map[string]string, names ...strin
 
 func mustReload(t *testing.T, gw *testGateway, text string) {
 	t.Helper()
-	cfg, err := ParseConfig([]byte(text), "reload.toml")
+	cfg, err := config.Parse([]byte(text), "reload.toml")
 	if err != nil {
 		t.Fatalf("bad reload config: %s", err)
 	}
@@ -239,7 +240,7 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 		t.Fatalf("reload of a bad file: %v", err)
 	}
 	restart := strings.Replace(text, `listen = "127.0.0.1:0"`, `listen = "127.0.0.1:1"`, 1)
-	cfg, err := ParseConfig([]byte(restart), "r.toml")
+	cfg, err := config.Parse([]byte(restart), "r.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,14 +248,14 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 		t.Fatalf("reload changing server.listen: %v", err)
 	}
 	cluster := strings.Replace(text, "[server]\n", "[cluster]\nnats_url = \"nats://127.0.0.1:4222\"\n[server]\n", 1)
-	if cfg, err = ParseConfig([]byte(cluster), "c.toml"); err != nil {
+	if cfg, err = config.Parse([]byte(cluster), "c.toml"); err != nil {
 		t.Fatal(err)
 	}
 	if err := gw.g.Reload(cfg); err == nil || !strings.Contains(err.Error(), "[cluster] changed") {
 		t.Fatalf("reload adding [cluster]: %v", err)
 	}
 	control := strings.Replace(text, "[server]\n", "[control]\nhosts = [\"gw.example\"]\n[server]\n", 1)
-	if cfg, err = ParseConfig([]byte(control), "ctl.toml"); err != nil {
+	if cfg, err = config.Parse([]byte(control), "ctl.toml"); err != nil {
 		t.Fatal(err)
 	}
 	if err := gw.g.Reload(cfg); err == nil || !strings.Contains(err.Error(), "[control] changed") {

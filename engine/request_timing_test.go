@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // Sink keeps benchmark results alive.
@@ -50,7 +52,7 @@ func benchCallExtra(t testing.TB, strategy, extra string) (*Gateway, *fasthttp.R
 	for i := range urls {
 		urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 20000+i)
 	}
-	cfg, err := ParseConfig([]byte(gatewayConfig(strategy, extra, urls...)), "b.toml")
+	cfg, err := config.Parse([]byte(gatewayConfig(strategy, extra, urls...)), "b.toml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/puzpuzpuz/xsync/v3"
 	"github.com/valyala/fasthttp"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // sessionID returns the request's session key, which pins a conversation (pipeline's session bindings,
@@ -51,11 +53,11 @@ type binding struct {
 }
 
 const (
-	defaultSessionTTL  = 300.0 // seconds
-	defaultMaxSessions = 100_000
+	defaultSessionTTL  = config.DefaultSessionTTLSecs
+	defaultMaxSessions = config.DefaultMaxSessions
 )
 
-func newSessions(p RouteParams) *sessions {
+func newSessions(p config.RouteParams) *sessions {
 	s := &sessions{ttl: int64(defaultSessionTTL * float64(time.Second)), max: defaultMaxSessions}
 	if p.SessionTTLSecs != nil {
 		s.ttl = int64(*p.SessionTTLSecs * float64(time.Second))

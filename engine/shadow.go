@@ -8,6 +8,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/telemetry"
 )
@@ -91,7 +92,7 @@ type shadowSlot struct {
 	tokState tokenIDsState
 	eligible uint64
 	now      int64
-	picks    [maxShadows]int8 // -1: the shadow did not rank it
+	picks    [config.MaxShadows]int8 // -1: the shadow did not rank it
 }
 
 // shadowBuf holds what the shadows read of a request until they ranked it.
@@ -155,12 +156,12 @@ func newShadowSet(r *Route, names []string, prev *shadowSet, env *buildEnv) (*sh
 				}
 			}
 		}
-		var params RouteParams
-		if strategies[name].usesTries {
+		var params config.RouteParams
+		if config.Strategies[name].UsesTries {
 			// Counted by trieShare: the share, not the strategy's own default.
 			params.MaxTrieNodes, params.MaxTrieBytes = &quiet.trieNodes, &quiet.trieBytes
 		}
-		st, err := strategies[name].build(sr, params, &quiet)
+		st, err := strategies[name](sr, params, &quiet)
 		if err != nil {
 			return nil, err
 		}

@@ -6,12 +6,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 func TestShadowConfig(t *testing.T) {
 	f := func(shadow, want string) {
 		t.Helper()
-		_, err := ParseConfig([]byte(gatewayConfig("round_robin", "[routes.shadow]\nstrategies = "+shadow+"\n", "http://127.0.0.1:1", "http://127.0.0.1:2")), "t.toml")
+		_, err := config.Parse([]byte(gatewayConfig("round_robin", "[routes.shadow]\nstrategies = "+shadow+"\n", "http://127.0.0.1:1", "http://127.0.0.1:2")), "t.toml")
 		if want == "" {
 			if err != nil {
 				t.Fatalf("%s: %v", shadow, err)
@@ -101,10 +103,11 @@ func (s slowStrategy) Rank(p *Pick, out []int) (int, Decision) {
 // TestShadowSlowNeverDelays is the issue's check: a shadow slower than the traffic drops and counts what it
 // cannot keep up with, and the live requests take no longer than without it.
 func TestShadowSlowNeverDelays(t *testing.T) {
-	strategies["slow_test"] = strategySpec{build: func(*Route, RouteParams, *buildEnv) (Strategy, error) {
+	config.Strategies["slow_test"] = config.StrategySpec{}
+	strategies["slow_test"] = func(*Route, config.RouteParams, *buildEnv) (Strategy, error) {
 		return slowStrategy{20 * time.Millisecond}, nil
-	}}
-	t.Cleanup(func() { delete(strategies, "slow_test") })
+	}
+	t.Cleanup(func() { delete(strategies, "slow_test"); delete(config.Strategies, "slow_test") })
 	up := newFakeUpstream(t, okJSON)
 	run := func(extra string) (time.Duration, string) {
 		gw := startGateway(t, gatewayConfig("round_robin", extra, up.URL))
@@ -140,4 +143,30 @@ func TestShadowSlowNeverDelays(t *testing.T) {
 	}
 	t.Logf("480 requests: %v without shadows, %v with a 20 ms shadow; %v shadow runs dropped", without, with,
 		metricValue(text, `rolter_shadow_dropped_total{route="m"}`))
+}
+
+// TestShadowTriesTakeTheShare: a shadow strategy's tries are sized by the share trieShare counts them in,
+// not by the strategy's own default (256 MiB each).
+func TestShadowTriesTakeTheShare(t *testing.T) {
+	cfg, err := config.Parse([]byte(gatewayConfig("round_robin", "[routes.shadow]\nstrategies = [\"cache_aware\"]\n",
+		"http://127.0.0.1:1", "http://127.0.0.1:2")), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(cfg, Options{Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Shutdown(contextDone())
+	_, bytes := cfg.TrieShare()
+	sh := g.snap.Load().routes["m"].shadows.shadows[0]
+	h, ok := sh.strategy.(trieHolder)
+	if !ok {
+		t.Fatalf("shadow %T keeps no tries", sh.strategy)
+	}
+	for i, tr := range h.triesOf() {
+		if _, got := tr.Limits(); got != bytes {
+			t.Fatalf("shadow trie %d: ceiling %d bytes, want the share %d", i, got, bytes)
+		}
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // Request shapes, cache identity and session keys through a real gateway over loopback (issue 17). The
@@ -417,7 +419,7 @@ func TestSessionAndIdentityConfig(t *testing.T) {
 	f := func(server string, want ...string) {
 		t.Helper()
 		src := "[server]\n" + server + "\n[[providers]]\nname = \"p\"\napi_base = \"http://127.0.0.1:1\"\n[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"p\"\n"
-		_, err := ParseConfig([]byte(src), "s.toml")
+		_, err := config.Parse([]byte(src), "s.toml")
 		if len(want) == 0 {
 			if err != nil {
 				t.Fatalf("%s: %s", server, err)
@@ -427,7 +429,7 @@ func TestSessionAndIdentityConfig(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%s: no error, want %q", server, want)
 		}
-		var ce ConfigErrors
+		var ce config.Errors
 		if !errors.As(err, &ce) || len(ce) != len(want) {
 			t.Fatalf("%s: %d errors, want %d:\n%s", server, len(ce), len(want), err)
 		}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/telemetry"
 	"github.com/rolter-ai/rolter/trie"
@@ -32,7 +33,7 @@ import (
 //     holds is released; a component no published snapshot holds any more is stopped and its metric series
 //     unregistered.
 type Snapshot struct {
-	cfg       *Config
+	cfg       *config.Config
 	gen       uint64 // generation: 1 for the config the gateway started with, +1 per reload
 	Providers []*Provider
 	providers map[string]*Provider
@@ -134,7 +135,7 @@ func (s *Snapshot) keyOrg(auth, scratch []byte) (org string, ok bool, _ []byte) 
 }
 
 // Config returns the snapshot's config. It must not be modified.
-func (s *Snapshot) Config() *Config { return s.cfg }
+func (s *Snapshot) Config() *config.Config { return s.cfg }
 
 // Generation returns the snapshot's config generation.
 func (s *Snapshot) Generation() uint64 { return s.gen }
@@ -158,7 +159,7 @@ type series struct {
 // buildSnapshot turns a validated config into runtime objects, taking over from prev (the live snapshot,
 // nil at start) whatever is unchanged. Nothing is started or registered: publish does that. On error
 // everything made for it is released and prev is untouched. Called under g.reloadMu.
-func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err error) {
+func (g *Gateway) buildSnapshot(cfg *config.Config, prev *Snapshot) (_ *Snapshot, err error) {
 	s := &Snapshot{
 		cfg:       cfg,
 		providers: make(map[string]*Provider, len(cfg.Providers)),
@@ -218,12 +219,12 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 
 	// KV-event sources, for the providers that precise_cache_aware routes use. Their settings come from cfg,
 	// never from a carried-over Provider (which holds none).
-	kvConfigs := make(map[string]*ProviderConfig, len(cfg.Providers))
+	kvConfigs := make(map[string]*config.ProviderConfig, len(cfg.Providers))
 	for i := range cfg.Providers {
 		kvConfigs[cfg.Providers[i].Name] = &cfg.Providers[i]
 	}
 	for _, rc := range cfg.Routes {
-		if !rc.needsKVEvents() {
+		if !rc.NeedsKVEvents() {
 			continue
 		}
 		for _, tc := range rc.Targets {
@@ -243,7 +244,7 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 			if err != nil {
 				return nil, fmt.Errorf("cannot subscribe to the KV events of provider %q: %w", tc.Provider, err)
 			}
-			src, fresh, err := g.kv.source(tc.Provider, kc, pc.curveKey(cfg.Control.ProviderEnv))
+			src, fresh, err := g.kv.source(tc.Provider, kc, pc.CurveKey(cfg.Control.ProviderEnv))
 			if err != nil {
 				return nil, err
 			}
@@ -265,7 +266,7 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		newSeries = append(newSeries, se)
 		return se
 	}
-	trieNodes, trieBytes := trieShare(cfg)
+	trieNodes, trieBytes := cfg.TrieShare()
 	env.trieNodes, env.trieBytes = trieNodes, trieBytes
 	for _, rc := range cfg.Routes {
 		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy), modelBytes: []byte(rc.Model), org: rc.Org}
@@ -295,9 +296,9 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 				gap:       ts.gap,
 			})
 		}
-		spec := strategies[rc.Strategy]
+		spec := config.Strategies[rc.Strategy]
 		params := rc.Params
-		if spec.usesTries {
+		if spec.UsesTries {
 			if params.MaxTrieNodes == nil {
 				params.MaxTrieNodes = &trieNodes
 			}
@@ -309,7 +310,7 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 		if prev != nil {
 			env.prev = prev.routes[rc.Model]
 		}
-		st, err := spec.build(r, params, env)
+		st, err := strategies[rc.Strategy](r, params, env)
 		if err != nil {
 			return nil, fmt.Errorf("cannot build strategy %q for route %q: %w", rc.Strategy, rc.Model, err)
 		}
@@ -319,7 +320,7 @@ func (g *Gateway) buildSnapshot(cfg *Config, prev *Snapshot) (_ *Snapshot, err e
 			r.tries = h.triesOf()
 		}
 		registerEvidence(env.set, r)
-		if spec.usesTries {
+		if spec.UsesTries {
 			r.staleGap, r.staleWindow = defaultStaleGap, defaultStaleWindow
 			if rc.Params.StaleGap != nil {
 				r.staleGap = *rc.Params.StaleGap
@@ -556,32 +557,6 @@ func (g *Gateway) egressDialer(p *egress.Policy, use int) *egress.Dialer {
 	}}
 }
 
-// trieShare returns the default ceilings of one target's prefix trie: an equal share of what the explicit
-// ceilings leave of [server] routing_memory_bytes (the validator keeps them within it) for every target of a
-// route that keeps tries and does not set both ceilings itself, and every trie of a shadow strategy. A trie costs about 58 bytes per node plus 1.2 bytes per stored prompt byte (trie package
-// benchmarks), so a share S allows 0.4 S stored bytes and 0.5 S / 64 nodes: at most about 0.95 S in all.
-// With the 512 MiB default and 8 targets that is 26.8 MB of prompt text and 524,288 nodes per target. The
-// node count never goes above the seed page's 1 million.
-func trieShare(cfg *Config) (nodes, bytes int) {
-	n := 0
-	for _, rc := range cfg.Routes {
-		if strategies[rc.Strategy].usesTries && (rc.Params.MaxTrieNodes == nil || rc.Params.MaxTrieBytes == nil) {
-			n += len(rc.Targets)
-		}
-		if rc.Shadow != nil {
-			for _, name := range rc.Shadow.Strategies {
-				if strategies[name].usesTries {
-					n += len(rc.Targets) // a shadow's tries take their share of the routing memory too
-				}
-			}
-		}
-	}
-	share := max(cfg.Server.RoutingMemoryBytes-explicitTrieCost(cfg), 0) / max(n, 1)
-	nodes = min(max(share/2/64, 16), defaultMaxTrieNodes)
-	bytes = max(share*2/5, 1024)
-	return nodes, bytes
-}
-
 // modelsBody renders GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by"}]}.
 func modelsBody(routes []*Route, created int64) []byte {
 	var b []byte
@@ -604,38 +579,6 @@ func (s *Snapshot) describe() string {
 		parts = append(parts, fmt.Sprintf("%s(%s, %d targets)", r.Model, r.StrategyName, len(r.Targets)))
 	}
 	return strings.Join(parts, " ")
-}
-
-// trieCost is the routing memory that one trie with the given explicit ceilings (nil: not set) may take:
-// trieShare's rule backwards (a share S allows S/128 nodes and 0.4 S stored bytes). The values are
-// clamped first so that no ceiling overflows.
-func trieCost(nodes, bytes *int) int {
-	c := 0
-	if nodes != nil {
-		c = max(c, min(max(*nodes, 0), 1<<40)*128)
-	}
-	if bytes != nil {
-		c = max(c, min(max(*bytes, 0), 1<<50)/2*5)
-	}
-	return c
-}
-
-// routeTrieCost is the routing memory the explicit trie ceilings of rc take, one trie per target; 0 for a
-// route that sets none or keeps no tries.
-func routeTrieCost(rc *RouteConfig) int {
-	if !strategies[rc.Strategy].usesTries {
-		return 0
-	}
-	return trieCost(rc.Params.MaxTrieNodes, rc.Params.MaxTrieBytes) * len(rc.Targets)
-}
-
-// explicitTrieCost is the routing memory the explicit trie ceilings of every route of cfg take together.
-func explicitTrieCost(cfg *Config) int {
-	n := 0
-	for i := range cfg.Routes {
-		n += routeTrieCost(&cfg.Routes[i])
-	}
-	return n
 }
 
 // unquote takes the quotes off a label value telemetry.Label made.

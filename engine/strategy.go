@@ -4,14 +4,15 @@ import (
 	"log/slog"
 	"math/rand/v2"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
-// maxTargets bounds the targets of one route, so per-request scratch is fixed-size and eligibility is a
-// uint64 bitmask.
-const maxTargets = 64
+// maxTargets bounds the targets of one route (config.MaxTargets), so per-request scratch is fixed-size and
+// eligibility is a uint64 bitmask.
+const maxTargets = config.MaxTargets
 
 // Strategy ranks the eligible targets of a route for one request.
 //
@@ -143,20 +144,15 @@ type Decision struct {
 
 func decide(r Reason) Decision { return Decision{Reason: r, Score: -1} }
 
-// strategySpec describes a strategy for config validation and construction.
-type strategySpec struct {
-	params        []string // the [routes.params] keys it accepts
-	needsKVEvents bool
-	usesTries     bool // keeps a prefix trie per target, sized by trieShare
-	build         func(r *Route, p RouteParams, env *buildEnv) (Strategy, error)
-}
+// buildFunc builds a route's strategy from its params.
+type buildFunc func(r *Route, p config.RouteParams, env *buildEnv) (Strategy, error)
 
 // buildEnv is what snapshot building needs besides the config, and what strategy constructors may use
 // besides the route and its params.
 type buildEnv struct {
 	set    *telemetry.Set // the snapshot's own series
 	log    *slog.Logger
-	cfg    *Config
+	cfg    *config.Config
 	dial   dialFunc // tests: in-memory upstreams, no egress policy
 	budget *connBudget
 	// egress are the policy's dialers, one per use (useProxy, ...), each counting its own refusals.
@@ -173,55 +169,36 @@ type buildEnv struct {
 }
 
 // strategies is the name -> constructor table: a plain map, no registration from init functions, so every
-// strategy is listed here and config validation knows them all.
-var strategies = map[string]strategySpec{
-	"round_robin":  {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return &roundRobin{}, nil }},
-	"random":       {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return randomPick{}, nil }},
-	"weighted":     {build: func(r *Route, _ RouteParams, _ *buildEnv) (Strategy, error) { return newWeighted(r), nil }},
-	"least_load":   {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return leastLoad{}, nil }},
-	"power_of_two": {build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return powerOfTwo{}, nil }},
-	"cache_aware": {
-		params: []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window", "home",
-			"overload_margin", "overload_factor"},
-		usesTries: true,
-		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
-			s := newCacheAware(r, p, env)
-			registerTrieMetrics(env.set, r, s.tries)
-			return s, nil
-		},
+// strategy is listed here. config.Strategies names the same ones, with the parameters each takes and what
+// it needs, for validation (TestStrategiesMatchConfig).
+var strategies = map[string]buildFunc{
+	"round_robin":  func(*Route, config.RouteParams, *buildEnv) (Strategy, error) { return &roundRobin{}, nil },
+	"random":       func(*Route, config.RouteParams, *buildEnv) (Strategy, error) { return randomPick{}, nil },
+	"weighted":     func(r *Route, _ config.RouteParams, _ *buildEnv) (Strategy, error) { return newWeighted(r), nil },
+	"least_load":   func(*Route, config.RouteParams, *buildEnv) (Strategy, error) { return leastLoad{}, nil },
+	"power_of_two": func(*Route, config.RouteParams, *buildEnv) (Strategy, error) { return powerOfTwo{}, nil },
+	"cache_aware": func(r *Route, p config.RouteParams, env *buildEnv) (Strategy, error) {
+		s := newCacheAware(r, p, env)
+		registerTrieMetrics(env.set, r, s.tries)
+		return s, nil
 	},
-	"pipeline": {
-		params: []string{"weight_factor", "load_factor", "cache_factor", "max_trie_nodes", "max_trie_bytes", "session_ttl_secs",
-			"max_sessions", "stale_gap", "stale_window", "hot_window"},
-		usesTries: true,
-		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
-			s := newPipeline(r, p, env)
-			registerTrieMetrics(env.set, r, s.tries)
-			env.set.Gauge(telemetry.Sessions, "route="+telemetry.Label(r.Model), func() float64 { return float64(s.sessions.size()) })
-			return s, nil
-		},
+	"pipeline": func(r *Route, p config.RouteParams, env *buildEnv) (Strategy, error) {
+		s := newPipeline(r, p, env)
+		registerTrieMetrics(env.set, r, s.tries)
+		env.set.Gauge(telemetry.Sessions, "route="+telemetry.Label(r.Model), func() float64 { return float64(s.sessions.size()) })
+		return s, nil
 	},
-	"precise_cache_aware": {
-		params:        []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window", "home"},
-		needsKVEvents: true,
-		usesTries:     true,
-		build: func(r *Route, p RouteParams, env *buildEnv) (Strategy, error) {
-			s, err := newPrecise(r, p, env)
-			if err != nil {
-				return nil, err
-			}
-			registerTrieMetrics(env.set, r, s.tries)
-			return s, nil
-		},
+	"precise_cache_aware": func(r *Route, p config.RouteParams, env *buildEnv) (Strategy, error) {
+		s, err := newPrecise(r, p, env)
+		if err != nil {
+			return nil, err
+		}
+		registerTrieMetrics(env.set, r, s.tries)
+		return s, nil
 	},
-	"lmcache_aware": {
-		build: func(*Route, RouteParams, *buildEnv) (Strategy, error) { return lmcacheAware{}, nil },
-	},
-	"consistent_hash": {
-		params: []string{"epsilon", "virtual_nodes", "key_bytes"},
-		build: func(r *Route, p RouteParams, _ *buildEnv) (Strategy, error) {
-			return newConsistentHash(r, p), nil
-		},
+	"lmcache_aware": func(*Route, config.RouteParams, *buildEnv) (Strategy, error) { return lmcacheAware{}, nil },
+	"consistent_hash": func(r *Route, p config.RouteParams, _ *buildEnv) (Strategy, error) {
+		return newConsistentHash(r, p), nil
 	},
 }
 

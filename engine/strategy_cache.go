@@ -3,18 +3,19 @@ package engine
 import (
 	"math/rand/v2"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/telemetry"
 	"github.com/rolter-ai/rolter/trie"
 )
 
 // Defaults of the cache strategies (docs/architecture.md, "Routing rules").
 const (
-	defaultThreshold    = 0.5
-	defaultMaxTrieNodes = trie.DefaultMaxNodes
+	defaultThreshold    = config.DefaultThreshold
+	defaultMaxTrieNodes = config.DefaultMaxTrieNodes
 	// defaultOverloadMargin and defaultOverloadFactor are the seed page's overload rule: more than 2
 	// requests beyond the least-loaded eligible target and more than 1.5 times its load.
-	defaultOverloadMargin = 2
-	defaultOverloadFactor = 1.5
+	defaultOverloadMargin = config.DefaultOverloadMargin
+	defaultOverloadFactor = config.DefaultOverloadFactor
 	// defaultMaxTrieBytes bounds each target's trie in stored prompt bytes as well as nodes, so memory has a
 	// ceiling in bytes per target whatever the prompt sizes (docs/architecture.md, "Memory bounds").
 	// A gateway's routes get smaller ceilings from trieShare; these apply where no config sized them.
@@ -24,7 +25,7 @@ const (
 // newTries returns one trie per target of r with the route's ceilings. A target that was already a target
 // of the route in the snapshot being replaced (same provider and upstream model) keeps its trie, with the
 // new ceilings: a reload must not cold-start the routing memory.
-func newTries(r *Route, p RouteParams, env *buildEnv) []*trie.Trie {
+func newTries(r *Route, p config.RouteParams, env *buildEnv) []*trie.Trie {
 	maxNodes, maxBytes := defaultMaxTrieNodes, defaultMaxTrieBytes
 	if p.MaxTrieNodes != nil {
 		maxNodes = *p.MaxTrieNodes
@@ -84,7 +85,7 @@ type cacheAware struct {
 	margin, factor float64
 }
 
-func newCacheAware(r *Route, p RouteParams, env *buildEnv) *cacheAware {
+func newCacheAware(r *Route, p config.RouteParams, env *buildEnv) *cacheAware {
 	s := &cacheAware{threshold: defaultThreshold, home: true, margin: defaultOverloadMargin, factor: defaultOverloadFactor}
 	if p.Threshold != nil {
 		s.threshold = *p.Threshold

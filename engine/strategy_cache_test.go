@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/sim"
 )
 
@@ -138,7 +139,7 @@ func TestCacheAwareParams(t *testing.T) {
 		t.Helper()
 		src := gatewayConfig("cache_aware", "", "http://127.0.0.1:1")
 		src = strings.Replace(src, "strategy = \"cache_aware\"\n", "strategy = \"cache_aware\"\n[routes.params]\n"+params+"\n", 1)
-		_, err := ParseConfig([]byte(src), "p.toml")
+		_, err := config.Parse([]byte(src), "p.toml")
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("params %q: got %v, want %q", params, err, want)
 		}

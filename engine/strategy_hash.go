@@ -7,17 +7,18 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/internal/mix"
 )
 
 const (
-	defaultVirtualNodes = 160
-	defaultEpsilon      = 0.25
+	defaultVirtualNodes = config.DefaultVirtualNodes
+	defaultEpsilon      = config.DefaultEpsilon
 	// defaultKeyBytes caps the opening hashed. It only bounds the hashing cost - xxhash runs at ~15 GB/s,
 	// ~4 us for 64 KiB, where the scan of the body that held it runs at ~2.5 GB/s (BenchmarkScanRequest) - a
 	// cap shorter than a shared system prompt would send every conversation that opens with it to one
 	// target again.
-	defaultKeyBytes = 64 << 10
+	defaultKeyBytes = config.DefaultKeyBytes
 )
 
 // consistentHash maps a key to a ring of virtual nodes: the request's session key (sessionID) when it has
@@ -38,7 +39,7 @@ type consistentHash struct {
 	keyBytes int
 }
 
-func newConsistentHash(r *Route, p RouteParams) *consistentHash {
+func newConsistentHash(r *Route, p config.RouteParams) *consistentHash {
 	s := &consistentHash{epsilon: defaultEpsilon, keyBytes: defaultKeyBytes}
 	vnodes := defaultVirtualNodes
 	if p.VirtualNodes != nil {

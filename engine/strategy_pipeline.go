@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/trie"
 )
 
@@ -21,10 +22,10 @@ import (
 // busiest/idlest 1.1: a whole-prompt holder now keeps it to ~21x the idlest target's load, a partial one
 // less (the load term still wins in the end: load_factor > cache_factor).
 const (
-	defaultWeightFactor = 1.0
-	defaultLoadFactor   = 2.2
-	defaultCacheFactor  = 2.1
-	defaultHotWindow    = 128
+	defaultWeightFactor = config.DefaultWeightFactor
+	defaultLoadFactor   = config.DefaultLoadFactor
+	defaultCacheFactor  = config.DefaultCacheFactor
+	defaultHotWindow    = config.DefaultHotWindow
 )
 
 // hotPrefixes is a ring of the last requests' matched prefixes, each named by the hash of the request's
@@ -86,7 +87,7 @@ type pipeline struct {
 	log      *slog.Logger
 }
 
-func newPipeline(r *Route, p RouteParams, env *buildEnv) *pipeline {
+func newPipeline(r *Route, p config.RouteParams, env *buildEnv) *pipeline {
 	s := &pipeline{weightF: defaultWeightFactor, loadF: defaultLoadFactor, cacheF: defaultCacheFactor, sessions: newSessions(p), log: slog.Default()}
 	if env != nil && env.log != nil {
 		s.log = env.log.With("route", r.Model)

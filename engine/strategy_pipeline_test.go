@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // closedLoop simulates c concurrent clients against r: each step ranks, adds the pick's load, and once c
@@ -255,7 +257,7 @@ func TestPipelineSessions(t *testing.T) {
 }
 
 func TestSessionTableBounded(t *testing.T) {
-	s := newSessions(RouteParams{MaxSessions: ptr(100), SessionTTLSecs: ptr(60.0)})
+	s := newSessions(config.RouteParams{MaxSessions: ptr(100), SessionTTLSecs: ptr(60.0)})
 	now := time.Now().UnixNano()
 	for i := 0; i < 1000; i++ {
 		s.bind([]byte(fmt.Sprint("s", i)), i%3, now+int64(i))

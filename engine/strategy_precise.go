@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/trie"
 )
@@ -25,7 +26,7 @@ type preciseCacheAware struct {
 	home      bool              // route parameter "home", as cache_aware's
 }
 
-func newPrecise(r *Route, p RouteParams, env *buildEnv) (*preciseCacheAware, error) {
+func newPrecise(r *Route, p config.RouteParams, env *buildEnv) (*preciseCacheAware, error) {
 	if env.kv == nil {
 		return nil, fmt.Errorf("BUG: no KV event state for route %q", r.Model)
 	}

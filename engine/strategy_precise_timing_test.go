@@ -8,6 +8,7 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/kvindex"
 )
 
@@ -52,7 +53,7 @@ func preciseRoute(tb testing.TB, n int, tokens []uint32) *Route {
 	for i := 0; i < n; i++ {
 		fmt.Fprintf(&b, "[[routes.targets]]\nprovider = \"p%d\"\n", i)
 	}
-	cfg, err := ParseConfig([]byte(b.String()), "p.toml")
+	cfg, err := config.Parse([]byte(b.String()), "p.toml")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func preciseRoute(tb testing.TB, n int, tokens []uint32) *Route {
 		env.kvSources[fmt.Sprintf("p%d", i)] = &kvSource{id: i, st: st}
 	}
 	r := s.Routes[0]
-	st, err := newPrecise(r, RouteParams{}, env)
+	st, err := newPrecise(r, config.RouteParams{}, env)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // testRoute builds a route with n targets (each on its own provider) and the given strategy.
@@ -21,7 +23,7 @@ func testRoute(t testing.TB, strategy string, weights []float64, params string) 
 	for i, w := range weights {
 		fmt.Fprintf(&b, "[[routes.targets]]\nprovider = \"p%d\"\nweight = %v\n", i, w)
 	}
-	cfg, err := ParseConfig([]byte(b.String()), "t.toml")
+	cfg, err := config.Parse([]byte(b.String()), "t.toml")
 	if err != nil {
 		t.Fatal(err)
 	}

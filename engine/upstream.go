@@ -16,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
 )
 
@@ -57,7 +58,7 @@ type upstream struct {
 // errTooManyConns is returned when a provider already has max_conns connections open.
 var errTooManyConns = errors.New("too many open connections to the provider")
 
-func newUpstream(name, apiBase string, maxConns int, t TimeoutsConfig) (*upstream, error) {
+func newUpstream(name, apiBase string, maxConns int, t config.TimeoutsConfig) (*upstream, error) {
 	u, err := url.Parse(apiBase)
 	if err != nil {
 		return nil, fmt.Errorf("cannot parse api_base %q: %w", apiBase, err)

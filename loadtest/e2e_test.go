@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/sim"
 )
@@ -38,7 +39,7 @@ func TestEndToEnd(t *testing.T) {
 	for i := range sims {
 		fmt.Fprintf(&b, "[[routes.targets]]\nprovider = \"sim-%d\"\n", i+1)
 	}
-	cfg, err := engine.ParseConfig([]byte(b.String()), "e2e.toml")
+	cfg, err := config.Parse([]byte(b.String()), "e2e.toml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/control"
 	"github.com/rolter-ai/rolter/control/store"
 	"github.com/rolter-ai/rolter/engine"
@@ -24,14 +25,14 @@ type controlPlane struct {
 	follow *control.Follower
 	http   *http.Server
 	ln     net.Listener
-	file   atomic.Pointer[engine.Config]
+	file   atomic.Pointer[config.Config]
 	gen    int64 // the store generation the gateway started with
 	log    *slog.Logger
 }
 
 // openControl opens the store and returns the config to start the gateway with: the file's composed with
 // the store's orgs. Nothing listens yet (start does that, once the gateway exists).
-func openControl(file *engine.Config, log *slog.Logger) (*controlPlane, *engine.Config, error) {
+func openControl(file *config.Config, log *slog.Logger) (*controlPlane, *config.Config, error) {
 	db, err := store.Open(file.Control.Store)
 	if err != nil {
 		return nil, nil, err
@@ -47,7 +48,7 @@ func openControl(file *engine.Config, log *slog.Logger) (*controlPlane, *engine.
 	}
 	cfg, _, err := control.Compose(file, st)
 	if err == nil {
-		if errs := engine.ValidateConfig(cfg); len(errs) > 0 {
+		if errs := config.Validate(cfg); len(errs) > 0 {
 			err = fmt.Errorf("the config composed with the control plane's store %s has problems:\n%w", db.Path(), errs)
 		}
 	}
@@ -128,7 +129,7 @@ func (cp *controlPlane) start(g *engine.Gateway) error {
 // reload is SIGHUP with a control plane: the file is read again and composed with the store under the
 // server's lock, so it cannot race an API write.
 func (cp *controlPlane) reload(g *engine.Gateway, path string) {
-	file, err := engine.LoadConfig(path)
+	file, err := config.Load(path)
 	if err != nil {
 		g.RefuseReload(path, err)
 		return

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/cluster"
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/loadtest"
 )
@@ -88,10 +89,10 @@ func check(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg, err := engine.LoadConfig(*path)
+	cfg, err := config.Load(*path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		var ce engine.ConfigErrors
+		var ce config.Errors
 		if errors.As(err, &ce) {
 			fmt.Fprintf(stderr, "%s: %d problem(s)\n", *path, len(ce))
 		}
@@ -118,7 +119,7 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := newLogger(stderr, *level)
-	cfg, err := engine.LoadConfig(*path)
+	cfg, err := config.Load(*path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		fmt.Fprintln(stderr, "rolter: not starting: the config has problems")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/sim"
@@ -105,7 +106,7 @@ func up(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rolter up: cannot write the config: %s\n", err)
 		return 1
 	}
-	cfg, err := engine.ParseConfig([]byte(text), path)
+	cfg, err := config.Parse([]byte(text), path)
 	if err != nil {
 		fmt.Fprintf(stderr, "rolter up: the generated config is invalid (check -strategy and -shadow):\n%s\n", err)
 		return 2

@@ -17,7 +17,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 
-	rolter "github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/config"
 )
 
 // The chart's tests run helm's own lint and template (the Go module, as `helm lint` and `helm template`
@@ -214,7 +214,7 @@ func TestChartTemplate(t *testing.T) {
 		}
 		// The gateway loads the rolter.toml the ConfigMap holds, drain and store as the values say.
 		toml := m.configMap.Data["rolter.toml"]
-		cfg, err := rolter.ParseConfig([]byte(toml), "rolter.toml")
+		cfg, err := config.Parse([]byte(toml), "rolter.toml")
 		if err != nil {
 			t.Fatalf("%s: the gateway refuses the chart's rolter.toml: %v\n%s", name, err, toml)
 		}

@@ -1,4 +1,4 @@
-package engine
+package config
 
 import (
 	"errors"
@@ -38,7 +38,7 @@ provider = "vllm-2"
 `
 
 func TestParseConfigDefaults(t *testing.T) {
-	cfg, err := ParseConfig([]byte(goodConfig), "good.toml")
+	cfg, err := Parse([]byte(goodConfig), "good.toml")
 	if err != nil {
 		t.Fatalf("unexpected error: %s", err)
 	}
@@ -61,7 +61,7 @@ func TestParseConfigDefaults(t *testing.T) {
 
 func mustParse(t *testing.T, s string) *Config {
 	t.Helper()
-	cfg, err := ParseConfig([]byte(s), "x.toml")
+	cfg, err := Parse([]byte(s), "x.toml")
 	if err != nil {
 		t.Fatalf("unexpected error: %s", err)
 	}
@@ -72,13 +72,13 @@ func mustParse(t *testing.T, s string) *Config {
 func TestParseConfigErrors(t *testing.T) {
 	f := func(src string, want ...string) {
 		t.Helper()
-		_, err := ParseConfig([]byte(src), "bad.toml")
+		_, err := Parse([]byte(src), "bad.toml")
 		if err == nil {
 			t.Fatalf("expected errors for:\n%s", src)
 		}
-		var ce ConfigErrors
+		var ce Errors
 		if !errors.As(err, &ce) {
-			t.Fatalf("want ConfigErrors, got %T: %s", err, err)
+			t.Fatalf("want Errors, got %T: %s", err, err)
 		}
 		got := err.Error()
 		for _, w := range want {
@@ -156,10 +156,10 @@ func TestLoadConfigFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte(goodConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadConfig(path); err != nil {
+	if _, err := Load(path); err != nil {
 		t.Fatalf("unexpected error: %s", err)
 	}
-	if _, err := LoadConfig(filepath.Join(dir, "missing.toml")); err == nil || !strings.Contains(err.Error(), "cannot read config") {
+	if _, err := Load(filepath.Join(dir, "missing.toml")); err == nil || !strings.Contains(err.Error(), "cannot read config") {
 		t.Fatalf("want a read error, got %v", err)
 	}
 }
@@ -219,7 +219,7 @@ strategy = "precise_cache_aware"
 [[routes.targets]]
 provider = "a"
 `
-	_, err := ParseConfig([]byte(src), "kv.toml")
+	_, err := Parse([]byte(src), "kv.toml")
 	if kvindex.Supported {
 		if err != nil {
 			t.Fatalf("cgo build refused kv_events: %s", err)
@@ -242,7 +242,7 @@ strategy = "precise_cache_aware"
 [[routes.targets]]
 provider = "a"
 `
-	_, err := ParseConfig([]byte(src), "kv.toml")
+	_, err := Parse([]byte(src), "kv.toml")
 	if err == nil || !strings.Contains(err.Error(), `kv.toml:8: routes[0].targets[0].provider: strategy "precise_cache_aware" needs [providers.kv_events] on provider "a"`) {
 		t.Fatalf("got %v", err)
 	}
@@ -255,7 +255,7 @@ func TestKVEventsValidation(t *testing.T) {
 	f := func(kv, want string) {
 		t.Helper()
 		src := "[[providers]]\nname = \"a\"\napi_base = \"http://127.0.0.1:1\"\n[providers.kv_events]\n" + kv
-		_, err := ParseConfig([]byte(src), "kv.toml")
+		_, err := Parse([]byte(src), "kv.toml")
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%q: got %v, want %q", kv, err, want)
 		}
@@ -302,7 +302,7 @@ func TestLMCacheValidation(t *testing.T) {
 	f := func(lc, want string) {
 		t.Helper()
 		src := "[[providers]]\nname = \"a\"\napi_base = \"http://127.0.0.1:1\"\n[providers.lmcache]\n" + lc
-		cfg, err := ParseConfig([]byte(src), "lc.toml")
+		cfg, err := Parse([]byte(src), "lc.toml")
 		if want == "" {
 			if err != nil {
 				t.Fatalf("%q: unexpected error: %s", lc, err)
@@ -329,10 +329,10 @@ func TestLMCacheValidation(t *testing.T) {
 func TestConfigSectionErrors(t *testing.T) {
 	f := func(src string, want ...string) {
 		t.Helper()
-		_, err := ParseConfig([]byte(src), "s.toml")
-		var ce ConfigErrors
+		_, err := Parse([]byte(src), "s.toml")
+		var ce Errors
 		if !errors.As(err, &ce) {
-			t.Fatalf("want ConfigErrors, got %v", err)
+			t.Fatalf("want Errors, got %v", err)
 		}
 		if len(ce) != len(want) {
 			t.Fatalf("want %d errors, got %d:\n%s", len(want), len(ce), err)
@@ -389,17 +389,17 @@ func TestConfigSectionErrors(t *testing.T) {
 		`s.toml:5: queue.retry_after_secs: must be > 0, got 0`)
 }
 
-// TestValidateConfigSetsDefaults: a config built in code (as Gateway.Reload gets it) gets the same
+// TestValidateConfigSetsDefaults: a config built in code (as the engine's Reload gets it) gets the same
 // per-element defaults as a decoded one, and values that are set are kept.
 func TestValidateConfigSetsDefaults(t *testing.T) {
 	three := 3.0
-	cfg := DefaultConfig()
+	cfg := Default()
 	cfg.Providers = []ProviderConfig{
 		{Name: "a", APIBase: "http://127.0.0.1:1", LMCache: &LMCacheConfig{Endpoint: "http://127.0.0.1:1/status"}},
 		{Name: "b", APIBase: "http://127.0.0.1:2", MaxConns: 7, KVEvents: &KVEventsConfig{Endpoint: "tcp://127.0.0.1:5557"}},
 	}
 	cfg.Routes = []RouteConfig{{Model: "m", Targets: []TargetConfig{{Provider: "a"}, {Provider: "b", Model: "up", Weight: &three}}}}
-	errs := validateConfig(cfg)
+	errs := Validate(cfg)
 	if kvindex.Supported && len(errs) > 0 {
 		t.Fatalf("unexpected errors: %s", errs)
 	}
@@ -432,7 +432,7 @@ func TestValidateConfigSetsDefaults(t *testing.T) {
 	if err := cfg.WriteTOML(&b1); err != nil {
 		t.Fatal(err)
 	}
-	if again := validateConfig(cfg); len(again) != len(errs) {
+	if again := Validate(cfg); len(again) != len(errs) {
 		t.Fatalf("a second validation gives other errors: %v, then %v", errs, again)
 	}
 	if err := cfg.WriteTOML(&b2); err != nil {
@@ -446,7 +446,7 @@ func TestValidateConfigSetsDefaults(t *testing.T) {
 // TestValidateConfigWithoutFile: a config built in code is checked section by section like a file, every
 // problem at once, with key paths and no file:line.
 func TestValidateConfigWithoutFile(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := Default()
 	cfg.Server.Listen = "nowhere"
 	cfg.Health.Path = "health"
 	cfg.Queue.RetryAfterSecs = 0
@@ -459,7 +459,7 @@ func TestValidateConfigWithoutFile(t *testing.T) {
 		`health.path: path must start with '/', got "health"`,
 		`queue.retry_after_secs: must be > 0, got 0`,
 	}
-	errs := validateConfig(cfg)
+	errs := Validate(cfg)
 	if len(errs) != len(want) {
 		t.Fatalf("want %d errors, got %d:\n%s", len(want), len(errs), errs)
 	}
@@ -474,7 +474,7 @@ func TestValidateConfigWithoutFile(t *testing.T) {
 // and what it prints loads back as the same config.
 func TestEffectiveConfigRoundTrips(t *testing.T) {
 	for _, path := range []string{"../configs/rolter.example.toml", "../configs/cache-aware.toml", "../configs/pipeline.toml"} {
-		cfg, err := LoadConfig(path)
+		cfg, err := Load(path)
 		if err != nil {
 			if !kvindex.Supported && strings.Contains(err.Error(), "needs a build with cgo") {
 				continue
@@ -492,7 +492,7 @@ func TestEffectiveConfigRoundTrips(t *testing.T) {
 				t.Fatalf("%s: the effective config lacks %q:\n%s", path, want, text)
 			}
 		}
-		again, err := ParseConfig([]byte(text), "printed.toml")
+		again, err := Parse([]byte(text), "printed.toml")
 		if err != nil {
 			t.Fatalf("%s: the printed config does not load: %s\n%s", path, err, text)
 		}
@@ -505,7 +505,7 @@ func TestEffectiveConfigRoundTrips(t *testing.T) {
 			t.Fatalf("%s: printing the printed config gives another config:\n%s\n---\n%s", path, text, b2.String())
 		}
 	}
-	cfg, err := ParseConfig([]byte(gatewayConfig("cache_aware", "", "http://127.0.0.1:1", "http://127.0.0.1:2")), "t.toml")
+	cfg, err := Parse([]byte(gatewayConfig("cache_aware", "", "http://127.0.0.1:1", "http://127.0.0.1:2")), "t.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +524,7 @@ func TestEffectiveConfigRoundTrips(t *testing.T) {
 // pass and then crash the gateway on duplicate metric series).
 func TestRouteTargetsDistinctProviders(t *testing.T) {
 	text := gatewayConfig("round_robin", "[[routes.targets]]\nprovider = \"p0\"\nmodel = \"lora-adapter\"\n", "http://127.0.0.1:1")
-	_, err := ParseConfig([]byte(text), "t.toml")
+	_, err := Parse([]byte(text), "t.toml")
 	if err == nil || !strings.Contains(err.Error(), `routes[0].targets[1].provider: provider "p0" is already routes[0].targets[0]`) {
 		t.Fatalf("got %v", err)
 	}
@@ -535,7 +535,7 @@ func TestRouteTargetsDistinctProviders(t *testing.T) {
 func TestControlValidation(t *testing.T) {
 	f := func(ctl, want string) {
 		t.Helper()
-		_, err := ParseConfig([]byte("[control]\n"+ctl), "ctl.toml")
+		_, err := Parse([]byte("[control]\n"+ctl), "ctl.toml")
 		if want == "" {
 			if err != nil {
 				t.Fatalf("%q: unexpected error: %s", ctl, err)
@@ -556,17 +556,17 @@ func TestControlValidation(t *testing.T) {
 	f(`write_timeout_secs = -1`, "control.write_timeout_secs: must be > 0, got -1")
 	f(`idle_timeout_secs = 0`, "control.idle_timeout_secs: must be > 0, got 0")
 
-	a, b := DefaultConfig().Control, DefaultConfig().Control
-	if !a.equal(&b) {
+	a, b := Default().Control, Default().Control
+	if !a.Equal(&b) {
 		t.Fatal("the default [control] differs from itself")
 	}
 	b.Hosts = []string{"gw"}
-	if a.equal(&b) {
+	if a.Equal(&b) {
 		t.Fatal("[control] hosts changed but equal reports no change")
 	}
 	b = a
 	b.MaxConns++
-	if a.equal(&b) {
+	if a.Equal(&b) {
 		t.Fatal("[control] max_conns changed but equal reports no change")
 	}
 }

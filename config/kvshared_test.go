@@ -1,4 +1,4 @@
-package engine
+package config
 
 import (
 	"strings"
@@ -15,7 +15,7 @@ func TestKVEventsSharedBindValidation(t *testing.T) {
 	}
 	f := func(src string, want ...string) {
 		t.Helper()
-		_, err := ParseConfig([]byte(src), "kv.toml")
+		_, err := Parse([]byte(src), "kv.toml")
 		for _, w := range want {
 			if err == nil || !strings.Contains(err.Error(), w) {
 				t.Fatalf("got %v, want %q", err, w)

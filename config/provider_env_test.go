@@ -1,4 +1,4 @@
-package engine
+package config
 
 import (
 	"strings"
@@ -10,7 +10,7 @@ import (
 // "VAR" so that the answers for two variables can be compared.
 func orgProviderErrors(t *testing.T, allowed []string, name string, edit func(*ProviderConfig)) string {
 	t.Helper()
-	cfg, err := ParseConfig([]byte(gatewayConfig("round_robin", "", "http://127.0.0.1:9")), "t.toml")
+	cfg, err := Parse([]byte(gatewayConfig("round_robin", "", "http://127.0.0.1:9")), "t.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +19,7 @@ func orgProviderErrors(t *testing.T, allowed []string, name string, edit func(*P
 	cfg.Providers = append(cfg.Providers, pc)
 	cfg.Control.ProviderEnv = allowed
 	var msgs []string
-	for _, e := range validateConfig(cfg) {
+	for _, e := range Validate(cfg) {
 		if strings.HasPrefix(e.Key, "providers[1]") {
 			msgs = append(msgs, e.Key+": "+strings.ReplaceAll(e.Msg, name, "VAR"))
 		}
@@ -71,22 +71,22 @@ func TestOrgProviderEnv(t *testing.T) {
 	}, "providers[1].header_secrets: header \"Authorization\" is the API key's: use api_key_secret alone")
 
 	// The file's providers read any variable.
-	cfg, err := ParseConfig([]byte(gatewayConfig("round_robin", "", "http://127.0.0.1:9")), "t.toml")
+	cfg, err := Parse([]byte(gatewayConfig("round_robin", "", "http://127.0.0.1:9")), "t.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Providers[0].APIKeyEnv = "ROLTER_ADMIN_TOKEN"
-	if errs := validateConfig(cfg); len(errs) > 0 {
+	if errs := Validate(cfg); len(errs) > 0 {
 		t.Fatalf("a file provider with api_key_env: %s", errs)
 	}
 	cfg.Providers[0].APIKeySecret = "k"
 	cfg.Providers[0].HeaderSecrets = map[string]string{"X-Api-Key": "k"}
-	if errs := validateConfig(cfg); len(errs) != 3 || !strings.Contains(errs[1].Error(), "secrets are an org's") || !strings.Contains(errs[2].Error(), "secrets are an org's") {
+	if errs := Validate(cfg); len(errs) != 3 || !strings.Contains(errs[1].Error(), "secrets are an org's") || !strings.Contains(errs[2].Error(), "secrets are an org's") {
 		t.Fatalf("a file provider naming secrets: %v", errs)
 	}
 	cfg.Providers[0].APIKeySecret, cfg.Providers[0].HeaderSecrets = "", nil
 	cfg.Control.ProviderEnv = []string{"ROLTER_ADMIN_TOKEN"}
-	if errs := validateConfig(cfg); len(errs) != 1 || !strings.Contains(errs[0].Error(), `cannot give "ROLTER_ADMIN_TOKEN" to orgs`) {
+	if errs := Validate(cfg); len(errs) != 1 || !strings.Contains(errs[0].Error(), `cannot give "ROLTER_ADMIN_TOKEN" to orgs`) {
 		t.Fatalf("provider_env listing admin_token_env: %v", errs)
 	}
 }

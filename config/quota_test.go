@@ -1,4 +1,4 @@
-package engine
+package config
 
 import (
 	"strings"
@@ -15,7 +15,7 @@ func TestExplicitTrieCeilingsFitTheBudget(t *testing.T) {
 		t.Helper()
 		text := gatewayConfig("cache_aware", "", "http://127.0.0.1:1", "http://127.0.0.1:2")
 		text += "[[routes]]\nmodel = \"other\"\nstrategy = \"cache_aware\"\n[[routes.targets]]\nprovider = \"p0\"\n"
-		cfg, err := ParseConfig([]byte(text), "t.toml")
+		cfg, err := Parse([]byte(text), "t.toml")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -24,7 +24,7 @@ func TestExplicitTrieCeilingsFitTheBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg.Routes[0].Org, cfg.File = org, ""
-		errs := validateConfig(cfg)
+		errs := Validate(cfg)
 		if wantErr == "" {
 			if len(errs) > 0 {
 				t.Fatalf("%q: %s", params, errs)
@@ -47,38 +47,12 @@ func TestExplicitTrieCeilingsFitTheBudget(t *testing.T) {
 	// What the ceilings take is not shared out again: route "other" gets the rest.
 	text := gatewayConfig("cache_aware", "[routes.params]\nmax_trie_bytes = 104857600\n", "http://127.0.0.1:1", "http://127.0.0.1:2")
 	text += "[[routes]]\nmodel = \"other\"\nstrategy = \"cache_aware\"\n[[routes.targets]]\nprovider = \"p0\"\n"
-	cfg, err := ParseConfig([]byte(text), "t.toml")
+	cfg, err := Parse([]byte(text), "t.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Route "m" sets max_trie_bytes only: its two targets take the share's node ceiling, so three share.
-	if _, bytes := trieShare(cfg); bytes != (512<<20-2*262144000)/3*2/5 {
+	if _, bytes := cfg.TrieShare(); bytes != (512<<20-2*262144000)/3*2/5 {
 		t.Fatalf("the share is %d bytes", bytes)
-	}
-}
-
-// TestShadowTriesTakeTheShare: a shadow strategy's tries are sized by the share trieShare counts them in,
-// not by the strategy's own default (256 MiB each).
-func TestShadowTriesTakeTheShare(t *testing.T) {
-	cfg, err := ParseConfig([]byte(gatewayConfig("round_robin", "[routes.shadow]\nstrategies = [\"cache_aware\"]\n",
-		"http://127.0.0.1:1", "http://127.0.0.1:2")), "t.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(cfg, Options{Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Shutdown(contextDone())
-	_, bytes := trieShare(cfg)
-	sh := g.snap.Load().routes["m"].shadows.shadows[0]
-	h, ok := sh.strategy.(trieHolder)
-	if !ok {
-		t.Fatalf("shadow %T keeps no tries", sh.strategy)
-	}
-	for i, tr := range h.triesOf() {
-		if _, got := tr.Limits(); got != bytes {
-			t.Fatalf("shadow trie %d: ceiling %d bytes, want the share %d", i, got, bytes)
-		}
 	}
 }

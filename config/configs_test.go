@@ -1,4 +1,4 @@
-package engine
+package config
 
 import (
 	"path/filepath"
@@ -15,7 +15,7 @@ func TestExampleConfigs(t *testing.T) {
 		t.Fatalf("example configs missing: %v %v", files, err)
 	}
 	for _, f := range files {
-		_, err := LoadConfig(f)
+		_, err := Load(f)
 		if err != nil && !kvindex.Supported && strings.Contains(err.Error(), "needs a build with cgo") {
 			continue // kv_events examples need cgo
 		}
