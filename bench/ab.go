@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/valyala/fasthttp"
 )
 
@@ -76,11 +77,11 @@ func RunAB(ctx context.Context, o ABOptions) (*ABReport, error) {
 	}
 	oo.HAProxy = "" // Rolter only
 	if oo.upstreamAddr == "" {
-		up, addr, err := startProc("fake upstream", oo.Upstream, []string{"-listen", "127.0.0.1:0"}, "listening http://", 10*time.Second)
+		up, addr, err := fleet.StartProc("fake upstream", oo.Upstream, []string{"-listen", "127.0.0.1:0"}, "listening http://", 10*time.Second)
 		if err != nil {
 			return nil, err
 		}
-		defer up.stop()
+		defer up.Stop()
 		oo.upstreamAddr = addr
 	}
 	rep := &ABReport{Case: o.Case, A: o.A, B: o.B, StrategyB: o.StrategyB}
@@ -141,7 +142,7 @@ func abMedians(rounds [][2]ABRun) [2]ABRun {
 // with tries until they evict, as the report does), measures one closed loop and stops it.
 func abRun(ctx context.Context, o OverheadOptions, bin, caseName, strategy string, warmup time.Duration, seq *atomic.Uint64) (ABRun, error) {
 	o.Rolter = bin
-	r := &overheadRun{o: &o, addrs: map[string]string{}, procs: map[string]*proc{}, clients: map[string]*fasthttp.HostClient{},
+	r := &overheadRun{o: &o, addrs: map[string]string{}, procs: map[string]*fleet.Proc{}, clients: map[string]*fasthttp.HostClient{},
 		chunks: o.streamChunks}
 	dir, err := os.MkdirTemp("", "rolter-ab-")
 	if err != nil {

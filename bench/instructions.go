@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/valyala/fasthttp"
 )
 
@@ -93,7 +94,7 @@ type InstructionReport struct {
 	References []*InstructionCase `json:"references,omitempty"`
 	Options    InstructionOptions `json:"-"`
 	Seconds    float64            `json:"seconds"`
-	Machine    Machine            `json:"machine"`
+	Machine    fleet.Machine      `json:"machine"`
 }
 
 // InstructionCase is one case's count.
@@ -129,7 +130,7 @@ func RunInstructions(ctx context.Context, o InstructionOptions) (*InstructionRep
 	}
 	started := time.Now()
 	rep := &InstructionReport{Date: started.UTC().Format(time.RFC3339), Versions: map[string]string{}, Options: o,
-		Machine: DescribeMachine()}
+		Machine: fleet.DescribeMachine()}
 	if out, err := exec.Command(o.Rolter, "version").Output(); err == nil {
 		rep.Versions["rolter"] = string(bytes.TrimSpace(out))
 	}
@@ -138,11 +139,11 @@ func RunInstructions(ctx context.Context, o InstructionOptions) (*InstructionRep
 	}
 	upstream := o.upstreamAddr
 	if upstream == "" {
-		up, addr, err := startProc("fake upstream", o.Upstream, []string{"-listen", "127.0.0.1:0"}, "listening http://", 10*time.Second)
+		up, addr, err := fleet.StartProc("fake upstream", o.Upstream, []string{"-listen", "127.0.0.1:0"}, "listening http://", 10*time.Second)
 		if err != nil {
 			return nil, err
 		}
-		defer up.stop()
+		defer up.Stop()
 		upstream = addr
 	}
 	if _, err := exec.LookPath("cg_diff"); err != nil {
@@ -256,7 +257,7 @@ func countCase(ctx context.Context, o *InstructionOptions, c *OverheadCase, g ga
 // cachegrindRun runs c's gateway under cachegrind, sends warmup then n requests, stops it and returns its
 // cachegrind file and how many of the requests failed.
 func cachegrindRun(ctx context.Context, o *InstructionOptions, c *OverheadCase, g gateway, dir string, warmup, n int) (string, int, error) {
-	port, err := freePort()
+	port, err := fleet.FreePort()
 	if err != nil {
 		return "", 0, err
 	}
@@ -267,12 +268,12 @@ func cachegrindRun(ctx context.Context, o *InstructionOptions, c *OverheadCase, 
 	}
 	out := filepath.Join(dir, fmt.Sprintf("cachegrind-%d.out", n))
 	args := append([]string{"--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=" + out}, cmd...)
-	gw, _, err := startProcEnv(g.name+" under cachegrind ("+c.Name+")", o.Valgrind, args, instructionEnv, "", 0)
+	gw, _, err := fleet.StartProcEnv(g.name+" under cachegrind ("+c.Name+")", o.Valgrind, args, instructionEnv, "", 0)
 	if err != nil {
 		return "", 0, err
 	}
-	defer gw.stop()
-	if err := waitHTTP(ctx, "http://"+addr+"/healthz", 120*time.Second, gw); err != nil {
+	defer gw.Stop()
+	if err := fleet.WaitHTTP(ctx, "http://"+addr+"/healthz", 120*time.Second, gw); err != nil {
 		return "", 0, fmt.Errorf("%s under cachegrind did not come up: %w", g.name, err)
 	}
 	client := &fasthttp.HostClient{Addr: addr, MaxConns: o.Concurrency, ReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second}
@@ -281,7 +282,7 @@ func cachegrindRun(ctx context.Context, o *InstructionOptions, c *OverheadCase, 
 	fmt.Fprintf(o.Log, "instructions %s through %s: %d warm-up and %d counted requests\n", c.Name, g.name, warmup, n)
 	failed := countedLoop(ctx, client, addr, c, warmup, o.Concurrency, &seq)
 	if failed > 0 {
-		return "", failed, fmt.Errorf("%d of %d warm-up requests failed: %s", failed, warmup, gw.tail())
+		return "", failed, fmt.Errorf("%d of %d warm-up requests failed: %s", failed, warmup, gw.Tail())
 	}
 	if c.PromptBytes > 0 {
 		r := &overheadRun{addrs: map[string]string{}}
@@ -298,11 +299,11 @@ func cachegrindRun(ctx context.Context, o *InstructionOptions, c *OverheadCase, 
 	failed = countedLoop(ctx, client, addr, c, n, o.Concurrency, &seq)
 	client.CloseIdleConnections()
 	// The file is written when the process exits: let it drain and exit rather than kill it.
-	if err := gw.terminate(2 * time.Minute); err != nil {
+	if err := gw.Terminate(2 * time.Minute); err != nil {
 		return "", failed, err
 	}
 	if _, err := os.Stat(out); err != nil {
-		return "", failed, fmt.Errorf("cachegrind wrote no file: %w: %s", err, gw.tail())
+		return "", failed, fmt.Errorf("cachegrind wrote no file: %w: %s", err, gw.Tail())
 	}
 	return out, failed, nil
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rolter-ai/rolter/bench/fleet"
 )
 
 func TestTopFuncs(t *testing.T) {
@@ -60,7 +62,7 @@ func TestInstructionsTiny(t *testing.T) {
 	var log strings.Builder
 	rep, err := RunInstructions(context.Background(), InstructionOptions{
 		Rolter: self, RefProxy: refproxy, Valgrind: vg, Requests: 200, Warmup: 20, Concurrency: 2, Top: 10, Log: &log,
-		upstreamAddr: startUpstream(t, UpstreamConfig{}), routingMemory: 1 << 20,
+		upstreamAddr: startUpstream(t, fleet.UpstreamConfig{}), routingMemory: 1 << 20,
 	})
 	if err != nil {
 		t.Fatalf("%s\n%s", err, log.String())

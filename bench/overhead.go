@@ -21,6 +21,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/loadtest"
 	"github.com/rolter-ai/rolter/telemetry"
 )
@@ -140,7 +141,7 @@ func (o *OverheadOptions) normalize() error {
 	orDefault(&o.settle, 2*time.Second)
 	orDefault(&o.Log, io.Discard)
 	if o.HAProxy == "" {
-		o.HAProxy = lookSbin("haproxy")
+		o.HAProxy = fleet.LookSbin("haproxy")
 	}
 	var errs []error
 	if o.Rolter == "" {
@@ -330,12 +331,12 @@ type TrieSnapshot struct {
 type OverheadReport struct {
 	Started  time.Time             `json:"started"`
 	Seconds  float64               `json:"seconds"`
-	Machine  Machine               `json:"machine"`
+	Machine  fleet.Machine         `json:"machine"`
 	Options  OverheadReportOptions `json:"options"`
 	Versions map[string]string     `json:"versions"`
 	Paths    []string              `json:"paths"`
 	Cases    []*OverheadCase       `json:"cases"`
-	Goals    []Goal                `json:"goals"`
+	Goals    []fleet.Goal          `json:"goals"`
 	Notes    []string              `json:"notes,omitempty"`
 }
 
@@ -490,8 +491,8 @@ func (u unit) gateway() string {
 type overheadRun struct {
 	o       *OverheadOptions
 	dir     string
-	addrs   map[string]string // unit key -> host:port
-	procs   map[string]*proc  // "upstream", and a unit key for each gateway process
+	addrs   map[string]string      // unit key -> host:port
+	procs   map[string]*fleet.Proc // "upstream", and a unit key for each gateway process
 	clients map[string]*fasthttp.HostClient
 	chunks  int // deltas per stream the upstream sends
 }
@@ -504,7 +505,7 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error
 		return nil, err
 	}
 	rep := &OverheadReport{
-		Started: time.Now(), Machine: DescribeMachine(), Versions: map[string]string{},
+		Started: time.Now(), Machine: fleet.DescribeMachine(), Versions: map[string]string{},
 		Options: OverheadReportOptions{
 			Strategy: o.Strategy, CacheTargets: o.CacheTargets, PromptBytes: o.PromptBytes, FillTimeout: o.FillTimeout.String(),
 			Rounds: o.Rounds, LatencyRequests: o.LatencyRequests,
@@ -518,7 +519,7 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error
 		return nil, fmt.Errorf("cannot create a work directory: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	r := &overheadRun{o: &o, dir: dir, addrs: map[string]string{}, procs: map[string]*proc{}, clients: map[string]*fasthttp.HostClient{},
+	r := &overheadRun{o: &o, dir: dir, addrs: map[string]string{}, procs: map[string]*fleet.Proc{}, clients: map[string]*fasthttp.HostClient{},
 		chunks: o.streamChunks}
 	defer r.stopAll()
 	if err := r.start(ctx, rep); err != nil {
@@ -526,7 +527,7 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error
 	}
 	idle := map[string]float64{}
 	for key, pr := range r.procs {
-		if rss, err := readRSS(pr.PID()); err == nil {
+		if rss, err := fleet.ReadRSS(pr.PID()); err == nil {
 			idle[key] = mib(rss)
 		}
 	}
@@ -787,7 +788,7 @@ func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
 	o := r.o
 	upstream := o.upstreamAddr
 	if upstream == "" {
-		up, addr, err := startProc("fake upstream", o.Upstream, []string{"-listen", "127.0.0.1:0",
+		up, addr, err := fleet.StartProc("fake upstream", o.Upstream, []string{"-listen", "127.0.0.1:0",
 			"-chunks", strconv.Itoa(o.streamChunks), "-gap", o.streamGap.String()}, "listening http://", 10*time.Second)
 		if err != nil {
 			return err
@@ -816,7 +817,7 @@ func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
 		r.addrs[unit{c, PathDirect}.key()] = upstream
 
 		u := unit{c, PathRolter}
-		port, err := freePort()
+		port, err := fleet.FreePort()
 		if err != nil {
 			return err
 		}
@@ -829,12 +830,12 @@ func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
 		if err := os.WriteFile(cfgPath, []byte(rolterConfig(c, r.addrs[u.key()], upstream, routingMemory)), 0o644); err != nil {
 			return fmt.Errorf("cannot write %q: %w", cfgPath, err)
 		}
-		gw, _, err := startProc("rolter ("+c.Name+")", o.Rolter, []string{"serve", "-config", cfgPath, "-log-level", "warn"}, "", 0)
+		gw, _, err := fleet.StartProc("rolter ("+c.Name+")", o.Rolter, []string{"serve", "-config", cfgPath, "-log-level", "warn"}, "", 0)
 		if err != nil {
 			return err
 		}
 		r.procs[u.gateway()] = gw
-		if err := waitHTTP(ctx, "http://"+r.addrs[u.key()]+"/healthz", 15*time.Second, gw); err != nil {
+		if err := fleet.WaitHTTP(ctx, "http://"+r.addrs[u.key()]+"/healthz", 15*time.Second, gw); err != nil {
 			return fmt.Errorf("rolter (%s) did not come up: %w", c.Name, err)
 		}
 
@@ -843,18 +844,18 @@ func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
 				break
 			}
 			u = unit{c, y.path}
-			if port, err = freePort(); err != nil {
+			if port, err = fleet.FreePort(); err != nil {
 				return err
 			}
 			r.addrs[u.key()] = fmt.Sprintf("127.0.0.1:%d", port)
 			name := "refproxy -mode " + y.mode + " (" + c.Name + ")"
-			np, _, err := startProc(name, o.RefProxy, []string{"-mode", y.mode, "-listen", r.addrs[u.key()], "-upstream", upstream}, "", 0)
+			np, _, err := fleet.StartProc(name, o.RefProxy, []string{"-mode", y.mode, "-listen", r.addrs[u.key()], "-upstream", upstream}, "", 0)
 			if err != nil {
 				return err
 			}
 			r.procs[u.gateway()] = np
 			// Its GET /healthz is the upstream's, relayed.
-			if err := waitHTTP(ctx, "http://"+r.addrs[u.key()]+"/healthz", 15*time.Second, np); err != nil {
+			if err := fleet.WaitHTTP(ctx, "http://"+r.addrs[u.key()]+"/healthz", 15*time.Second, np); err != nil {
 				return fmt.Errorf("%s did not come up: %w", name, err)
 			}
 		}
@@ -863,7 +864,7 @@ func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
 			continue
 		}
 		u = unit{c, PathHAProxy}
-		if port, err = freePort(); err != nil {
+		if port, err = fleet.FreePort(); err != nil {
 			return err
 		}
 		r.addrs[u.key()] = fmt.Sprintf("127.0.0.1:%d", port)
@@ -873,12 +874,12 @@ func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
 			return fmt.Errorf("cannot write %q: %w", hcfg, err)
 		}
 		// -db keeps it in the foreground: it is our child, stopped by its PID.
-		hp, _, err := startProc("haproxy ("+c.Name+")", o.HAProxy, []string{"-f", hcfg, "-db"}, "", 0)
+		hp, _, err := fleet.StartProc("haproxy ("+c.Name+")", o.HAProxy, []string{"-f", hcfg, "-db"}, "", 0)
 		if err != nil {
 			return err
 		}
 		r.procs[u.gateway()] = hp
-		if err := waitHTTP(ctx, "http://"+r.addrs[u.key()]+"/health", 15*time.Second, hp); err != nil {
+		if err := fleet.WaitHTTP(ctx, "http://"+r.addrs[u.key()]+"/health", 15*time.Second, hp); err != nil {
 			return fmt.Errorf("haproxy (%s) did not come up: %w", c.Name, err)
 		}
 	}
@@ -966,7 +967,7 @@ func (r *overheadRun) stopAll() {
 	sort.Strings(keys)
 	for _, k := range append(keys, "upstream") {
 		if p := r.procs[k]; p != nil {
-			p.stop()
+			p.Stop()
 		}
 	}
 	for _, c := range r.clients {
@@ -1069,9 +1070,9 @@ func (r *overheadRun) throughput(ctx context.Context, u unit, conc int, d time.D
 	if p := r.procs["upstream"]; p != nil {
 		upPID = p.PID()
 	}
-	busy0, okBusy := machineBusy()
+	busy0, okBusy := fleet.MachineBusy()
 	irq0, okIRQ := interruptCPU()
-	self0, okSelf := selfCPU()
+	self0, okSelf := fleet.SelfCPU()
 	gw0, okGW := procCPU(gwPID)
 	up0, okUp := procCPU(upPID)
 	sw0, okSw := procSwitches(gwPID)
@@ -1104,9 +1105,9 @@ func (r *overheadRun) throughput(ctx context.Context, u unit, conc int, d time.D
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	busy1, okBusy1 := machineBusy()
+	busy1, okBusy1 := fleet.MachineBusy()
 	irq1, okIRQ1 := interruptCPU()
-	self1, okSelf1 := selfCPU()
+	self1, okSelf1 := fleet.SelfCPU()
 	gw1, okGW1 := procCPU(gwPID)
 	up1, okUp1 := procCPU(upPID)
 	sw1, okSw1 := procSwitches(gwPID)
@@ -1146,7 +1147,7 @@ func (r *overheadRun) throughput(ctx context.Context, u unit, conc int, d time.D
 
 // interruptCPU returns the machine's irq + softirq CPU seconds from /proc/stat: loopback TCP is
 // handled there, for the report's processes, without being charged to them.
-func interruptCPU() (float64, bool) { return statCPU(6, 7) }
+func interruptCPU() (float64, bool) { return fleet.StatCPU(6, 7) }
 
 // procSwitches returns the context switches of every thread of process pid so far, voluntary (the thread
 // slept: a wait, a lock, a blocking call) and not (it was preempted), from /proc/PID/task/*/status.
@@ -1181,7 +1182,7 @@ func procCPU(pid int) (float64, bool) {
 	if pid <= 0 {
 		return 0, false
 	}
-	return processCPU("/proc/" + strconv.Itoa(pid) + "/stat")
+	return fleet.ProcessCPU("/proc/" + strconv.Itoa(pid) + "/stat")
 }
 
 type streamResult struct {
@@ -1286,7 +1287,7 @@ func deltaStamp(ev []byte) (int64, bool) {
 // are numbered from seq on.
 func (r *overheadRun) sustain(ctx context.Context, u unit, pid int, seq *atomic.Uint64) (*RSSRun, error) {
 	rr := &RSSRun{Path: u.path, PID: pid}
-	before, err := readRSS(pid)
+	before, err := fleet.ReadRSS(pid)
 	if err != nil {
 		return nil, err
 	}
@@ -1302,7 +1303,7 @@ func (r *overheadRun) sustain(ctx context.Context, u unit, pid int, seq *atomic.
 			case <-stop:
 				return
 			case <-t.C:
-				if v, err := readRSS(pid); err == nil {
+				if v, err := fleet.ReadRSS(pid); err == nil {
 					rr.During = append(rr.During, mib(v))
 				}
 			}
@@ -1317,7 +1318,7 @@ func (r *overheadRun) sustain(ctx context.Context, u unit, pid int, seq *atomic.
 		return nil, ctx.Err()
 	case <-time.After(r.o.settle):
 	}
-	after, err := readRSS(pid)
+	after, err := fleet.ReadRSS(pid)
 	if err != nil {
 		return nil, err
 	}
@@ -1445,8 +1446,8 @@ func summarizeOverhead(c *OverheadCase, paths []string) {
 // overheadGoals evaluates the gateway goals of issues 8 and 19: per case, added c=1 latency p50 and c=64
 // throughput against HAProxy's (and the p99 in the small-body case); in the streaming case, the added time to
 // the first byte against HAProxy's and the stream gap; RSS flat per case.
-func overheadGoals(rep *OverheadReport) []Goal {
-	var goals []Goal
+func overheadGoals(rep *OverheadReport) []fleet.Goal {
+	var goals []fleet.Goal
 	for _, c := range rep.Cases {
 		ro, hp := c.Summary[PathRolter], c.Summary[PathHAProxy]
 		if ro == nil {
@@ -1455,13 +1456,13 @@ func overheadGoals(rep *OverheadReport) []Goal {
 		ratioGoal := func(name, target string, limit float64, rv, hv float64, unit string, lowerIsBetter bool) {
 			name = c.Label() + ": " + name
 			if hp == nil {
-				goals = append(goals, Goal{Name: name, Target: target, Measured: fmt.Sprintf("Rolter %.0f %s; HAProxy not measured", rv, unit), Verdict: "n/a"})
+				goals = append(goals, fleet.Goal{Name: name, Target: target, Measured: fmt.Sprintf("Rolter %.0f %s; HAProxy not measured", rv, unit), Verdict: "n/a"})
 				return
 			}
 			if hv <= 0 {
-				goals = append(goals, Goal{Name: name, Target: target,
+				goals = append(goals, fleet.Goal{Name: name, Target: target,
 					Measured: fmt.Sprintf("Rolter %.0f %s, HAProxy %.0f %s: HAProxy's is not above the noise, no ratio", rv, unit, hv, unit),
-					Verdict:  verdict(rv <= 0)})
+					Verdict:  fleet.Verdict(rv <= 0)})
 				return
 			}
 			ratio := rv / hv
@@ -1469,8 +1470,8 @@ func overheadGoals(rep *OverheadReport) []Goal {
 			if !lowerIsBetter {
 				ok = ratio >= limit
 			}
-			goals = append(goals, Goal{Name: name, Target: target,
-				Measured: fmt.Sprintf("%.2fx (Rolter %.0f %s, HAProxy %.0f %s)", ratio, rv, unit, hv, unit), Verdict: verdict(ok)})
+			goals = append(goals, fleet.Goal{Name: name, Target: target,
+				Measured: fmt.Sprintf("%.2fx (Rolter %.0f %s, HAProxy %.0f %s)", ratio, rv, unit, hv, unit), Verdict: fleet.Verdict(ok)})
 		}
 		var hAddedP50, hAddedP99, hTput float64
 		if hp != nil {
@@ -1498,20 +1499,20 @@ func overheadGoals(rep *OverheadReport) []Goal {
 		// The verdict uses the send-stamped measure: the raw gap percentiles also carry the
 		// upstream's own timer jitter, which differs between streams and, on a shared machine,
 		// swamps a 50 µs goal either way (both are shown).
-		goals = append(goals, Goal{Name: c.Label() + ": added inter-chunk gap p99 (Rolter − direct, send-stamped)", Target: "< 50 µs",
+		goals = append(goals, fleet.Goal{Name: c.Label() + ": added inter-chunk gap p99 (Rolter − direct, send-stamped)", Target: "< 50 µs",
 			Measured: fmt.Sprintf("%+.1f µs (gap change p99 %.0f µs vs %.0f µs direct; raw gap p99 %+.0f µs: %.0f vs %.0f)",
 				ro.AddedJitP99, ro.JitterP99, d.JitterP99, ro.AddedGapP99, ro.GapP99, d.GapP99),
-			Verdict: verdict(ro.AddedJitP99 < 50)})
+			Verdict: fleet.Verdict(ro.AddedJitP99 < 50)})
 	}
 	for _, c := range rep.Cases {
 		for _, rr := range c.RSS {
 			if rr.Path != PathRolter {
 				continue
 			}
-			goals = append(goals, Goal{Name: c.Label() + ": Rolter RSS flat across the sustained run", Target: "growth <= max(2 MiB, 5%)",
+			goals = append(goals, fleet.Goal{Name: c.Label() + ": Rolter RSS flat across the sustained run", Target: "growth <= max(2 MiB, 5%)",
 				Measured: fmt.Sprintf("%+.1f MiB (middle third %.1f, last third %.1f, peak %.1f, after %.1f MiB)",
 					rr.GrowthMiB, rr.MiddleMiB, rr.LastMiB, rr.PeakMiB, rr.AfterMiB),
-				Verdict: verdict(rr.Flat)})
+				Verdict: fleet.Verdict(rr.Flat)})
 		}
 	}
 	return goals

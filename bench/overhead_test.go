@@ -18,17 +18,18 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/engine"
 )
 
 // startUpstream serves NewFakeUpstream on loopback for a test.
-func startUpstream(t *testing.T, cfg UpstreamConfig) string {
+func startUpstream(t *testing.T, cfg fleet.UpstreamConfig) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &fasthttp.Server{Handler: NewFakeUpstream(cfg), CloseOnShutdown: true}
+	srv := &fasthttp.Server{Handler: fleet.NewFakeUpstream(cfg), CloseOnShutdown: true}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	return ln.Addr().String()
@@ -38,7 +39,7 @@ func startUpstream(t *testing.T, cfg UpstreamConfig) string {
 // stamp, the whole stream no faster than its pace; instant answers are instant JSON.
 func TestFakeUpstreamStream(t *testing.T) {
 	const chunks, gap = 5, 15 * time.Millisecond
-	addr := startUpstream(t, UpstreamConfig{Chunks: chunks, Gap: gap})
+	addr := startUpstream(t, fleet.UpstreamConfig{Chunks: chunks, Gap: gap})
 	u := unit{c: newCases(&OverheadOptions{Strategy: "round_robin", CacheTargets: 4, PromptBytes: 8192})[0], path: PathDirect}
 	r := &overheadRun{o: &OverheadOptions{ThroughputConcurrency: 2}, addrs: map[string]string{u.key(): addr}, chunks: chunks,
 		clients: map[string]*fasthttp.HostClient{u.key(): {Addr: addr}}}
@@ -162,7 +163,7 @@ func TestOverheadConfigs(t *testing.T) {
 		if n := strings.Count(text, "\n    server "); n != c.Targets {
 			t.Fatalf("%s: %d haproxy servers, want %d:\n%s", c.Name, n, c.Targets, text)
 		}
-		if h := lookSbin("haproxy"); h != "" {
+		if h := fleet.LookSbin("haproxy"); h != "" {
 			path := filepath.Join(t.TempDir(), "haproxy.cfg")
 			if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 				t.Fatal(err)
@@ -209,7 +210,7 @@ func TestOverheadTiny(t *testing.T) {
 	// Count every prompt number the upstream sees.
 	var mu sync.Mutex
 	seen := map[string]int{}
-	h := NewFakeUpstream(UpstreamConfig{Chunks: 4, Gap: 5 * time.Millisecond})
+	h := fleet.NewFakeUpstream(fleet.UpstreamConfig{Chunks: 4, Gap: 5 * time.Millisecond})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -319,8 +320,8 @@ func TestDeltaStamp(t *testing.T) {
 		}
 	}
 	f(`data: {"choices":[{"delta":{"content":"1700000000123456789"}}]}`, 1700000000123456789, true)
-	f(string(roleEvent), 0, false)
-	f(string(finishEvent), 0, false)
+	f(string(fleet.RoleEvent), 0, false)
+	f(string(fleet.FinishEvent), 0, false)
 	f(`data: {"choices":[{"delta":{"content":"abc"}}]}`, 0, false)
 }
 
@@ -337,47 +338,6 @@ func TestRSSTrend(t *testing.T) {
 	f([]float64{100, 100, 100, 100, 100, 104, 104, 104, 104}, 4, true)  // 4 MiB < 5% of 100
 	f([]float64{100, 100, 100, 100, 100, 100, 106, 106, 106}, 6, false) // 6 MiB > 5 MiB
 	f([]float64{1, 2}, 0, false)
-}
-
-func TestReadRSS(t *testing.T) {
-	rss, err := readRSS(os.Getpid())
-	if err != nil {
-		t.Skipf("no /proc: %s", err)
-	}
-	if rss < 1<<20 || rss > 1<<40 {
-		t.Fatalf("RSS %d bytes is implausible", rss)
-	}
-	if _, err := readRSS(1 << 30); err == nil {
-		t.Fatal("RSS of a pid that cannot exist")
-	}
-}
-
-// TestProcStop: a child is started, its ready line read, and stopped by PID.
-func TestProcStop(t *testing.T) {
-	p, rest, err := startProc("sleeper", "/bin/sh", []string{"-c", "echo 'listening http://127.0.0.1:9'; exec sleep 30"}, "listening http://", 5*time.Second)
-	if err != nil {
-		t.Skipf("no /bin/sh: %s", err)
-	}
-	if rest != "127.0.0.1:9" {
-		t.Fatalf("ready line rest %q", rest)
-	}
-	if !p.alive() {
-		t.Fatal("child not alive")
-	}
-	start := time.Now()
-	p.stop()
-	if p.alive() {
-		t.Fatal("child alive after stop")
-	}
-	if took := time.Since(start); took > 4*time.Second {
-		t.Fatalf("stop took %v: SIGTERM ignored?", took)
-	}
-	p.stop() // idempotent
-
-	_, _, err = startProc("quitter", "/bin/sh", []string{"-c", "echo boom >&2; exit 3"}, "listening", 5*time.Second)
-	if err == nil || !strings.Contains(err.Error(), "boom") {
-		t.Fatalf("got %v; want the child's output in the error", err)
-	}
 }
 
 func TestOverheadSummaryAndGoals(t *testing.T) {
@@ -407,7 +367,7 @@ func TestOverheadSummaryAndGoals(t *testing.T) {
 	}
 	small.RSS = []*RSSRun{{Path: PathRolter, Flat: true}, {Path: PathHAProxy, Flat: true}}
 	cache.RSS = []*RSSRun{{Path: PathRolter, GrowthMiB: 40}}
-	f := func(goals []Goal, want ...string) {
+	f := func(goals []fleet.Goal, want ...string) {
 		t.Helper()
 		if len(goals) != len(want) {
 			t.Fatalf("%d goals, want %d: %+v", len(goals), len(want), goals)
@@ -458,7 +418,7 @@ func TestABTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := startUpstream(t, UpstreamConfig{})
+	up := startUpstream(t, fleet.UpstreamConfig{})
 	for _, c := range []string{CaseSmall, CaseCache} {
 		rep, err := RunAB(context.Background(), ABOptions{A: self, B: self, Case: c, Rounds: 2, Warmup: 100 * time.Millisecond,
 			Duration: 300 * time.Millisecond, upstreamAddr: up, routingMemory: 1 << 20})

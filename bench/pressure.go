@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/loadtest"
 	"github.com/rolter-ai/rolter/sim"
 )
@@ -73,7 +74,7 @@ func (o *PressureOptions) normalize() {
 		o.Capacities = PressureCapacities
 	}
 	if o.Strategies == nil {
-		o.Strategies = RoutingStrategies
+		o.Strategies = fleet.Strategies
 	}
 	if o.Workloads == nil {
 		o.Workloads = PressureWorkloadNames
@@ -198,10 +199,10 @@ type PressureReport struct {
 	Options   PressureReportOptions   `json:"options"`
 	Workloads []*PressureWorkloadInfo `json:"workloads"`
 	Cells     []*PressureCell         `json:"cells"`
-	Goals     []Goal                  `json:"goals"`
+	Goals     []fleet.Goal            `json:"goals"`
 	Started   time.Time               `json:"started"`
 	Seconds   float64                 `json:"seconds"`
-	Machine   Machine                 `json:"machine"`
+	Machine   fleet.Machine           `json:"machine"`
 }
 
 // PressureReportOptions is the serialisable part of PressureOptions, defaults filled in.
@@ -285,9 +286,9 @@ type PressureCell struct {
 	Load  LoadSpread  `json:"load"`
 	Burst *LoadSpread `json:"burst,omitempty"`
 	// Inflight is each engine's running + waiting requests sampled every 20 ms (middle 80% of the run).
-	Inflight  InflightSummary `json:"inflight"`
-	Evictions []uint64        `json:"engine_evictions"`
-	Decisions map[string]int  `json:"decisions,omitempty"`
+	Inflight  fleet.InflightSummary `json:"inflight"`
+	Evictions []uint64              `json:"engine_evictions"`
+	Decisions map[string]int        `json:"decisions,omitempty"`
 	// ByDecision is the answered requests' prompt and cached tokens per decision: what each kind of
 	// decision delivered.
 	ByDecision map[string]DecisionTokens `json:"by_decision,omitempty"`
@@ -295,9 +296,9 @@ type PressureCell struct {
 	Claims ClaimStats `json:"claims"`
 	// Reuse is the gateway's routing evidence; TrieResets its tries emptied during the run, by reason;
 	// TrieEvictions the prompts its tries pruned at their ceilings.
-	Reuse         ReuseSummary      `json:"reuse"`
-	TrieResets    map[string]uint64 `json:"trie_resets,omitempty"`
-	TrieEvictions uint64            `json:"trie_evictions"`
+	Reuse         fleet.ReuseSummary `json:"reuse"`
+	TrieResets    map[string]uint64  `json:"trie_resets,omitempty"`
+	TrieEvictions uint64             `json:"trie_evictions"`
 	// GroupsSplit counts the groups (conversations) whose requests went to more than one engine;
 	// EnginesPerGroup is the mean number of engines per group.
 	GroupsSplit     int     `json:"groups_split"`
@@ -398,7 +399,7 @@ func RunPressure(ctx context.Context, o PressureOptions) (*PressureReport, error
 			Recommended: o.Recommended,
 		},
 		Started: time.Now(),
-		Machine: DescribeMachine(),
+		Machine: fleet.DescribeMachine(),
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -478,9 +479,9 @@ func runPressureCell(ctx context.Context, o *PressureOptions, sc sim.Config, inf
 	c := &PressureCell{Workload: info.Workload.Name, Capacity: capacity, NumBlocks: sc.NumBlocks, Strategy: spec.Label}
 	start := time.Now()
 	defer func() { c.Seconds = time.Since(start).Seconds() }()
-	f, err := startFleet(o.Engines, sc, spec.Strategy, log, spec.routeParams(sc.NumBlocks, sc.BlockSize))
+	f, err := fleet.Start(o.Engines, sc, spec.Strategy, log, spec.routeParams(sc.NumBlocks, sc.BlockSize))
 	if err != nil {
-		var ue *UnavailableError
+		var ue *fleet.UnavailableError
 		if errors.As(err, &ue) {
 			c.Unavailable = "not available in this build: " + ue.Reason
 		} else {
@@ -488,15 +489,15 @@ func runPressureCell(ctx context.Context, o *PressureOptions, sc sim.Config, inf
 		}
 		return c
 	}
-	defer f.stop()
+	defer f.Stop()
 	precise := spec.Strategy == "precise_cache_aware"
 	if precise {
 		// As in the routing report: let the subscribers connect before the first event.
 		time.Sleep(500 * time.Millisecond)
 	}
 	before := scrapeTrieCounters(ctx, f.URL)
-	sampler := startSampler(f.sims, 20*time.Millisecond)
-	meter := startCPUMeter()
+	sampler := fleet.StartSampler(f.Sims, 20*time.Millisecond)
+	meter := fleet.StartCPUMeter()
 	res, err := loadtest.Run(ctx, loadtest.Options{
 		URL:            f.URL,
 		Plan:           plan,
@@ -504,14 +505,14 @@ func runPressureCell(ctx context.Context, o *PressureOptions, sc sim.Config, inf
 		Duration:       o.RunTimeout,
 		Timeout:        time.Minute,
 		TokenIDs:       precise,
-		TokenizeURL:    f.sims[0].URL(),
-		Targets:        f.names,
+		TokenizeURL:    f.Sims[0].URL(),
+		Targets:        f.Names,
 		BlockSize:      sc.BlockSize,
 		OracleCapacity: o.Engines * sc.NumBlocks,
 		KeepSamples:    true,
 	})
-	c.OtherCPU = meter.others()
-	samples := sampler.stop()
+	c.OtherCPU = meter.Others()
+	samples := sampler.Stop()
 	if err != nil {
 		c.Error = err.Error()
 		return c
@@ -520,14 +521,14 @@ func runPressureCell(ctx context.Context, o *PressureOptions, sc sim.Config, inf
 	c.Planned, c.Sent, c.Succeeded, c.Failed, c.Cancelled = res.Planned, res.Sent, res.Succeeded, res.Failed, res.Cancelled
 	c.HitRate, c.OracleHitRate, c.PooledHitRate = res.HitRate, res.OracleHitRate, res.CapacityOracleHitRate
 	c.TTFT, c.Throughput, c.Decisions, c.WallSeconds = res.TTFT, res.Throughput, res.Decisions, res.WallSeconds
-	for _, e := range f.sims {
+	for _, e := range f.Sims {
 		st := e.Stats()
 		c.EnginePromptTokens += st.QueriedTokens
 		c.EngineCachedTokens += st.HitTokens
 		c.Evictions = append(c.Evictions, st.Evictions)
 	}
-	c.Inflight = summarizeInflight(samples, len(f.sims))
-	c.Reuse = reuseOf(f.gw.State())
+	c.Inflight = fleet.SummarizeInflight(samples, len(f.Sims))
+	c.Reuse = fleet.ReuseOf(f.Gateway.State())
 	c.TrieResets, c.TrieEvictions = after.since(before)
 
 	// Samples in send order: the placement reference replays them as they were sent.
@@ -540,7 +541,7 @@ func runPressureCell(ctx context.Context, o *PressureOptions, sc sim.Config, inf
 		po.Add(tokens)
 	}
 	c.PlacementHitRate = po.HitRate()
-	c.Load = loadSpread(smp, f.names)
+	c.Load = loadSpread(smp, f.Names)
 	if info.Workload.Name == PressureHotBurst {
 		hot := info.Workload.hotGroup()
 		first, last := -1, -1
@@ -553,13 +554,13 @@ func runPressureCell(ctx context.Context, o *PressureOptions, sc sim.Config, inf
 			}
 		}
 		if first >= 0 {
-			b := loadSpread(smp[first:last+1], f.names)
+			b := loadSpread(smp[first:last+1], f.Names)
 			c.Burst = &b
 		}
 	}
 	c.Claims = claimStats(smp)
 	c.ByDecision = byDecision(smp)
-	c.GroupsSplit, c.EnginesPerGroup = groupSpread(smp)
+	c.GroupsSplit, c.EnginesPerGroup = fleet.GroupSpread(smp)
 	return c
 }
 
@@ -579,12 +580,12 @@ func loadSpread(samples []loadtest.Sample, names []string) LoadSpread {
 		s.Requests[k]++
 		s.Prefill[k] += int64(sm.PromptTokens - sm.CachedTokens)
 	}
-	s.BusiestIdlest, _ = spread(s.Requests)
+	s.BusiestIdlest, _ = fleet.Spread(s.Requests)
 	prefill := make([]int, len(s.Prefill))
 	for i, v := range s.Prefill {
 		prefill[i] = int(v)
 	}
-	s.BusiestIdlestPrefill, _ = spread(prefill)
+	s.BusiestIdlestPrefill, _ = fleet.Spread(prefill)
 	total := 0
 	for _, n := range s.Requests {
 		total += n
@@ -734,14 +735,14 @@ const PressureRecommended = "pipeline"
 const goalCapacity = 0.5
 
 // pressureGoals evaluates issue 18's goals for the recommended strategy at 50% capacity.
-func pressureGoals(rep *PressureReport) []Goal {
-	var goals []Goal
+func pressureGoals(rep *PressureReport) []fleet.Goal {
+	var goals []fleet.Goal
 	s := rep.Options.Recommended
 	add := func(name, target, measured string, ok bool) {
-		goals = append(goals, Goal{Name: name, Target: target, Measured: measured, Verdict: verdict(ok)})
+		goals = append(goals, fleet.Goal{Name: name, Target: target, Measured: measured, Verdict: fleet.Verdict(ok)})
 	}
 	na := func(name, target, why string) {
-		goals = append(goals, Goal{Name: name, Target: target, Measured: why, Verdict: "n/a"})
+		goals = append(goals, fleet.Goal{Name: name, Target: target, Measured: why, Verdict: "n/a"})
 	}
 	get := func(workload string) (*PressureCell, string) {
 		c := rep.Cell(workload, goalCapacity, s)

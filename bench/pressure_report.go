@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/loadtest"
 )
 
@@ -16,7 +17,7 @@ func WritePressure(rep *PressureReport, dir, name string) ([]string, error) {
 	if name == "" {
 		name = "pressure"
 	}
-	return writeReport(dir, name, rep.Markdown(), rep)
+	return fleet.WriteReport(dir, name, rep.Markdown(), rep)
 }
 
 // LoadPressure reads a pressure.json written by WritePressure and evaluates its goals again, so the Markdown
@@ -119,7 +120,7 @@ func (rep *PressureReport) Markdown() string {
 
 	fmt.Fprintf(&b, "\n## Goals (`%s` at 50%% capacity)\n\n| goal | target | measured | verdict |\n|---|---|---|---|\n", o.Recommended)
 	for _, g := range rep.Goals {
-		fmt.Fprintf(&b, "| %s | %s | %s | **%s** |\n", g.Name, g.Target, escapePipes(g.Measured), g.Verdict)
+		fmt.Fprintf(&b, "| %s | %s | %s | **%s** |\n", g.Name, g.Target, fleet.EscapePipes(g.Measured), g.Verdict)
 	}
 
 	rep.goalMatrix(&b)
@@ -159,7 +160,7 @@ func (rep *PressureReport) Markdown() string {
 					if msg == "" {
 						msg = "failed: " + c.Error
 					}
-					fmt.Fprintf(&b, "| %s | %s | %s |\n", capCell, s, escapePipes(firstLine(msg)))
+					fmt.Fprintf(&b, "| %s | %s | %s |\n", capCell, s, fleet.EscapePipes(fleet.FirstLine(msg)))
 					continue
 				}
 				fmt.Fprintf(&b, "| %s | %s | %.3f | %.2f | %.2f | %s | %.0f / %.0f / %.0f | %.0f | %s | %s | %d |", capCell, s, c.HitRate,
@@ -172,7 +173,7 @@ func (rep *PressureReport) Markdown() string {
 						b.WriteString(" - | - | - |")
 					}
 				}
-				fmt.Fprintf(&b, " %d | %d | %s |\n", pressureSum(c.Evictions), c.Failed+c.Cancelled, otherCPU(c.OtherCPU))
+				fmt.Fprintf(&b, " %d | %d | %s |\n", pressureSum(c.Evictions), c.Failed+c.Cancelled, fleet.OtherCPU(c.OtherCPU))
 			}
 		}
 		b.WriteString("\nPlacement and ∞ references of the cells (send order), ")
@@ -259,7 +260,7 @@ func (rep *PressureReport) goalMatrix(b *strings.Builder) {
 // formatDecisions renders "prefix_hit 2753 (0.85), overloaded 113 (0.20)": counts, the largest first, with
 // the hit rate of each decision's requests.
 func formatDecisions(counts map[string]int, tokens map[string]DecisionTokens) string {
-	keys := sortedKeys(counts)
+	keys := fleet.SortedKeys(counts)
 	sort.SliceStable(keys, func(i, j int) bool { return counts[keys[i]] > counts[keys[j]] })
 	parts := make([]string, len(keys))
 	for i, k := range keys {
@@ -269,13 +270,6 @@ func formatDecisions(counts map[string]int, tokens map[string]DecisionTokens) st
 		}
 	}
 	return strings.Join(parts, ", ")
-}
-
-func otherCPU(v float64) string {
-	if v < 0 {
-		return "?"
-	}
-	return fmt.Sprintf("%.2f", v)
 }
 
 func pressureRatio(v float64) string {
@@ -297,7 +291,7 @@ func pressureResets(m map[string]uint64) string {
 	if len(m) == 0 {
 		return "0"
 	}
-	keys := sortedKeys(m)
+	keys := fleet.SortedKeys(m)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%d %s", m[k], k)

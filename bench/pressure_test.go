@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/loadtest"
 )
 
@@ -24,7 +25,7 @@ func TestPressureQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := len(PressureWorkloadNames) * len(PressureCapacities) * len(RoutingStrategies); len(rep.Cells) != want {
+	if want := len(PressureWorkloadNames) * len(PressureCapacities) * len(fleet.Strategies); len(rep.Cells) != want {
 		t.Fatalf("%d cells, want %d", len(rep.Cells), want)
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
@@ -41,7 +42,7 @@ func TestPressureQuick(t *testing.T) {
 			}
 		}
 		for _, capacity := range PressureCapacities {
-			for _, s := range RoutingStrategies {
+			for _, s := range fleet.Strategies {
 				c := rep.Cell(w, capacity, s)
 				switch {
 				case c == nil:

@@ -283,7 +283,10 @@ func (z *pressureZipf) Uint64() uint64 {
 	return uint64(min(sort.SearchFloat64s(z.cdf, u), len(z.cdf)-1))
 }
 
-// pressureText returns n tokens of three-letter words (wordSpace of them, replay_plan.go). The first two words spell (kind, id) - kind in the
+// wordSpace is the number of three-letter lowercase words.
+const wordSpace = 26 * 26 * 26
+
+// pressureText returns n tokens of three-letter words (wordSpace of them, as the replay report's prompts). The first two words spell (kind, id) - kind in the
 // first word, id in the rest of it and the second - so texts of different ids differ from their first token
 // on; the rest are random.
 func pressureText(rng *rand.Rand, n int, kind, id uint64) string {

@@ -8,16 +8,12 @@ import (
 	"log/slog"
 	"math"
 	"sort"
-	"strings"
 	"time"
 
-	"github.com/rolter-ai/rolter/engine"
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/loadtest"
 	"github.com/rolter-ai/rolter/sim"
 )
-
-// RoutingStrategies are the strategies the routing report compares, in report order.
-var RoutingStrategies = []string{"round_robin", "least_load", "consistent_hash", "cache_aware", "pipeline", "precise_cache_aware"}
 
 // RoutingScenarios are the workloads of the routing report.
 var RoutingScenarios = []string{loadtest.SharedPrefix, loadtest.MultiTurn, loadtest.HotPrefix}
@@ -74,7 +70,7 @@ func (o *RoutingOptions) normalize() {
 		o.Scale = 4
 	}
 	if o.Strategies == nil {
-		o.Strategies = RoutingStrategies
+		o.Strategies = fleet.Strategies
 	}
 	if o.Scenarios == nil {
 		o.Scenarios = RoutingScenarios
@@ -162,56 +158,16 @@ type RoutingRun struct {
 	Error  string           `json:"error,omitempty"`
 	Result *loadtest.Result `json:"result,omitempty"`
 	// Engine-side counters summed over the fleet (they must agree with the client's).
-	EngineHitTokens uint64          `json:"engine_hit_tokens"`
-	EngineQueried   uint64          `json:"engine_queried_tokens"`
-	EngineEvictions uint64          `json:"engine_evictions"`
-	EngineRequests  []int           `json:"engine_requests"`
-	Inflight        InflightSummary `json:"inflight"`
+	EngineHitTokens uint64                `json:"engine_hit_tokens"`
+	EngineQueried   uint64                `json:"engine_queried_tokens"`
+	EngineEvictions uint64                `json:"engine_evictions"`
+	EngineRequests  []int                 `json:"engine_requests"`
+	Inflight        fleet.InflightSummary `json:"inflight"`
 	// Reuse is the gateway's own routing evidence over the run (README "Routing evidence").
-	Reuse           ReuseSummary `json:"reuse"`
-	GroupsSplit     int          `json:"groups_split"`      // groups (users) served by more than one engine
-	EnginesPerGroup float64      `json:"engines_per_group"` // mean distinct engines per group (user)
-	Seconds         float64      `json:"seconds"`           // the whole run, fleet start to stop
-}
-
-// ReuseSummary is the routing evidence of a run, summed over the route's targets: the prompt reuse the
-// strategy predicted - in its unit, prompt-key bytes or tokens - and what the engines delivered, over the
-// same measured responses.
-type ReuseSummary struct {
-	Scored       uint64 `json:"scored"`
-	Held         uint64 `json:"held"`
-	Captured     uint64 `json:"captured"`
-	PromptTokens uint64 `json:"prompt_tokens"`
-	CachedTokens uint64 `json:"cached_tokens"`
-	Measured     uint64 `json:"measured"`
-}
-
-// reuseOf sums the gateway's routing evidence.
-func reuseOf(st engine.State) (r ReuseSummary) {
-	for _, rt := range st.Routes {
-		for _, t := range rt.Targets {
-			r.Scored += t.Reuse.Scored
-			r.Held += t.Reuse.Held
-			r.Captured += t.Reuse.Captured
-			r.PromptTokens += t.PromptTokens
-			r.CachedTokens += t.CachedTokens
-			r.Measured += t.Measured
-		}
-	}
-	return r
-}
-
-// String is "held 0.88, captured 0.84; delivered 0.80", or the delivered part alone for a strategy that
-// predicts nothing.
-func (r ReuseSummary) String() string {
-	delivered := "delivered -"
-	if r.PromptTokens > 0 {
-		delivered = fmt.Sprintf("delivered %.3f", float64(r.CachedTokens)/float64(r.PromptTokens))
-	}
-	if r.Scored == 0 {
-		return delivered
-	}
-	return fmt.Sprintf("held %.3f, captured %.3f; %s", float64(r.Held)/float64(r.Scored), float64(r.Captured)/float64(r.Scored), delivered)
+	Reuse           fleet.ReuseSummary `json:"reuse"`
+	GroupsSplit     int                `json:"groups_split"`      // groups (users) served by more than one engine
+	EnginesPerGroup float64            `json:"engines_per_group"` // mean distinct engines per group (user)
+	Seconds         float64            `json:"seconds"`           // the whole run, fleet start to stop
 }
 
 // Available reports whether the run measured something.
@@ -222,10 +178,10 @@ type RoutingReport struct {
 	Options   RoutingReportOptions         `json:"options"`
 	Workloads map[string]loadtest.Workload `json:"workloads"`
 	Runs      []*RoutingRun                `json:"runs"`
-	Goals     []Goal                       `json:"goals"`
+	Goals     []fleet.Goal                 `json:"goals"`
 	Started   time.Time                    `json:"started"`
 	Seconds   float64                      `json:"seconds"`
-	Machine   Machine                      `json:"machine"`
+	Machine   fleet.Machine                `json:"machine"`
 }
 
 // RoutingReportOptions is the serialisable part of RoutingOptions.
@@ -333,7 +289,7 @@ func RunRouting(ctx context.Context, o RoutingOptions) (*RoutingReport, error) {
 		},
 		Workloads: map[string]loadtest.Workload{},
 		Started:   time.Now(),
-		Machine:   DescribeMachine(),
+		Machine:   fleet.DescribeMachine(),
 	}
 	log := slog.New(slog.NewTextHandler(o.Log, &slog.HandlerOptions{Level: slog.LevelError}))
 	// Repeat the whole matrix rather than each run back to back, so a slow spell of a shared
@@ -374,9 +330,9 @@ func runOne(ctx context.Context, o *RoutingOptions, sc sim.Config, scenario, str
 	run := &RoutingRun{Scenario: scenario, Strategy: strategy, Repeat: repeat, Seed: w.Seed}
 	start := time.Now()
 	defer func() { run.Seconds = time.Since(start).Seconds() }()
-	f, err := startFleet(o.Engines, sc, strategy, log)
+	f, err := fleet.Start(o.Engines, sc, strategy, log)
 	if err != nil {
-		var ue *UnavailableError
+		var ue *fleet.UnavailableError
 		if errors.As(err, &ue) {
 			run.Unavailable = "not available in this build: " + ue.Reason
 		} else {
@@ -384,14 +340,14 @@ func runOne(ctx context.Context, o *RoutingOptions, sc sim.Config, scenario, str
 		}
 		return run
 	}
-	defer f.stop()
+	defer f.Stop()
 	precise := strategy == "precise_cache_aware"
 	if precise {
 		// Let the gateway's subscribers connect before the first event is published (ZMQ drops
 		// messages for subscribers that have not joined yet).
 		time.Sleep(500 * time.Millisecond)
 	}
-	sampler := startSampler(f.sims, 20*time.Millisecond)
+	sampler := fleet.StartSampler(f.Sims, 20*time.Millisecond)
 	res, err := loadtest.Run(ctx, loadtest.Options{
 		URL:         f.URL,
 		Workload:    w,
@@ -399,78 +355,36 @@ func runOne(ctx context.Context, o *RoutingOptions, sc sim.Config, scenario, str
 		Duration:    o.RunTimeout,
 		Timeout:     time.Minute,
 		TokenIDs:    precise,
-		TokenizeURL: f.sims[0].URL(),
-		Targets:     f.names,
+		TokenizeURL: f.Sims[0].URL(),
+		Targets:     f.Names,
 		BlockSize:   sc.BlockSize,
 		KeepSamples: true,
 	})
-	samples := sampler.stop()
+	samples := sampler.Stop()
 	if err != nil {
 		run.Error = err.Error()
 		return run
 	}
-	run.Inflight = summarizeInflight(samples, len(f.sims))
-	run.Reuse = reuseOf(f.gw.State())
-	for _, e := range f.sims {
+	run.Inflight = fleet.SummarizeInflight(samples, len(f.Sims))
+	run.Reuse = fleet.ReuseOf(f.Gateway.State())
+	for _, e := range f.Sims {
 		st := e.Stats()
 		run.EngineHitTokens += st.HitTokens
 		run.EngineQueried += st.QueriedTokens
 		run.EngineEvictions += st.Evictions
 		run.EngineRequests = append(run.EngineRequests, int(st.Requests))
 	}
-	run.GroupsSplit, run.EnginesPerGroup = groupSpread(res.Samples)
+	run.GroupsSplit, run.EnginesPerGroup = fleet.GroupSpread(res.Samples)
 	res.Samples = nil // the report keeps aggregates only
 	run.Result = res
 	return run
 }
 
-// groupSpread counts the groups (shared-prefix) or users (multi-turn) whose requests went to
-// more than one engine, and the mean number of distinct engines per group.
-func groupSpread(samples []loadtest.Sample) (split int, mean float64) {
-	engines := map[int]map[string]bool{}
-	for _, s := range samples {
-		if s.Group < 0 || s.Target == "" || s.Error != "" {
-			continue
-		}
-		if engines[s.Group] == nil {
-			engines[s.Group] = map[string]bool{}
-		}
-		engines[s.Group][s.Target] = true
-	}
-	if len(engines) == 0 {
-		return 0, 0
-	}
-	total := 0
-	for _, e := range engines {
-		total += len(e)
-		if len(e) > 1 {
-			split++
-		}
-	}
-	return split, float64(total) / float64(len(engines))
-}
-
-// Goal is one target the report is held against.
-type Goal struct {
-	Name     string `json:"name"`
-	Target   string `json:"target"`
-	Measured string `json:"measured"`
-	// Verdict is PASS, MISS, or n/a (the strategy or scenario did not run).
-	Verdict string `json:"verdict"`
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "MISS"
-}
-
 // routingGoals evaluates issue 8's routing goals on the report.
-func routingGoals(rep *RoutingReport) []Goal {
-	var goals []Goal
+func routingGoals(rep *RoutingReport) []fleet.Goal {
+	var goals []fleet.Goal
 	na := func(name, target, why string) {
-		goals = append(goals, Goal{Name: name, Target: target, Measured: why, Verdict: "n/a"})
+		goals = append(goals, fleet.Goal{Name: name, Target: target, Measured: why, Verdict: "n/a"})
 	}
 	get := func(scenario, strategy string) (*RoutingRun, string) {
 		r := rep.Run(scenario, strategy)
@@ -496,9 +410,9 @@ func routingGoals(rep *RoutingReport) []Goal {
 		na(gShare, "<= 1.25", why)
 	} else {
 		r := sp.Result
-		goals = append(goals, Goal{Name: gOracle, Target: ">= 0.96",
+		goals = append(goals, fleet.Goal{Name: gOracle, Target: ">= 0.96",
 			Measured: fmt.Sprintf("%.3f (hit %.3f %s / oracle %.3f)", r.HitVsOracle, r.HitRate, rep.rangeText(loadtest.SharedPrefix, "cache_aware"), r.OracleHitRate),
-			Verdict:  verdict(r.HitVsOracle >= 0.96)})
+			Verdict:  fleet.Verdict(r.HitVsOracle >= 0.96)})
 		if rr, why := get(loadtest.SharedPrefix, "round_robin"); rr == nil {
 			na(gRR, ">= 1.8x", why)
 		} else {
@@ -506,14 +420,14 @@ func routingGoals(rep *RoutingReport) []Goal {
 			if rr.Result.HitRate > 0 {
 				ratio = r.HitRate / rr.Result.HitRate
 			}
-			goals = append(goals, Goal{Name: gRR, Target: ">= 1.8x",
+			goals = append(goals, fleet.Goal{Name: gRR, Target: ">= 1.8x",
 				Measured: fmt.Sprintf("%.2fx (%.3f / %.3f %s)", ratio, r.HitRate, rr.Result.HitRate, rep.rangeText(loadtest.SharedPrefix, "round_robin")),
-				Verdict:  verdict(rr.Result.HitRate > 0 && ratio >= 1.8 || rr.Result.HitRate == 0 && r.HitRate > 0)})
+				Verdict:  fleet.Verdict(rr.Result.HitRate > 0 && ratio >= 1.8 || rr.Result.HitRate == 0 && r.HitRate > 0)})
 		}
 		med, lo, hi := rep.medianOf(loadtest.SharedPrefix, "cache_aware", func(r *RoutingRun) float64 { return r.Result.ShareMaxMin })
-		goals = append(goals, Goal{Name: gShare, Target: "<= 1.25",
+		goals = append(goals, fleet.Goal{Name: gShare, Target: "<= 1.25",
 			Measured: fmt.Sprintf("%s median over runs (range %s–%s)", loadtest.FormatMaxMin(med), loadtest.FormatMaxMin(lo), loadtest.FormatMaxMin(hi)),
-			Verdict:  verdict(med > 0 && med <= 1.25)})
+			Verdict:  fleet.Verdict(med > 0 && med <= 1.25)})
 	}
 
 	const (
@@ -541,13 +455,13 @@ func routingGoals(rep *RoutingReport) []Goal {
 			}
 			noRequests = max(noRequests, n)
 		}
-		goals = append(goals, Goal{Name: gIdle, Target: "0 idle",
+		goals = append(goals, fleet.Goal{Name: gIdle, Target: "0 idle",
 			Measured: fmt.Sprintf("at most %d idle (empty in > half the samples) and %d without a request, over %d runs", idle, noRequests, runs),
-			Verdict:  verdict(idle == 0 && noRequests == 0)})
+			Verdict:  fleet.Verdict(idle == 0 && noRequests == 0)})
 		med, lo, hi := rep.medianOf(loadtest.HotPrefix, "cache_aware", func(r *RoutingRun) float64 { return r.Inflight.MaxMin })
-		goals = append(goals, Goal{Name: gInfl, Target: "<= 1.5",
+		goals = append(goals, fleet.Goal{Name: gInfl, Target: "<= 1.5",
 			Measured: fmt.Sprintf("%s median over runs (range %s–%s)", loadtest.FormatMaxMin(med), loadtest.FormatMaxMin(lo), loadtest.FormatMaxMin(hi)),
-			Verdict:  verdict(med > 0 && med <= 1.5)})
+			Verdict:  fleet.Verdict(med > 0 && med <= 1.5)})
 	}
 
 	for _, scenario := range []string{loadtest.SharedPrefix, loadtest.MultiTurn} {
@@ -562,32 +476,10 @@ func routingGoals(rep *RoutingReport) []Goal {
 			na(name, ">= 1.0x", why)
 			continue
 		}
-		goals = append(goals, Goal{Name: name, Target: ">= 1.0x",
+		goals = append(goals, fleet.Goal{Name: name, Target: ">= 1.0x",
 			Measured: fmt.Sprintf("%.3f %s vs %.3f %s", p.Result.HitRate, rep.rangeText(scenario, "precise_cache_aware"),
 				c.Result.HitRate, rep.rangeText(scenario, "cache_aware")),
-			Verdict: verdict(p.Result.HitRate >= c.Result.HitRate)})
+			Verdict: fleet.Verdict(p.Result.HitRate >= c.Result.HitRate)})
 	}
 	return goals
-}
-
-// sortedKeys returns m's keys in order.
-// versionsLine renders a report's "Versions:" line (name: `version`, by name), or "" for none.
-func versionsLine(versions map[string]string) string {
-	if len(versions) == 0 {
-		return ""
-	}
-	v := make([]string, 0, len(versions))
-	for _, k := range sortedKeys(versions) {
-		v = append(v, fmt.Sprintf("%s: `%s`", k, versions[k]))
-	}
-	return "Versions: " + strings.Join(v, ", ") + ".\n"
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

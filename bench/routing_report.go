@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/loadtest"
 )
 
@@ -25,7 +26,7 @@ func WriteRouting(rep *RoutingReport, dir string) ([]string, error) {
 		return nil, fmt.Errorf("cannot write %q: %w", md, err)
 	}
 	js := filepath.Join(dir, "routing.json")
-	if err := writeJSON(js, rep); err != nil {
+	if err := fleet.WriteJSON(js, rep); err != nil {
 		return nil, err
 	}
 	files := []string{md, js}
@@ -33,33 +34,6 @@ func WriteRouting(rep *RoutingReport, dir string) ([]string, error) {
 		files = append(files, filepath.Join(dir, c))
 	}
 	return files, nil
-}
-
-// writeReport writes name.md (markdown) and name.json (v) into dir, creating it, and returns their paths.
-func writeReport(dir, name, markdown string, v any) ([]string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create %q: %w", dir, err)
-	}
-	md := filepath.Join(dir, name+".md")
-	if err := os.WriteFile(md, []byte(markdown), 0o644); err != nil {
-		return nil, fmt.Errorf("cannot write %q: %w", md, err)
-	}
-	js := filepath.Join(dir, name+".json")
-	if err := writeJSON(js, v); err != nil {
-		return nil, err
-	}
-	return []string{md, js}, nil
-}
-
-func writeJSON(path string, v any) error {
-	data, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("cannot encode %q: %w", path, err)
-	}
-	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("cannot write %q: %w", path, err)
-	}
-	return nil
 }
 
 // Markdown renders the report; charts are the PNG file names to embed.
@@ -108,7 +82,7 @@ func (rep *RoutingReport) Markdown(charts []string) string {
 
 	b.WriteString("\n## Goals\n\n| goal | target | measured | verdict |\n|---|---|---|---|\n")
 	for _, g := range rep.Goals {
-		fmt.Fprintf(&b, "| %s | %s | %s | **%s** |\n", g.Name, g.Target, escapePipes(g.Measured), g.Verdict)
+		fmt.Fprintf(&b, "| %s | %s | %s | **%s** |\n", g.Name, g.Target, fleet.EscapePipes(g.Measured), g.Verdict)
 	}
 
 	for _, sc := range o.Scenarios {
@@ -138,7 +112,7 @@ func (rep *RoutingReport) Markdown(charts []string) string {
 				if msg == "" {
 					msg = "failed: " + run.Error
 				}
-				fmt.Fprintf(&b, "| %s | %s |\n", s, escapePipes(firstLine(msg)))
+				fmt.Fprintf(&b, "| %s | %s |\n", s, fleet.EscapePipes(fleet.FirstLine(msg)))
 				continue
 			}
 			r := run.Result
@@ -207,7 +181,7 @@ func (rep *RoutingReport) observations() string {
 		if g.Verdict != "MISS" {
 			continue
 		}
-		fmt.Fprintf(&b, "- **%s**: %s (target %s).", g.Name, escapePipes(g.Measured), g.Target)
+		fmt.Fprintf(&b, "- **%s**: %s (target %s).", g.Name, fleet.EscapePipes(g.Measured), g.Target)
 		var run *RoutingRun
 		switch {
 		case strings.Contains(g.Name, "hot-prefix"):
@@ -265,18 +239,9 @@ func shape(w loadtest.Workload) string {
 	return fmt.Sprintf("%d requests of %d tokens", w.Requests, w.QuestionTokens)
 }
 
-func escapePipes(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
-
 // formatCounts renders "a 3, b 1", the largest first.
 func formatCounts(m map[string]int) string {
-	keys := sortedKeys(m)
+	keys := fleet.SortedKeys(m)
 	for i := 1; i < len(keys); i++ {
 		for j := i; j > 0 && m[keys[j]] > m[keys[j-1]]; j-- {
 			keys[j], keys[j-1] = keys[j-1], keys[j]

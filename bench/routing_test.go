@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/loadtest"
 )
 
@@ -113,7 +114,7 @@ func TestRoutingGoals(t *testing.T) {
 		}
 	}
 	hotOK := &RoutingRun{Scenario: "hot-prefix", Strategy: "cache_aware", Result: &loadtest.Result{Targets: []loadtest.TargetStat{{Requests: 3}, {Requests: 3}}},
-		Inflight: InflightSummary{Mean: []float64{2, 1.6}, MaxMin: 1.25, Samples: 10}}
+		Inflight: fleet.InflightSummary{Mean: []float64{2, 1.6}, MaxMin: 1.25, Samples: 10}}
 	f([]*RoutingRun{
 		run("shared-prefix", "round_robin", 0.2, 0.86, 1),
 		run("shared-prefix", "cache_aware", 0.84, 0.86, 1.1),
@@ -123,7 +124,7 @@ func TestRoutingGoals(t *testing.T) {
 		"no idle engine": "PASS", "in-flight": "PASS", "(shared-prefix)": "PASS", "(multi-turn)": "n/a"})
 
 	hotBad := &RoutingRun{Scenario: "hot-prefix", Strategy: "cache_aware", Result: &loadtest.Result{Targets: []loadtest.TargetStat{{Requests: 6}, {Requests: 0}}},
-		Inflight: InflightSummary{Mean: []float64{3, 0}, MaxMin: -1, Idle: 1, Samples: 10}}
+		Inflight: fleet.InflightSummary{Mean: []float64{3, 0}, MaxMin: -1, Idle: 1, Samples: 10}}
 	f([]*RoutingRun{
 		run("shared-prefix", "round_robin", 0.5, 0.86, 1),
 		run("shared-prefix", "cache_aware", 0.6, 0.86, 1.4),
@@ -131,49 +132,6 @@ func TestRoutingGoals(t *testing.T) {
 		hotBad,
 	}, map[string]string{"vs the oracle": "MISS", "vs round_robin": "MISS", "requests per engine": "MISS",
 		"no idle engine": "MISS", "in-flight": "MISS", "(shared-prefix)": "n/a"})
-}
-
-func TestSummarizeInflight(t *testing.T) {
-	var samples [][]int
-	for i := 0; i < 10; i++ {
-		samples = append(samples, []int{4, 2, 0})
-	}
-	samples[0] = []int{100, 100, 100} // ramp-up and drain are left out
-	samples[9] = []int{0, 0, 0}
-	s := summarizeInflight(samples, 3)
-	if s.Samples != 8 || s.Mean[0] != 4 || s.Mean[1] != 2 || s.Mean[2] != 0 || s.MaxMin != -1 || s.Idle != 1 {
-		t.Fatalf("got %+v", s)
-	}
-	for i := range samples {
-		samples[i] = []int{3, 2, 2}
-	}
-	if s := summarizeInflight(samples, 3); s.MaxMin != 1.5 || s.Idle != 0 {
-		t.Fatalf("got %+v", s)
-	}
-}
-
-func TestGroupSpread(t *testing.T) {
-	samples := []loadtest.Sample{
-		{Group: 0, Target: "a"}, {Group: 0, Target: "a"}, {Group: 1, Target: "a"}, {Group: 1, Target: "b"},
-		{Group: 2, Target: "c", Error: "x"}, {Group: -1, Target: "d"},
-	}
-	split, mean := groupSpread(samples)
-	if split != 1 || mean != 1.5 {
-		t.Fatalf("split %d mean %v, want 1, 1.5", split, mean)
-	}
-}
-
-func TestFleetConfig(t *testing.T) {
-	// A config for an unknown strategy parses up to the strategy check: the report relies on the
-	// gateway's wording to tell "not in this build" from a broken config.
-	f, err := startFleet(1, RoutingOptions{Scale: 64, MaxNumSeqs: 1}.simConfigFor(), "no_such_strategy", discardLogger())
-	if err == nil {
-		f.stop()
-		t.Fatal("unknown strategy accepted")
-	}
-	if !strings.Contains(err.Error(), "not available in this build") {
-		t.Fatalf("got %v", err)
-	}
 }
 
 // TestRunMedian: the representative run is the repeat with the median hit rate; failed repeats

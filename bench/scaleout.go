@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/loadtest"
 	"github.com/rolter-ai/rolter/sim"
@@ -130,10 +131,10 @@ func (o *ScaleoutOptions) normalize() error {
 	o.Engines, o.Scale, o.Concurrency, o.MaxNumSeqs = r.Engines, r.Scale, r.Concurrency, r.MaxNumSeqs
 	o.PrefillPerToken, o.DecodePerToken, o.Seed, o.Repeats, o.Log = r.PrefillPerToken, r.DecodePerToken, r.Seed, r.Repeats, r.Log
 	if o.HAProxy == "" {
-		o.HAProxy = lookSbin("haproxy")
+		o.HAProxy = fleet.LookSbin("haproxy")
 	}
 	if o.NATSServer == "" {
-		o.NATSServer = lookSbin("nats-server")
+		o.NATSServer = fleet.LookSbin("nats-server")
 	}
 	var errs []error
 	if o.Rolter == "" {
@@ -159,17 +160,6 @@ func (o *ScaleoutOptions) normalize() error {
 	return nil
 }
 
-// lookSbin finds a binary in PATH, then in /usr/sbin (Debian's daemons), or returns "".
-func lookSbin(name string) string {
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/sbin/" + name); err == nil {
-		return "/usr/sbin/" + name
-	}
-	return ""
-}
-
 // ScaleoutRun is one cell of the matrix: a (scenario, strategy, gateway count) in one repeat.
 type ScaleoutRun struct {
 	Scenario string `json:"scenario"`
@@ -188,8 +178,8 @@ type ScaleoutRun struct {
 	EngineCoV      float64 `json:"engine_cov"`
 	// Inflight is each engine's mean running + waiting requests (sampled every 20 ms, middle 80% of
 	// the run), and InflightCoV the CoV of those means.
-	Inflight    InflightSummary `json:"inflight"`
-	InflightCoV float64         `json:"inflight_cov"`
+	Inflight    fleet.InflightSummary `json:"inflight"`
+	InflightCoV float64               `json:"inflight_cov"`
 	// Per gateway, in HAProxy server order: what each one's /metrics counted over the run, and the TCP
 	// connections HAProxy gave it (its stats socket, `stot`, minus the readiness probe's).
 	GatewayRequests    []int     `json:"gateway_requests"`
@@ -218,11 +208,11 @@ type ScaleoutReport struct {
 	Options   ScaleoutReportOptions        `json:"options"`
 	Workloads map[string]loadtest.Workload `json:"workloads"`
 	Runs      []*ScaleoutRun               `json:"runs"`
-	Goals     []Goal                       `json:"goals"`
+	Goals     []fleet.Goal                 `json:"goals"`
 	Versions  map[string]string            `json:"versions"`
 	Started   time.Time                    `json:"started"`
 	Seconds   float64                      `json:"seconds"`
-	Machine   Machine                      `json:"machine"`
+	Machine   fleet.Machine                `json:"machine"`
 }
 
 // ScaleoutReportOptions is the serialisable part of ScaleoutOptions.
@@ -263,7 +253,7 @@ func RunScaleout(ctx context.Context, o ScaleoutOptions) (*ScaleoutReport, error
 		Workloads: map[string]loadtest.Workload{},
 		Versions:  map[string]string{},
 		Started:   time.Now(),
-		Machine:   DescribeMachine(),
+		Machine:   fleet.DescribeMachine(),
 	}
 	if out, err := exec.Command(o.Rolter, "version").Output(); err == nil {
 		rep.Versions["rolter"] = string(bytes.TrimSpace(out))
@@ -313,7 +303,7 @@ func logScaleoutRun(w io.Writer, run *ScaleoutRun) {
 	case run.Unavailable != "":
 		fmt.Fprintf(w, "%s %s\n", head, run.Unavailable)
 	case run.Error != "":
-		fmt.Fprintf(w, "%s error: %s\n", head, firstLine(run.Error))
+		fmt.Fprintf(w, "%s error: %s\n", head, fleet.FirstLine(run.Error))
 	default:
 		r := run.Result
 		fmt.Fprintf(w, "%s hit %.3f (oracle %.3f) ttft p50 %.0fms p90 %.0fms cov %.3f per gateway %s errors %d (%.0fs)\n",
@@ -333,8 +323,8 @@ func scaleoutOne(ctx context.Context, o *ScaleoutOptions, ro *RoutingOptions, sc
 		run.Unavailable = "not available here: nats-server not found (make bench-scaleout installs the Debian package)"
 		return run
 	}
-	if err := checkStrategy(o.Engines, base); err != nil {
-		var ue *UnavailableError
+	if err := fleet.CheckStrategy(o.Engines, base); err != nil {
+		var ue *fleet.UnavailableError
 		if errors.As(err, &ue) {
 			run.Unavailable = "not available in this build: " + ue.Reason
 		} else {
@@ -370,7 +360,7 @@ func scaleoutOne(ctx context.Context, o *ScaleoutOptions, ro *RoutingOptions, sc
 		run.Error = err.Error()
 		return run
 	}
-	sampler := startSampler(c.sims, 20*time.Millisecond)
+	sampler := fleet.StartSampler(c.sims, 20*time.Millisecond)
 	res, err := loadtest.Run(ctx, loadtest.Options{
 		URL:         c.URL,
 		Workload:    w,
@@ -383,7 +373,7 @@ func scaleoutOne(ctx context.Context, o *ScaleoutOptions, ro *RoutingOptions, sc
 		BlockSize:   sc.BlockSize,
 		KeepSamples: true,
 	})
-	samples := sampler.stop()
+	samples := sampler.Stop()
 	if err != nil {
 		run.Error = err.Error()
 		return run
@@ -407,7 +397,7 @@ func scaleoutOne(ctx context.Context, o *ScaleoutOptions, ro *RoutingOptions, sc
 		run.GatewayKVEvents = append(run.GatewayKVEvents, st.KVEvents)
 		run.GatewayKVTargets = append(run.GatewayKVTargets, st.KVTargets)
 	}
-	run.Inflight = summarizeInflight(samples, len(c.sims))
+	run.Inflight = fleet.SummarizeInflight(samples, len(c.sims))
 	run.InflightCoV = cov(run.Inflight.Mean)
 	var per []float64
 	for _, e := range c.sims {
@@ -416,7 +406,7 @@ func scaleoutOne(ctx context.Context, o *ScaleoutOptions, ro *RoutingOptions, sc
 		per = append(per, float64(r))
 	}
 	run.EngineCoV = cov(per)
-	run.GroupsSplit, run.EnginesPerGroup = groupSpread(res.Samples)
+	run.GroupsSplit, run.EnginesPerGroup = fleet.GroupSpread(res.Samples)
 	res.Samples = nil // the report keeps aggregates only
 	run.Result = res
 	return run
@@ -427,10 +417,10 @@ type scaleoutCell struct {
 	dir       string
 	sims      []*sim.Engine
 	names     []string
-	gws       []*proc
+	gws       []*fleet.Proc
 	gwURLs    []string
-	haproxy   *proc
-	nats      *proc // the cell's nats-server, for the +cluster variant
+	haproxy   *fleet.Proc
+	nats      *fleet.Proc // the cell's nats-server, for the +cluster variant
 	statsSock string
 	URL       string // HAProxy's frontend
 }
@@ -455,7 +445,7 @@ func (c *scaleoutCell) start(ctx context.Context, o *ScaleoutOptions, sc sim.Con
 		c.sims = append(c.sims, e)
 		c.names = append(c.names, fmt.Sprintf("sim-%d", i+1))
 		// Stopping an engine whose server has not started serving yet would race with fasthttp's Serve.
-		if err := waitHTTP(ctx, e.URL()+"/health", 10*time.Second, nil); err != nil {
+		if err := fleet.WaitHTTP(ctx, e.URL()+"/health", 10*time.Second, nil); err != nil {
 			return fmt.Errorf("simulated engine %d does not answer: %w", i+1, err)
 		}
 	}
@@ -478,7 +468,7 @@ func (c *scaleoutCell) start(ctx context.Context, o *ScaleoutOptions, sc sim.Con
 	}
 	// Start every gateway before waiting for any: they boot side by side.
 	for i := 0; i < n; i++ {
-		port, err := freePort()
+		port, err := fleet.FreePort()
 		if err != nil {
 			return err
 		}
@@ -487,7 +477,7 @@ func (c *scaleoutCell) start(ctx context.Context, o *ScaleoutOptions, sc sim.Con
 		if err := os.WriteFile(path, []byte(scaleoutConfig(addr, base, urls, kv, sc.Model)+extra), 0o644); err != nil {
 			return fmt.Errorf("cannot write %q: %w", path, err)
 		}
-		p, _, err := startProc(fmt.Sprintf("rolter gateway %d", i+1), o.Rolter, []string{"serve", "-config", path, "-log-level", "warn"}, "", 0)
+		p, _, err := fleet.StartProc(fmt.Sprintf("rolter gateway %d", i+1), o.Rolter, []string{"serve", "-config", path, "-log-level", "warn"}, "", 0)
 		if err != nil {
 			return err
 		}
@@ -495,11 +485,11 @@ func (c *scaleoutCell) start(ctx context.Context, o *ScaleoutOptions, sc sim.Con
 		c.gwURLs = append(c.gwURLs, "http://"+addr)
 	}
 	for i, p := range c.gws {
-		if err := waitHTTP(ctx, c.gwURLs[i]+"/healthz", 15*time.Second, p); err != nil {
+		if err := fleet.WaitHTTP(ctx, c.gwURLs[i]+"/healthz", 15*time.Second, p); err != nil {
 			return fmt.Errorf("gateway %d did not come up: %w", i+1, err)
 		}
 	}
-	port, err := freePort()
+	port, err := fleet.FreePort()
 	if err != nil {
 		return err
 	}
@@ -510,13 +500,13 @@ func (c *scaleoutCell) start(ctx context.Context, o *ScaleoutOptions, sc sim.Con
 		return fmt.Errorf("cannot write %q: %w", hcfg, err)
 	}
 	// -db keeps it in the foreground: it is our child, stopped by its PID.
-	hp, _, err := startProc("haproxy", o.HAProxy, []string{"-f", hcfg, "-db"}, "", 0)
+	hp, _, err := fleet.StartProc("haproxy", o.HAProxy, []string{"-f", hcfg, "-db"}, "", 0)
 	if err != nil {
 		return err
 	}
 	c.haproxy = hp
 	c.URL = "http://" + front
-	if err := waitHTTP(ctx, c.URL+"/healthz", 15*time.Second, hp); err != nil {
+	if err := fleet.WaitHTTP(ctx, c.URL+"/healthz", 15*time.Second, hp); err != nil {
 		return fmt.Errorf("haproxy did not come up: %w", err)
 	}
 	return nil
@@ -525,20 +515,20 @@ func (c *scaleoutCell) start(ctx context.Context, o *ScaleoutOptions, sc sim.Con
 // startNATS starts the cell's nats-server on loopback ports (client and monitoring) and returns its URL
 // once its /healthz answers. Fresh for every cell: no evidence outlives its cell.
 func (c *scaleoutCell) startNATS(ctx context.Context, bin string) (string, error) {
-	port, err := freePort()
+	port, err := fleet.FreePort()
 	if err != nil {
 		return "", err
 	}
-	mport, err := freePort()
+	mport, err := fleet.FreePort()
 	if err != nil {
 		return "", err
 	}
-	p, _, err := startProc("nats-server", bin, []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-m", strconv.Itoa(mport)}, "", 0)
+	p, _, err := fleet.StartProc("nats-server", bin, []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-m", strconv.Itoa(mport)}, "", 0)
 	if err != nil {
 		return "", err
 	}
 	c.nats = p
-	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", mport), 15*time.Second, p); err != nil {
+	if err := fleet.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", mport), 15*time.Second, p); err != nil {
 		return "", fmt.Errorf("nats-server did not come up: %w", err)
 	}
 	return fmt.Sprintf("nats://127.0.0.1:%d", port), nil
@@ -547,8 +537,8 @@ func (c *scaleoutCell) startNATS(ctx context.Context, bin string) (string, error
 // pids returns the PIDs of the processes started so far.
 func (c *scaleoutCell) pids() []int {
 	var out []int
-	for _, p := range append([]*proc{c.haproxy, c.nats}, c.gws...) {
-		if p != nil && p.cmd.Process != nil {
+	for _, p := range append([]*fleet.Proc{c.haproxy, c.nats}, c.gws...) {
+		if p != nil && p.Started() {
 			out = append(out, p.PID())
 		}
 	}
@@ -558,13 +548,13 @@ func (c *scaleoutCell) pids() []int {
 // stop ends HAProxy (so no connection holds a gateway's drain), then the gateways side by side, then
 // the engines. It may be called on a partial cell and more than once.
 func (c *scaleoutCell) stop() {
-	c.haproxy.stop()
+	c.haproxy.Stop()
 	var wg sync.WaitGroup
 	for _, p := range c.gws {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.stop()
+			p.Stop()
 		}()
 	}
 	for _, e := range c.sims {
@@ -575,14 +565,14 @@ func (c *scaleoutCell) stop() {
 		}()
 	}
 	wg.Wait()
-	c.nats.stop() // after the gateways: none of them logs a lost connection while it drains
+	c.nats.Stop() // after the gateways: none of them logs a lost connection while it drains
 	c.sims = nil
 }
 
 // scaleoutConfig is the gateway config of the routing report (fleetConfig: `rolter up`'s shape) with a
 // short drain, so a stopped gateway exits at once.
 func scaleoutConfig(listen, strategy string, urls, kv []string, model string) string {
-	return strings.Replace(fleetConfig(listen, strategy, urls, kv, model), "[server]\n", "[server]\ndrain_secs = 2\n", 1)
+	return strings.Replace(fleet.Config(listen, strategy, urls, kv, model), "[server]\n", "[server]\ndrain_secs = 2\n", 1)
 }
 
 // haproxyTCPConfig renders HAProxy as an L4 balancer over the gateways: mode tcp, round robin per
@@ -836,7 +826,7 @@ func engineCoVOf(r *ScaleoutRun) float64 { return r.EngineCoV }
 // scaleoutGoals evaluates issue 20's scale-out targets: with the most gateways, cache_aware loses at
 // most 3 points of token hit rate against 1 gateway, and its engine load CoV stays within 0.1 of one
 // gateway's, on both workloads.
-func scaleoutGoals(rep *ScaleoutReport) []Goal {
+func scaleoutGoals(rep *ScaleoutReport) []fleet.Goal {
 	const strategy = ScaleoutGoalStrategy
 	most := 0
 	for _, n := range rep.Options.Gateways {
@@ -846,14 +836,14 @@ func scaleoutGoals(rep *ScaleoutReport) []Goal {
 	for _, n := range rep.Options.Gateways {
 		hasOne = hasOne || n == 1
 	}
-	var goals []Goal
+	var goals []fleet.Goal
 	for _, scenario := range []string{loadtest.SharedPrefix, loadtest.MultiTurn} {
 		gHit := fmt.Sprintf("%s token hit rate, %d gateways vs 1 (%s)", strategy, most, scenario)
 		gCoV := fmt.Sprintf("%s engine load CoV (requests per engine), %d gateways vs 1 (%s)", strategy, most, scenario)
 		const tHit, tCoV = "loses <= 3 points", "<= 1 gateway's + 0.1"
 		na := func(why string) {
-			goals = append(goals, Goal{Name: gHit, Target: tHit, Measured: why, Verdict: "n/a"},
-				Goal{Name: gCoV, Target: tCoV, Measured: why, Verdict: "n/a"})
+			goals = append(goals, fleet.Goal{Name: gHit, Target: tHit, Measured: why, Verdict: "n/a"},
+				fleet.Goal{Name: gCoV, Target: tCoV, Measured: why, Verdict: "n/a"})
 		}
 		if !hasOne || most < 2 {
 			na("needs runs with 1 gateway and with more")
@@ -871,16 +861,16 @@ func scaleoutGoals(rep *ScaleoutReport) []Goal {
 		h1, lo1, hi1, n1 := rep.Median(scenario, strategy, 1, hitRateOf)
 		hN, loN, hiN, nN := rep.Median(scenario, strategy, most, hitRateOf)
 		lost := (h1 - hN) * 100
-		goals = append(goals, Goal{Name: gHit, Target: tHit,
+		goals = append(goals, fleet.Goal{Name: gHit, Target: tHit,
 			Measured: fmt.Sprintf("%.3f [%.3f–%.3f over %d runs] vs %.3f [%.3f–%.3f over %d runs]: %.1f points lost", hN, loN, hiN, nN, h1, lo1, hi1, n1, lost),
-			Verdict:  verdict(lost <= 3+1e-9)})
+			Verdict:  fleet.Verdict(lost <= 3+1e-9)})
 		c1, clo1, chi1, _ := rep.Median(scenario, strategy, 1, engineCoVOf)
 		cN, cloN, chiN, _ := rep.Median(scenario, strategy, most, engineCoVOf)
 		i1, _, _, _ := rep.Median(scenario, strategy, 1, func(r *ScaleoutRun) float64 { return r.InflightCoV })
 		iN, _, _, _ := rep.Median(scenario, strategy, most, func(r *ScaleoutRun) float64 { return r.InflightCoV })
-		goals = append(goals, Goal{Name: gCoV, Target: tCoV,
+		goals = append(goals, fleet.Goal{Name: gCoV, Target: tCoV,
 			Measured: fmt.Sprintf("%.3f [%.3f–%.3f] vs %.3f [%.3f–%.3f]: %+.3f (mean in-flight CoV %.3f vs %.3f)", cN, cloN, chiN, c1, clo1, chi1, cN-c1, iN, i1),
-			Verdict:  verdict(cN-c1 <= 0.1+1e-9)})
+			Verdict:  fleet.Verdict(cN-c1 <= 0.1+1e-9)})
 	}
 	return goals
 }
@@ -893,7 +883,7 @@ func unavailableWhy(r *ScaleoutRun, what string) string {
 	case r.Unavailable != "":
 		return what + ": " + r.Unavailable
 	case r.Error != "":
-		return what + " failed: " + firstLine(r.Error)
+		return what + " failed: " + fleet.FirstLine(r.Error)
 	}
 	return ""
 }

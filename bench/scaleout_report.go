@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/rolter-ai/rolter/bench/fleet"
 )
 
 // ScaleoutCommand reproduces the report (the Makefile target runs it after building bin/rolter).
@@ -12,7 +14,7 @@ const ScaleoutCommand = "make bench-scaleout"
 
 // WriteScaleout writes scaleout.md and scaleout.json into dir and returns the files written.
 func WriteScaleout(rep *ScaleoutReport, dir string) ([]string, error) {
-	return writeReport(dir, "scaleout", rep.Markdown(), rep)
+	return fleet.WriteReport(dir, "scaleout", rep.Markdown(), rep)
 }
 
 // LoadScaleout reads a scaleout.json written by WriteScaleout and evaluates its goals again, so the
@@ -39,7 +41,7 @@ func (rep *ScaleoutReport) Markdown() string {
 		ScaleoutCommand, rep.Started.UTC().Format("2006-01-02 15:04 UTC"), rep.Seconds)
 	fmt.Fprintf(&b, "Machine: %s. Engines, gateways, HAProxy and the load generator share these CPUs, so absolute\n", rep.Machine)
 	b.WriteString("latencies are inflated; compare gateway counts and strategies with each other.\n")
-	b.WriteString(versionsLine(rep.Versions))
+	b.WriteString(fleet.VersionsLine(rep.Versions))
 
 	b.WriteString("\n## Setup\n\n")
 	fmt.Fprintf(&b, "- Gateways: N = %s processes of `bin/rolter serve`, each with the same generated config (the routing report's,\n", joinInts(o.Gateways))
@@ -94,7 +96,7 @@ func (rep *ScaleoutReport) Markdown() string {
 	b.WriteString("measurement without the many-gateway features.\n\n")
 	b.WriteString("| goal | target | measured (N gateways vs 1) | verdict |\n|---|---|---|---|\n")
 	for _, g := range rep.Goals {
-		fmt.Fprintf(&b, "| %s | %s | %s | **%s** |\n", g.Name, g.Target, escapePipes(g.Measured), g.Verdict)
+		fmt.Fprintf(&b, "| %s | %s | %s | **%s** |\n", g.Name, g.Target, fleet.EscapePipes(g.Measured), g.Verdict)
 	}
 
 	for _, sc := range o.Scenarios {
@@ -113,7 +115,7 @@ func (rep *ScaleoutReport) Markdown() string {
 					if msg == "" {
 						msg = "failed: " + run.Error
 					}
-					fmt.Fprintf(&b, "| %s | %d | %s |\n", s, n, escapePipes(firstLine(msg)))
+					fmt.Fprintf(&b, "| %s | %d | %s |\n", s, n, fleet.EscapePipes(fleet.FirstLine(msg)))
 					continue
 				}
 				r := run.Result
@@ -179,7 +181,7 @@ func (rep *ScaleoutReport) observations() string {
 		if g.Verdict != "MISS" {
 			continue
 		}
-		fmt.Fprintf(&b, "- **%s**: %s (target %s).", g.Name, escapePipes(g.Measured), g.Target)
+		fmt.Fprintf(&b, "- **%s**: %s (target %s).", g.Name, fleet.EscapePipes(g.Measured), g.Target)
 		for _, sc := range rep.Options.Scenarios {
 			if !strings.Contains(g.Name, "("+sc+")") {
 				continue

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/cluster"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/loadtest"
@@ -118,7 +119,7 @@ func TestScaleoutTiny(t *testing.T) {
 	// The cluster variant needs a nats-server: without one the plain strategy runs, unless
 	// ROLTER_REQUIRE_NATS=1 (make test), when that is a failure.
 	strategy := ScaleoutGoalStrategy
-	if lookSbin("nats-server") == "" {
+	if fleet.LookSbin("nats-server") == "" {
 		if os.Getenv("ROLTER_REQUIRE_NATS") == "1" {
 			t.Fatal("ROLTER_REQUIRE_NATS=1: nats-server not found")
 		}

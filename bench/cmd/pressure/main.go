@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/bench"
+	"github.com/rolter-ai/rolter/bench/fleet"
 )
 
 func main() {
@@ -28,7 +29,7 @@ func run() int {
 	var o bench.PressureOptions
 	out := flag.String("out", "bench/results", "directory for the report")
 	name := flag.String("name", "pressure", "file name of the report: <name>.md and <name>.json")
-	strategies := flag.String("strategies", strings.Join(bench.RoutingStrategies, ","),
+	strategies := flag.String("strategies", strings.Join(fleet.Strategies, ","),
 		`strategies to compare, separated by ";" or ","; one may carry route parameters: "cache_aware:max_trie_bytes=1kv" (<f>kv = f × one engine's KV in prompt-key bytes)`)
 	workloads := flag.String("workloads", strings.Join(bench.PressureWorkloadNames, ","), "workloads to run")
 	capacities := flag.String("capacities", "0.25,0.5,1", "engine KV capacities as fractions of the per-engine working set")

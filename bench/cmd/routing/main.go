@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/bench"
+	"github.com/rolter-ai/rolter/bench/fleet"
 )
 
 func main() {
@@ -24,7 +25,7 @@ func main() {
 func run() int {
 	var o bench.RoutingOptions
 	out := flag.String("out", "bench/results", "directory for routing.md, routing.json and the PNG charts")
-	strategies := flag.String("strategies", strings.Join(bench.RoutingStrategies, ","), "strategies to compare")
+	strategies := flag.String("strategies", strings.Join(fleet.Strategies, ","), "strategies to compare")
 	scenarios := flag.String("scenarios", strings.Join(bench.RoutingScenarios, ","), "scenarios to run")
 	flag.IntVar(&o.Engines, "engines", 8, "simulated engines in the fleet")
 	flag.IntVar(&o.Scale, "scale", 4, "divide token counts and engine KV blocks of the unscaled shapes by this")

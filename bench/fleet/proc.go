@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"bufio"
@@ -19,10 +19,10 @@ import (
 	"github.com/rolter-ai/rolter/internal/freeport"
 )
 
-// proc is a child process of a report (the fake upstream, `rolter serve`, HAProxy). It is
+// Proc is a child process of a report (the fake upstream, `rolter serve`, HAProxy). It is
 // stopped by its PID: SIGTERM, then SIGKILL after a grace period. On Linux it also gets SIGKILL
 // when the report process dies (Pdeathsig), so no child outlives a crashed report.
-type proc struct {
+type Proc struct {
 	name  string
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
@@ -35,15 +35,15 @@ type proc struct {
 
 const maxProcOutput = 64 << 10
 
-// startProc starts path with args. When readyPrefix is non-empty it waits (up to timeout) for a
+// StartProc starts path with args. When readyPrefix is non-empty it waits (up to timeout) for a
 // stdout line starting with it and returns the rest of that line.
-func startProc(name, path string, args []string, readyPrefix string, timeout time.Duration) (*proc, string, error) {
-	return startProcEnv(name, path, args, nil, readyPrefix, timeout)
+func StartProc(name, path string, args []string, readyPrefix string, timeout time.Duration) (*Proc, string, error) {
+	return StartProcEnv(name, path, args, nil, readyPrefix, timeout)
 }
 
-// startProcEnv is startProc with env added to this process's environment.
-func startProcEnv(name, path string, args, env []string, readyPrefix string, timeout time.Duration) (*proc, string, error) {
-	p := &proc{name: name, cmd: exec.Command(path, args...), done: make(chan struct{})}
+// StartProcEnv is StartProc with env added to this process's environment.
+func StartProcEnv(name, path string, args, env []string, readyPrefix string, timeout time.Duration) (*Proc, string, error) {
+	p := &Proc{name: name, cmd: exec.Command(path, args...), done: make(chan struct{})}
 	if len(env) > 0 {
 		p.cmd.Env = append(os.Environ(), env...)
 	}
@@ -85,15 +85,15 @@ func startProcEnv(name, path string, args, env []string, readyPrefix string, tim
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				p.stop()
-				return nil, "", fmt.Errorf("%s exited before it was ready: %s", name, p.tail())
+				p.Stop()
+				return nil, "", fmt.Errorf("%s exited before it was ready: %s", name, p.Tail())
 			}
 			if rest, ok := strings.CutPrefix(line, readyPrefix); ok {
 				return p, strings.TrimSpace(rest), nil
 			}
 		case <-deadline:
-			p.stop()
-			return nil, "", fmt.Errorf("%s was not ready after %s: %s", name, timeout, p.tail())
+			p.Stop()
+			return nil, "", fmt.Errorf("%s was not ready after %s: %s", name, timeout, p.Tail())
 		}
 	}
 }
@@ -102,7 +102,7 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 
-func (p *proc) capture(b []byte) (int, error) {
+func (p *Proc) capture(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.output.Len() < maxProcOutput {
@@ -111,8 +111,8 @@ func (p *proc) capture(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// tail returns the last lines the process wrote.
-func (p *proc) tail() string {
+// Tail returns the last lines the process wrote.
+func (p *Proc) Tail() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := strings.TrimSpace(p.output.String())
@@ -126,10 +126,13 @@ func (p *proc) tail() string {
 }
 
 // PID returns the process id.
-func (p *proc) PID() int { return p.cmd.Process.Pid }
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
 
-// alive reports whether the process has not exited.
-func (p *proc) alive() bool {
+// Started reports whether the process was started (a PID exists).
+func (p *Proc) Started() bool { return p.cmd.Process != nil }
+
+// Alive reports whether the process has not exited.
+func (p *Proc) Alive() bool {
 	select {
 	case <-p.done:
 		return false
@@ -138,13 +141,13 @@ func (p *proc) alive() bool {
 	}
 }
 
-// stop ends the process by its PID: SIGTERM, SIGKILL after 5s. It is idempotent.
-func (p *proc) stop() {
+// Stop ends the process by its PID: SIGTERM, SIGKILL after 5s. It is idempotent.
+func (p *Proc) Stop() {
 	if p == nil || p.cmd.Process == nil {
 		return
 	}
 	_ = p.stdin.Close()
-	if !p.alive() {
+	if !p.Alive() {
 		return
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -157,11 +160,11 @@ func (p *proc) stop() {
 	<-p.done
 }
 
-// terminate asks the process to exit (SIGTERM) and waits up to timeout for it; then it kills it and
+// Terminate asks the process to exit (SIGTERM) and waits up to timeout for it; then it kills it and
 // reports that it did not exit.
-func (p *proc) terminate(timeout time.Duration) error {
+func (p *Proc) Terminate(timeout time.Duration) error {
 	_ = p.stdin.Close()
-	if !p.alive() {
+	if !p.Alive() {
 		return nil
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -172,11 +175,11 @@ func (p *proc) terminate(timeout time.Duration) error {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.done
-	return fmt.Errorf("%s did not exit within %s of SIGTERM: %s", p.name, timeout, p.tail())
+	return fmt.Errorf("%s did not exit within %s of SIGTERM: %s", p.name, timeout, p.Tail())
 }
 
-// readRSS returns the resident set size of pid in bytes (VmRSS in /proc/PID/status).
-func readRSS(pid int) (int64, error) {
+// ReadRSS returns the resident set size of pid in bytes (VmRSS in /proc/PID/status).
+func ReadRSS(pid int) (int64, error) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0, fmt.Errorf("cannot read the RSS of pid %d: %w", pid, err)
@@ -196,19 +199,19 @@ func readRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
-// freePort returns a loopback port that was free a moment ago (freeport.Loopback: below the ephemeral
+// FreePort returns a loopback port that was free a moment ago (freeport.Loopback: below the ephemeral
 // range, where another package's test server cannot take it before the child binds it).
-func freePort() (int, error) { return freeport.Loopback() }
+func FreePort() (int, error) { return freeport.Loopback() }
 
-// waitHTTP polls url until it answers 200 or timeout passes. The 200 counts only if p is still running a
+// WaitHTTP polls url until it answers 200 or timeout passes. The 200 counts only if p is still running a
 // moment later: a child that could not bind its port exits, and another process answering there must not
 // pass for it.
-func waitHTTP(ctx context.Context, url string, timeout time.Duration, p *proc) error {
+func WaitHTTP(ctx context.Context, url string, timeout time.Duration, p *Proc) error {
 	deadline := time.Now().Add(timeout)
 	c := &http.Client{Timeout: time.Second}
 	for time.Now().Before(deadline) {
-		if p != nil && !p.alive() {
-			return fmt.Errorf("%s exited: %s", p.name, p.tail())
+		if p != nil && !p.Alive() {
+			return fmt.Errorf("%s exited: %s", p.name, p.Tail())
 		}
 		resp, err := c.Get(url)
 		if err == nil {
@@ -219,8 +222,8 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration, p *proc) e
 					return nil
 				}
 				time.Sleep(100 * time.Millisecond)
-				if !p.alive() {
-					return fmt.Errorf("%s exited: %s", p.name, p.tail())
+				if !p.Alive() {
+					return fmt.Errorf("%s exited: %s", p.name, p.Tail())
 				}
 				return nil
 			}
@@ -232,4 +235,15 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration, p *proc) e
 		}
 	}
 	return errors.New("no 200 from " + url + " after " + timeout.String())
+}
+
+// LookSbin finds a binary in PATH, then in /usr/sbin (Debian's daemons), or returns "".
+func LookSbin(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/" + name); err == nil {
+		return "/usr/sbin/" + name
+	}
+	return ""
 }

@@ -1,4 +1,4 @@
-package bench
+package replay
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/capture"
 	"github.com/rolter-ai/rolter/loadtest"
 	"github.com/rolter-ai/rolter/sim"
@@ -67,7 +68,7 @@ func TestTracePlanPrefixSharing(t *testing.T) {
 			t.Fatalf("%s: texts share %d bytes, want %d (+ at most 3 letters of the next word)", unit, got, wantBytes)
 		}
 		for i, r := range []capture.Request{a, b} {
-			want := r.InTokens + ReplayTemplateTokens // Mooncake: input_length content tokens
+			want := r.InTokens + TemplateTokens // Mooncake: input_length content tokens
 			if unit == capture.UnitBytes {
 				want = r.InTokens // ours: the live prompt_tokens
 			}
@@ -112,7 +113,7 @@ func TestTracePlanSizes(t *testing.T) {
 	if n := commonPrefix(t0, t2); n != 3+1024 {
 		t.Fatalf("the longer prompt shares %d tokens, want %d", n, 3+1024)
 	}
-	if m := []int{plan.Requests[0].MaxTokens, plan.Requests[1].MaxTokens}; m[0] != 7 || m[1] != DefaultReplayOutputTokens {
+	if m := []int{plan.Requests[0].MaxTokens, plan.Requests[1].MaxTokens}; m[0] != 7 || m[1] != DefaultOutputTokens {
 		t.Fatalf("max_tokens %v", m)
 	}
 	plan, st, err := TracePlan(tr, PlanOptions{Scale: 4})
@@ -186,7 +187,7 @@ func TestTracePlanSessions(t *testing.T) {
 // answered under every strategy, the engines' counters consistent, the prompts' prefix sharing
 // visible to a cache-aware strategy.
 func TestReplayMooncake(t *testing.T) {
-	f, err := os.Open("../capture/testdata/mooncake.jsonl")
+	f, err := os.Open("../../capture/testdata/mooncake.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func TestReplayMooncake(t *testing.T) {
 		}
 	}
 	var log bytes.Buffer
-	rep, err := Replay(context.Background(), "mooncake.jsonl", &tr, ReplayOptions{
+	rep, err := Run(context.Background(), "mooncake.jsonl", &tr, Options{
 		Engines: 2, Strategies: []string{"round_robin", "cache_aware", "no_such_strategy"}, KVBlocks: 256, MaxNumSeqs: 2,
 		PrefillPerToken: 10 * time.Microsecond, DecodePerToken: 50 * time.Microsecond, Scale: 8, Timeout: time.Minute, Log: &log,
 	})
@@ -312,7 +313,7 @@ func TestReplayReproducesLive(t *testing.T) {
 	}
 	f := func(w loadtest.Workload, kvBlocks, blockBytes int, sessions bool) {
 		t.Helper()
-		opts := ReplayOptions{Engines: 4, KVBlocks: kvBlocks, MaxNumSeqs: 3, Concurrency: 4,
+		opts := Options{Engines: 4, KVBlocks: kvBlocks, MaxNumSeqs: 3, Concurrency: 4,
 			PrefillPerToken: 20 * time.Microsecond, DecodePerToken: 200 * time.Microsecond, Strategies: []string{"cache_aware"},
 			Timeout: time.Minute}
 		opts.normalize()
@@ -322,13 +323,13 @@ func TestReplayReproducesLive(t *testing.T) {
 			// The gateway writes the capture.
 			extra = append(extra, fmt.Sprintf("[trace]\npath = %q\n", tracePath))
 		}
-		fl, err := startFleet(opts.Engines, opts.simConfig(), "cache_aware", discardLogger(), extra...)
+		fl, err := fleet.Start(opts.Engines, opts.simConfig(), "cache_aware", discardLogger(), extra...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		live, err := loadtest.Run(context.Background(), loadtest.Options{URL: fl.URL, Workload: w, Concurrency: opts.Concurrency,
-			Duration: time.Minute, Targets: fl.names, KeepSamples: true})
-		fl.stop()
+			Duration: time.Minute, Targets: fl.Names, KeepSamples: true})
+		fl.Stop()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -385,10 +386,10 @@ func TestReplayTimeout(t *testing.T) {
 			Cached: -1, Blocks: []uint64{uint64(i % 3)}})
 	}
 	tr := &capture.Trace{Format: capture.FormatMooncake, Unit: capture.UnitTokens, Requests: reqs}
-	o := ReplayOptions{Engines: 1, Strategies: []string{"round_robin"}, KVBlocks: 64, MaxNumSeqs: 1, Concurrency: 1,
+	o := Options{Engines: 1, Strategies: []string{"round_robin"}, KVBlocks: 64, MaxNumSeqs: 1, Concurrency: 1,
 		DecodePerToken: 10 * time.Millisecond, Timeout: 3 * time.Second} // 40 requests of 300ms: 12s unbounded
 	start := time.Now()
-	rep, err := Replay(context.Background(), "slow", tr, o)
+	rep, err := Run(context.Background(), "slow", tr, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +404,7 @@ func TestReplayTimeout(t *testing.T) {
 		t.Fatalf("the table does not say the run was cut:\n%s", md)
 	}
 	o.Strategies = []string{"a", "b"}
-	if _, err := Replay(context.Background(), "slow", tr, o); err == nil || !strings.Contains(err.Error(), "too short for 2 strategies") {
+	if _, err := Run(context.Background(), "slow", tr, o); err == nil || !strings.Contains(err.Error(), "too short for 2 strategies") {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package bench
+package replay
 
 import (
 	"context"
@@ -9,15 +9,16 @@ import (
 	"math"
 	"time"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/capture"
 	"github.com/rolter-ai/rolter/loadtest"
 	"github.com/rolter-ai/rolter/sim"
 )
 
-// ReplayOptions configure a replay of a trace through every strategy on a simulated fleet
+// Options configure a replay of a trace through every strategy on a simulated fleet
 // (`rolter replay`). Zero values take the defaults named; the engine knobs default to the routing
 // report's, except the KV blocks, which default to the sim's.
-type ReplayOptions struct {
+type Options struct {
 	// Engines is the fleet size (8).
 	Engines int
 	// Strategies to run, in order (RoutingStrategies).
@@ -52,12 +53,12 @@ type ReplayOptions struct {
 	Log io.Writer
 }
 
-func (o *ReplayOptions) normalize() {
+func (o *Options) normalize() {
 	if o.Engines == 0 {
 		o.Engines = 8
 	}
 	if o.Strategies == nil {
-		o.Strategies = RoutingStrategies
+		o.Strategies = fleet.Strategies
 	}
 	if o.KVBlocks == 0 {
 		o.KVBlocks = sim.DefaultConfig().NumBlocks
@@ -94,7 +95,7 @@ func (o *ReplayOptions) normalize() {
 	}
 }
 
-func (o *ReplayOptions) validate() error {
+func (o *Options) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if o.Engines < 1 || o.Engines > 64 {
@@ -130,7 +131,7 @@ func (o *ReplayOptions) validate() error {
 	return nil
 }
 
-func (o *ReplayOptions) simConfig() sim.Config {
+func (o *Options) simConfig() sim.Config {
 	c := sim.DefaultConfig()
 	c.NumBlocks = o.KVBlocks
 	c.BlockSize = o.BlockSize
@@ -140,27 +141,27 @@ func (o *ReplayOptions) simConfig() sim.Config {
 	return c
 }
 
-// ReplayReport is the result of a replay: the trace, the fleet, and one run per strategy.
-type ReplayReport struct {
+// Report is the result of a replay: the trace, the fleet, and one run per strategy.
+type Report struct {
 	// Trace is the file's name as given (informational), Format its format.
 	Trace  string    `json:"trace"`
 	Format string    `json:"format"`
 	Plan   PlanStats `json:"plan"`
 	// Truncated: the file held more requests than were read.
-	Truncated bool                `json:"truncated"`
-	Options   ReplayReportOptions `json:"options"`
-	Oracle    ReplayOracle        `json:"oracle"`
-	Runs      []*ReplayRun        `json:"runs"`
-	Started   time.Time           `json:"started"`
-	Seconds   float64             `json:"seconds"`
-	Machine   Machine             `json:"machine"`
+	Truncated bool          `json:"truncated"`
+	Options   ReportOptions `json:"options"`
+	Oracle    Oracle        `json:"oracle"`
+	Runs      []*Result     `json:"runs"`
+	Started   time.Time     `json:"started"`
+	Seconds   float64       `json:"seconds"`
+	Machine   fleet.Machine `json:"machine"`
 
 	plan    *loadtest.Plan               // for tests
 	samples map[string][]loadtest.Sample // per strategy, for tests (replay with keepSamples)
 }
 
-// ReplayReportOptions is the serialisable part of ReplayOptions, defaults filled in.
-type ReplayReportOptions struct {
+// ReportOptions is the serialisable part of Options, defaults filled in.
+type ReportOptions struct {
 	Engines         int      `json:"engines"`
 	Strategies      []string `json:"strategies"`
 	KVBlocks        int      `json:"kv_blocks"`
@@ -175,9 +176,9 @@ type ReplayReportOptions struct {
 	Timeout         string   `json:"timeout"`
 }
 
-// ReplayOracle holds the bounds of the replayed prompts (from the first run that measured them;
+// Oracle holds the bounds of the replayed prompts (from the first run that measured them;
 // every run sends the same prompts).
-type ReplayOracle struct {
+type Oracle struct {
 	// HitRate is the unlimited fleet-wide cache's (loadtest.Oracle): no routing can beat it.
 	HitRate float64 `json:"hit_rate"`
 	// CapacityHitRate is one pooled LRU cache of the fleet's KV blocks (loadtest.CapacityOracle):
@@ -190,8 +191,8 @@ type ReplayOracle struct {
 	Reused int `json:"reused_blocks"`
 }
 
-// ReplayRun is one strategy's replay.
-type ReplayRun struct {
+// Result is one strategy's replay.
+type Result struct {
 	Strategy string `json:"strategy"`
 	// Unavailable is set ("not available in this build: ...") when the strategy could not run;
 	// Error when the run failed for another reason.
@@ -231,17 +232,17 @@ type ReplayRun struct {
 }
 
 // Available reports whether the run measured something.
-func (r *ReplayRun) Available() bool { return r.Unavailable == "" && r.Error == "" }
+func (r *Result) Available() bool { return r.Unavailable == "" && r.Error == "" }
 
-// Replay replays tr through every strategy of o, each on a fresh fleet (cold caches), and returns
+// Run replays tr through every strategy of o, each on a fresh fleet (cold caches), and returns
 // the report. name is the trace's file name, for the report only. It returns an error when the
 // options are bad or the trace has nothing to replay, and ctx's error with a partial report when
 // ctx ends; a strategy that cannot run is recorded in its run.
-func Replay(ctx context.Context, name string, tr *capture.Trace, o ReplayOptions) (*ReplayReport, error) {
+func Run(ctx context.Context, name string, tr *capture.Trace, o Options) (*Report, error) {
 	return replay(ctx, name, tr, o, false)
 }
 
-func replay(ctx context.Context, name string, tr *capture.Trace, o ReplayOptions, keepSamples bool) (*ReplayReport, error) {
+func replay(ctx context.Context, name string, tr *capture.Trace, o Options, keepSamples bool) (*Report, error) {
 	o.normalize()
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -254,15 +255,15 @@ func replay(ctx context.Context, name string, tr *capture.Trace, o ReplayOptions
 	if err != nil {
 		return nil, err
 	}
-	rep := &ReplayReport{
+	rep := &Report{
 		Trace: name, Format: tr.Format, Plan: stats, Truncated: tr.Truncated,
-		Options: ReplayReportOptions{
+		Options: ReportOptions{
 			Engines: o.Engines, Strategies: o.Strategies, KVBlocks: o.KVBlocks, BlockSize: o.BlockSize,
 			MaxNumSeqs: o.MaxNumSeqs, PrefillPerToken: o.PrefillPerToken.String(), DecodePerToken: o.DecodePerToken.String(),
 			Speed: o.Speed, Concurrency: o.Concurrency, Scale: o.Scale, MaxRequests: o.MaxRequests, Timeout: o.Timeout.String(),
 		},
 		Started: time.Now(),
-		Machine: DescribeMachine(),
+		Machine: fleet.DescribeMachine(),
 		plan:    plan,
 	}
 	if keepSamples {
@@ -289,7 +290,7 @@ func replay(ctx context.Context, name string, tr *capture.Trace, o ReplayOptions
 				strategy, run.HitRate, run.OracleHitRate, run.TTFT.P50, run.TTFT.P99, loadtest.FormatMaxMin(run.BusiestIdlest),
 				run.Failed, run.Cancelled, run.Seconds)
 			if rep.Oracle.CapacityBlocks == 0 {
-				rep.Oracle = ReplayOracle{HitRate: res.OracleHitRate, CapacityHitRate: res.CapacityOracleHitRate,
+				rep.Oracle = Oracle{HitRate: res.OracleHitRate, CapacityHitRate: res.CapacityOracleHitRate,
 					CapacityBlocks: res.CapacityOracleBlocks, Blocks: res.OracleBlocks, Reused: res.OracleReused}
 			}
 			if keepSamples {
@@ -309,14 +310,14 @@ const (
 )
 
 // replayOne replays plan under one strategy on a fresh fleet within share.
-func replayOne(ctx context.Context, o *ReplayOptions, sc sim.Config, plan *loadtest.Plan, strategy string, share time.Duration,
-	log *slog.Logger) (*ReplayRun, *loadtest.Result) {
-	run := &ReplayRun{Strategy: strategy}
+func replayOne(ctx context.Context, o *Options, sc sim.Config, plan *loadtest.Plan, strategy string, share time.Duration,
+	log *slog.Logger) (*Result, *loadtest.Result) {
+	run := &Result{Strategy: strategy}
 	start := time.Now()
 	defer func() { run.Seconds = time.Since(start).Seconds() }()
-	f, err := startFleet(o.Engines, sc, strategy, log)
+	f, err := fleet.Start(o.Engines, sc, strategy, log)
 	if err != nil {
-		var ue *UnavailableError
+		var ue *fleet.UnavailableError
 		if errors.As(err, &ue) {
 			run.Unavailable = "not available in this build: " + ue.Reason
 		} else {
@@ -324,7 +325,7 @@ func replayOne(ctx context.Context, o *ReplayOptions, sc sim.Config, plan *loadt
 		}
 		return run, nil
 	}
-	defer f.stop()
+	defer f.Stop()
 	precise := strategy == "precise_cache_aware"
 	if precise {
 		// As in the routing report: let the subscribers connect before the first event.
@@ -343,8 +344,8 @@ func replayOne(ctx context.Context, o *ReplayOptions, sc sim.Config, plan *loadt
 		Duration:       duration,
 		Timeout:        duration,
 		TokenIDs:       precise,
-		TokenizeURL:    f.sims[0].URL(),
-		Targets:        f.names,
+		TokenizeURL:    f.Sims[0].URL(),
+		Targets:        f.Names,
 		BlockSize:      sc.BlockSize,
 		OracleCapacity: o.Engines * sc.NumBlocks,
 		KeepSamples:    true,
@@ -356,7 +357,7 @@ func replayOne(ctx context.Context, o *ReplayOptions, sc sim.Config, plan *loadt
 	run.Planned, run.Sent, run.Succeeded, run.Failed, run.Cancelled = res.Planned, res.Sent, res.Succeeded, res.Failed, res.Cancelled
 	run.TTFT, run.Decisions, run.WallSeconds = res.TTFT, res.Decisions, res.WallSeconds
 	run.OracleHitRate, run.CapacityOracleHitRate = res.OracleHitRate, res.CapacityOracleHitRate
-	for _, e := range f.sims {
+	for _, e := range f.Sims {
 		st := e.Stats()
 		run.PromptTokens += st.QueriedTokens
 		run.CachedTokens += st.HitTokens
@@ -372,32 +373,6 @@ func replayOne(ctx context.Context, o *ReplayOptions, sc sim.Config, plan *loadt
 	if run.CapacityOracleHitRate > 0 {
 		run.VsCapacityOracle = run.HitRate / run.CapacityOracleHitRate
 	}
-	run.BusiestIdlest, run.CoV = spread(run.EngineRequests)
+	run.BusiestIdlest, run.CoV = fleet.Spread(run.EngineRequests)
 	return run, res
-}
-
-// spread returns max/min of counts (-1 when one is 0 and another is not; 0 when all are 0) and
-// their coefficient of variation.
-func spread(counts []int) (maxMin, cov float64) {
-	if len(counts) == 0 {
-		return 0, 0
-	}
-	lo, hi, sum := counts[0], counts[0], 0.0
-	for _, c := range counts {
-		lo, hi = min(lo, c), max(hi, c)
-		sum += float64(c)
-	}
-	if hi == 0 {
-		return 0, 0
-	}
-	mean := sum / float64(len(counts))
-	v := 0.0
-	for _, c := range counts {
-		v += (float64(c) - mean) * (float64(c) - mean)
-	}
-	cov = math.Sqrt(v/float64(len(counts))) / mean
-	if lo == 0 {
-		return -1, cov
-	}
-	return float64(hi) / float64(lo), cov
 }

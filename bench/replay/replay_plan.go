@@ -1,4 +1,4 @@
-package bench
+package replay
 
 import (
 	"encoding/binary"
@@ -22,21 +22,21 @@ import (
 // token on. Chunks are made of the three-letter words of loadtest's workloads, each with its
 // leading space exactly one token of the sim's tokenizer (sim.AppendTokens), so sizes are exact.
 
-// ReplayTemplateTokens is what the sim's chat template adds to a prompt sent as one user message:
+// TemplateTokens is what the sim's chat template adds to a prompt sent as one user message:
 // <im_start> "user" <role_end> … <im_end> (4) and the generation prompt <im_start> "assi" "stan"
 // "t" <role_end> (5).
-const ReplayTemplateTokens = 9
+const TemplateTokens = 9
 
-// ReplayScenario is the scenario name of a replayed trace's plan.
-const ReplayScenario = "replay"
+// Scenario is the scenario name of a replayed trace's plan.
+const Scenario = "replay"
 
 // DefaultBytesPerToken converts a capture's block bytes to tokens when no line of it carries
 // usage ("in"): about 4 bytes per token of English text.
 const DefaultBytesPerToken = 4.0
 
-// DefaultReplayOutputTokens is max_tokens of a request whose output length the trace does not
+// DefaultOutputTokens is max_tokens of a request whose output length the trace does not
 // know (the sim's default).
-const DefaultReplayOutputTokens = 16
+const DefaultOutputTokens = 16
 
 // PlanOptions shape TracePlan. Zero values take the defaults named.
 type PlanOptions struct {
@@ -113,7 +113,7 @@ const (
 // input_length; a capture's full block is block_bytes × tokens-per-byte, the ratio of Σ "in" to
 // Σ "in_bytes" over the lines that have "in" (else 1 / BytesPerToken), rounded per position so
 // that k blocks make round(k × that) tokens (a block's size depends only on its position, which
-// its chained identity fixes), and a request with "in" gets in − ReplayTemplateTokens content
+// its chained identity fixes), and a request with "in" gets in − TemplateTokens content
 // tokens (its last, partial block takes the rest), so its replayed prompt_tokens equals the live
 // one. Prompt text the trace's blocks do not cover is unique to its request.
 func TracePlan(tr *capture.Trace, o PlanOptions) (*loadtest.Plan, PlanStats, error) {
@@ -133,7 +133,7 @@ func TracePlan(tr *capture.Trace, o PlanOptions) (*loadtest.Plan, PlanStats, err
 	sz := newSizer(tr, o)
 	st.BlockTokens, st.TokensPerByte = sz.perBlock(&tr.Requests[0]), sz.tokensPerByte
 	plan := &loadtest.Plan{
-		Workload: loadtest.Workload{Scenario: ReplayScenario, OutputTokens: DefaultReplayOutputTokens},
+		Workload: loadtest.Workload{Scenario: Scenario, OutputTokens: DefaultOutputTokens},
 		Timed:    o.Speed > 0,
 	}
 	// Pass 1: which requests are replayed, and their segments.
@@ -159,7 +159,7 @@ func TracePlan(tr *capture.Trace, o PlanOptions) (*loadtest.Plan, PlanStats, err
 		for _, s := range segs {
 			content += s.tokens
 		}
-		if o.MaxModelLen > 0 && content+ReplayTemplateTokens+sz.output(r) > o.MaxModelLen {
+		if o.MaxModelLen > 0 && content+TemplateTokens+sz.output(r) > o.MaxModelLen {
 			st.Skipped[SkipTooLong]++
 			continue
 		}
@@ -233,7 +233,7 @@ func TracePlan(tr *capture.Trace, o PlanOptions) (*loadtest.Plan, PlanStats, err
 			liveCached += int64(r.Cached)
 			st.LiveRequests++
 		}
-		st.PromptTokens += int64(content + ReplayTemplateTokens)
+		st.PromptTokens += int64(content + TemplateTokens)
 		st.OutputTokens += int64(out)
 		plan.Requests = append(plan.Requests, req)
 	}
@@ -313,14 +313,14 @@ func (s *sizer) tokens(n int) int {
 // output returns max_tokens of r.
 func (s *sizer) output(r *capture.Request) int {
 	if r.OutTokens <= 0 {
-		return DefaultReplayOutputTokens
+		return DefaultOutputTokens
 	}
 	return max(1, int(math.Round(float64(r.OutTokens)/s.scale)))
 }
 
 // segments appends r's prompt as segments to dst. Full blocks get their full size; the last
 // block when partial and the uncovered tail are sized so that the content has the prompt's
-// length: input_length (Mooncake), in − ReplayTemplateTokens when the capture has "in", else the
+// length: input_length (Mooncake), in − TemplateTokens when the capture has "in", else the
 // bytes converted.
 func (s *sizer) segments(dst []segment, r *capture.Request) []segment {
 	total := -1 // content tokens, when the trace says
@@ -328,7 +328,7 @@ func (s *sizer) segments(dst []segment, r *capture.Request) []segment {
 	case s.unit == capture.UnitTokens:
 		total = s.tokens(r.Len)
 	case r.InTokens > 0:
-		total = max(1, int(math.Round(float64(r.InTokens)/s.scale))-ReplayTemplateTokens)
+		total = max(1, int(math.Round(float64(r.InTokens)/s.scale))-TemplateTokens)
 	}
 	used := 0
 	for i, h := range r.Blocks {

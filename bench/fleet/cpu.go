@@ -1,15 +1,16 @@
-package bench
+package fleet
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// cpuMeter measures the CPU other processes used while a cell ran: on a shared machine a cell's latencies
+// CPUMeter measures the CPU other processes used while a cell ran: on a shared machine a cell's latencies
 // say little when other work took the CPUs. Linux only (/proc); elsewhere it reports -1.
-type cpuMeter struct {
+type CPUMeter struct {
 	start      time.Time
 	busy, self float64 // seconds of CPU: the whole machine's non-idle time, and this process's
 	ok         bool
@@ -19,17 +20,17 @@ type cpuMeter struct {
 // Go supports).
 const clockTicks = 100
 
-func startCPUMeter() cpuMeter {
-	busy, ok1 := machineBusy()
-	self, ok2 := selfCPU()
-	return cpuMeter{start: time.Now(), busy: busy, self: self, ok: ok1 && ok2}
+func StartCPUMeter() CPUMeter {
+	busy, ok1 := MachineBusy()
+	self, ok2 := SelfCPU()
+	return CPUMeter{start: time.Now(), busy: busy, self: self, ok: ok1 && ok2}
 }
 
-// others returns the mean number of CPUs other processes (and the hypervisor's steal) kept busy since
+// Others returns the mean number of CPUs other processes (and the hypervisor's steal) kept busy since
 // start, or -1 when unknown.
-func (m cpuMeter) others() float64 {
-	busy, ok1 := machineBusy()
-	self, ok2 := selfCPU()
+func (m CPUMeter) Others() float64 {
+	busy, ok1 := MachineBusy()
+	self, ok2 := SelfCPU()
 	elapsed := time.Since(m.start).Seconds()
 	if !m.ok || !ok1 || !ok2 || elapsed <= 0 {
 		return -1
@@ -37,12 +38,12 @@ func (m cpuMeter) others() float64 {
 	return max(0, (busy-m.busy)-(self-m.self)) / elapsed
 }
 
-// machineBusy returns the machine's non-idle CPU seconds from /proc/stat: user, nice, system, irq,
+// MachineBusy returns the machine's non-idle CPU seconds from /proc/stat: user, nice, system, irq,
 // softirq and steal (guest time is inside user).
-func machineBusy() (float64, bool) { return statCPU(1, 2, 3, 6, 7, 8) }
+func MachineBusy() (float64, bool) { return StatCPU(1, 2, 3, 6, 7, 8) }
 
-// statCPU returns the sum of the given fields of /proc/stat's "cpu" line (1 user ... 8 steal), in seconds.
-func statCPU(fields ...int) (float64, bool) {
+// StatCPU returns the sum of the given fields of /proc/stat's "cpu" line (1 user ... 8 steal), in seconds.
+func StatCPU(fields ...int) (float64, bool) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0, false
@@ -63,11 +64,11 @@ func statCPU(fields ...int) (float64, bool) {
 	return total / clockTicks, true
 }
 
-// selfCPU returns this process's user + system CPU seconds.
-func selfCPU() (float64, bool) { return processCPU("/proc/self/stat") }
+// SelfCPU returns this process's user + system CPU seconds.
+func SelfCPU() (float64, bool) { return ProcessCPU("/proc/self/stat") }
 
-// processCPU returns the user + system CPU seconds of the process whose /proc/PID/stat is path.
-func processCPU(path string) (float64, bool) {
+// ProcessCPU returns the user + system CPU seconds of the process whose /proc/PID/stat is path.
+func ProcessCPU(path string) (float64, bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
@@ -88,4 +89,11 @@ func processCPU(path string) (float64, bool) {
 		return 0, false
 	}
 	return (u + st) / clockTicks, true
+}
+
+func OtherCPU(v float64) string {
+	if v < 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.2f", v)
 }

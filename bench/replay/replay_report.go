@@ -1,4 +1,4 @@
-package bench
+package replay
 
 import (
 	"encoding/json"
@@ -7,12 +7,13 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/capture"
 	"github.com/rolter-ai/rolter/loadtest"
 )
 
 // WriteJSON writes the report as indented JSON.
-func (rep *ReplayReport) WriteJSON(w io.Writer) error {
+func (rep *Report) WriteJSON(w io.Writer) error {
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return fmt.Errorf("cannot encode the replay report: %w", err)
@@ -25,7 +26,7 @@ func (rep *ReplayReport) WriteJSON(w io.Writer) error {
 
 // Markdown renders the report: what was replayed on what, then the routing table, one row per
 // strategy.
-func (rep *ReplayReport) Markdown() string {
+func (rep *Report) Markdown() string {
 	var b strings.Builder
 	o, p := rep.Options, rep.Plan
 	fmt.Fprintf(&b, "## Replay of `%s`\n\n| | |\n|---|---|\n", rep.Trace)
@@ -86,7 +87,7 @@ func (rep *ReplayReport) Markdown() string {
 			if msg == "" {
 				msg = "failed: " + r.Error
 			}
-			fmt.Fprintf(&b, "| %s | %s |\n", r.Strategy, escapePipes(firstLine(msg)))
+			fmt.Fprintf(&b, "| %s | %s |\n", r.Strategy, fleet.EscapePipes(fleet.FirstLine(msg)))
 			continue
 		}
 		failed := fmt.Sprint(r.Failed)

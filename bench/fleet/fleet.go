@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"context"
@@ -25,30 +25,30 @@ func (e *UnavailableError) Error() string {
 	return fmt.Sprintf("strategy %q is not available in this build: %s", e.Strategy, e.Reason)
 }
 
-// fleet is N in-process simulated engines behind one in-process gateway on loopback.
-type fleet struct {
-	sims   []*sim.Engine
-	names  []string
-	gw     *engine.Gateway
-	served chan error
-	URL    string
+// Fleet is N in-process simulated engines behind one in-process gateway on loopback.
+type Fleet struct {
+	Sims    []*sim.Engine
+	Names   []string
+	Gateway *engine.Gateway
+	served  chan error
+	URL     string
 }
 
-// startFleet starts n engines with simCfg (each its own engine label and KV event socket when
+// Start starts n engines with simCfg (each its own engine label and KV event socket when
 // cgo allows) and a gateway whose one route uses strategy. On any error everything started is
 // stopped again. A strategy the config rejects as unknown, or one needing KV events in a build
 // without them, gives an *UnavailableError. extra is appended to the gateway's config (e.g. [trace]).
-func startFleet(n int, simCfg sim.Config, strategy string, log *slog.Logger, extra ...string) (*fleet, error) {
+func Start(n int, simCfg sim.Config, strategy string, log *slog.Logger, extra ...string) (*Fleet, error) {
 	// Check the strategy before starting anything: a config naming n placeholder engines fails
 	// the same way the real one would.
-	if err := checkStrategy(n, strategy); err != nil {
+	if err := CheckStrategy(n, strategy); err != nil {
 		return nil, err
 	}
-	f := &fleet{}
+	f := &Fleet{}
 	ok := false
 	defer func() {
 		if !ok {
-			f.stop()
+			f.Stop()
 		}
 	}()
 	for i := 0; i < n; i++ {
@@ -65,11 +65,11 @@ func startFleet(n int, simCfg sim.Config, strategy string, log *slog.Logger, ext
 		if err := e.Start(); err != nil {
 			return nil, fmt.Errorf("cannot start simulated engine %d: %w", i+1, err)
 		}
-		f.sims = append(f.sims, e)
-		f.names = append(f.names, fmt.Sprintf("sim-%d", i+1))
+		f.Sims = append(f.Sims, e)
+		f.Names = append(f.Names, fmt.Sprintf("sim-%d", i+1))
 		// Wait until it serves: stopping an engine whose server has not started serving yet
 		// would race with fasthttp's Serve.
-		if err := waitHTTP(context.Background(), e.URL()+"/health", 10*time.Second, nil); err != nil {
+		if err := WaitHTTP(context.Background(), e.URL()+"/health", 10*time.Second, nil); err != nil {
 			return nil, fmt.Errorf("simulated engine %d does not answer: %w", i+1, err)
 		}
 	}
@@ -77,7 +77,7 @@ func startFleet(n int, simCfg sim.Config, strategy string, log *slog.Logger, ext
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on loopback: %w", err)
 	}
-	text := fleetConfig(ln.Addr().String(), strategy, f.URLs(), f.kvEndpoints(), f.sims[0].Config().Model) + strings.Join(extra, "")
+	text := Config(ln.Addr().String(), strategy, f.URLs(), f.kvEndpoints(), f.Sims[0].Config().Model) + strings.Join(extra, "")
 	cfg, err := engine.ParseConfig([]byte(text), "bench.toml")
 	if err != nil {
 		_ = ln.Close()
@@ -88,20 +88,20 @@ func startFleet(n int, simCfg sim.Config, strategy string, log *slog.Logger, ext
 		_ = ln.Close()
 		return nil, fmt.Errorf("cannot start the gateway: %w", err)
 	}
-	f.gw = g
+	f.Gateway = g
 	f.served = make(chan error, 1)
 	go func() { f.served <- g.Serve(ln) }()
 	f.URL = "http://" + ln.Addr().String()
-	if err := waitHTTP(context.Background(), f.URL+"/healthz", 10*time.Second, nil); err != nil {
+	if err := WaitHTTP(context.Background(), f.URL+"/healthz", 10*time.Second, nil); err != nil {
 		return nil, fmt.Errorf("the gateway does not answer: %w", err)
 	}
 	ok = true
 	return f, nil
 }
 
-// checkStrategy parses the fleet config of strategy over n placeholder engines and maps a
+// CheckStrategy parses the fleet config of strategy over n placeholder engines and maps a
 // rejected strategy to an *UnavailableError.
-func checkStrategy(n int, strategy string) error {
+func CheckStrategy(n int, strategy string) error {
 	urls := make([]string, n)
 	kv := make([]string, n)
 	for i := range urls {
@@ -110,7 +110,7 @@ func checkStrategy(n int, strategy string) error {
 			kv[i] = fmt.Sprintf("tcp://127.0.0.1:%d", 1+i)
 		}
 	}
-	_, err := engine.ParseConfig([]byte(fleetConfig("127.0.0.1:0", strategy, urls, kv, "sim-model")), "bench.toml")
+	_, err := engine.ParseConfig([]byte(Config("127.0.0.1:0", strategy, urls, kv, "sim-model")), "bench.toml")
 	if err == nil {
 		return nil
 	}
@@ -125,36 +125,36 @@ func checkStrategy(n int, strategy string) error {
 }
 
 // URLs returns the engines' base URLs.
-func (f *fleet) URLs() []string {
-	out := make([]string, len(f.sims))
-	for i, e := range f.sims {
+func (f *Fleet) URLs() []string {
+	out := make([]string, len(f.Sims))
+	for i, e := range f.Sims {
 		out[i] = e.URL()
 	}
 	return out
 }
 
-func (f *fleet) kvEndpoints() []string {
-	out := make([]string, len(f.sims))
-	for i, e := range f.sims {
+func (f *Fleet) kvEndpoints() []string {
+	out := make([]string, len(f.Sims))
+	for i, e := range f.Sims {
 		out[i] = e.KVEventsEndpoint()
 	}
 	return out
 }
 
-// stop shuts the gateway down and stops every engine. It may be called on a partial fleet.
-func (f *fleet) stop() {
-	if f.gw != nil {
+// Stop shuts the gateway down and stops every engine. It may be called on a partial fleet.
+func (f *Fleet) Stop() {
+	if f.Gateway != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = f.gw.Shutdown(ctx)
+		_ = f.Gateway.Shutdown(ctx)
 		cancel()
 		select {
 		case <-f.served:
 		case <-time.After(5 * time.Second):
 		}
-		f.gw = nil
+		f.Gateway = nil
 	}
 	var wg sync.WaitGroup
-	for _, e := range f.sims {
+	for _, e := range f.Sims {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -162,14 +162,14 @@ func (f *fleet) stop() {
 		}()
 	}
 	wg.Wait()
-	f.sims = nil
+	f.Sims = nil
 }
 
-// fleetConfig renders the gateway config: the shape `rolter up` generates (cmd/rolter/up.go):
+// Config renders the gateway config: the shape `rolter up` generates (cmd/rolter/up.go):
 // one route over every engine with default strategy parameters, active health checks, engine
 // /metrics scraping every 250ms, and every engine's KV event stream declared (only strategies
 // that use it subscribe). kv[i] may be empty (no events).
-func fleetConfig(listen, strategy string, urls, kv []string, model string) string {
+func Config(listen, strategy string, urls, kv []string, model string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[server]\nlisten = %q\n\n", listen)
 	b.WriteString("[health]\nenabled = true\ninterval_secs = 1\n\n[metrics_scrape]\nenabled = true\ninterval_secs = 0.25\n\n")
@@ -187,8 +187,8 @@ func fleetConfig(listen, strategy string, urls, kv []string, model string) strin
 	return b.String()
 }
 
-// inflightSampler samples every engine's running + waiting requests at a fixed interval.
-type inflightSampler struct {
+// Sampler samples every engine's running + waiting requests at a fixed interval.
+type Sampler struct {
 	sims     []*sim.Engine
 	interval time.Duration
 	stopc    chan struct{}
@@ -198,13 +198,13 @@ type inflightSampler struct {
 	samples [][]int
 }
 
-func startSampler(sims []*sim.Engine, interval time.Duration) *inflightSampler {
-	s := &inflightSampler{sims: sims, interval: interval, stopc: make(chan struct{}), done: make(chan struct{})}
+func StartSampler(sims []*sim.Engine, interval time.Duration) *Sampler {
+	s := &Sampler{sims: sims, interval: interval, stopc: make(chan struct{}), done: make(chan struct{})}
 	go s.loop()
 	return s
 }
 
-func (s *inflightSampler) loop() {
+func (s *Sampler) loop() {
 	defer close(s.done)
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
@@ -225,8 +225,8 @@ func (s *inflightSampler) loop() {
 	}
 }
 
-// stop ends sampling and returns the samples (one row per tick, one column per engine).
-func (s *inflightSampler) stop() [][]int {
+// Stop ends sampling and returns the samples (one row per tick, one column per engine).
+func (s *Sampler) Stop() [][]int {
 	close(s.stopc)
 	<-s.done
 	s.mu.Lock()
@@ -245,9 +245,9 @@ type InflightSummary struct {
 	Samples int `json:"samples"`
 }
 
-// summarizeInflight reduces samples to per-engine means over the middle 80% of the samples
+// SummarizeInflight reduces samples to per-engine means over the middle 80% of the samples
 // (ramp-up and the drain at the end say nothing about steady routing).
-func summarizeInflight(samples [][]int, engines int) InflightSummary {
+func SummarizeInflight(samples [][]int, engines int) InflightSummary {
 	lo, hi := len(samples)/10, len(samples)-len(samples)/10
 	window := samples[lo:hi]
 	out := InflightSummary{Mean: make([]float64, engines), Samples: len(window)}
@@ -281,3 +281,6 @@ func summarizeInflight(samples [][]int, engines int) InflightSummary {
 	}
 	return out
 }
+
+// Strategies are the strategies the routing report compares, in report order.
+var Strategies = []string{"round_robin", "least_load", "consistent_hash", "cache_aware", "pipeline", "precise_cache_aware"}

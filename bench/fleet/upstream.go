@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"bufio"
@@ -21,10 +21,10 @@ type UpstreamConfig struct {
 var instantBody = []byte(`{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"fake","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10,"prompt_tokens_details":{"cached_tokens":0}}}`)
 
 var (
-	roleEvent   = []byte("data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"model\":\"fake\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n")
+	RoleEvent   = []byte("data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"model\":\"fake\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n")
 	deltaPrefix = []byte("data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"model\":\"fake\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"")
 	deltaSuffix = []byte("\"},\"finish_reason\":null}]}\n\n")
-	finishEvent = []byte("data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"model\":\"fake\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n")
+	FinishEvent = []byte("data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"model\":\"fake\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n")
 	doneEvent   = []byte("data: [DONE]\n\n")
 )
 
@@ -60,7 +60,7 @@ func NewFakeUpstream(cfg UpstreamConfig) fasthttp.RequestHandler {
 		ctx.Response.Header.Set("Cache-Control", "no-cache")
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 			start := time.Now()
-			if _, err := w.Write(roleEvent); err != nil || w.Flush() != nil {
+			if _, err := w.Write(RoleEvent); err != nil || w.Flush() != nil {
 				return
 			}
 			var buf []byte
@@ -74,7 +74,7 @@ func NewFakeUpstream(cfg UpstreamConfig) fasthttp.RequestHandler {
 					return // the client went away
 				}
 			}
-			_, _ = w.Write(finishEvent)
+			_, _ = w.Write(FinishEvent)
 			_, _ = w.Write(doneEvent)
 			_ = w.Flush()
 		})
