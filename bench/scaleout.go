@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/bench/fleet"
+	"github.com/rolter-ai/rolter/bench/routing"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/loadtest"
 	"github.com/rolter-ai/rolter/sim"
@@ -69,7 +70,7 @@ const maxScaleoutGateways = 16
 var ErrNoHAProxy = errors.New("haproxy not found (make bench-scaleout installs the Debian package)")
 
 // ScaleoutOptions configure the scale-out report. Zero values take the defaults named; the fleet, the
-// scale and the load are the routing report's (RoutingOptions), so a 1-gateway row is comparable with it.
+// scale and the load are the routing report's (routing.Options), so a 1-gateway row is comparable with it.
 type ScaleoutOptions struct {
 	// Rolter is the gateway binary (bin/rolter); HAProxy the haproxy binary and NATSServer the
 	// nats-server binary (default: looked up in PATH, then /usr/sbin).
@@ -78,7 +79,7 @@ type ScaleoutOptions struct {
 	Gateways []int
 	// Engines is the fleet size (8).
 	Engines int
-	// Scale divides the unscaled shapes' token counts and the engines' KV blocks (4, RoutingOptions.Scale).
+	// Scale divides the unscaled shapes' token counts and the engines' KV blocks (4, routing.Options.Scale).
 	Scale int
 	// Strategies and Scenarios to run (ScaleoutStrategies, ScaleoutScenarios).
 	Strategies []string
@@ -86,7 +87,7 @@ type ScaleoutOptions struct {
 	// Concurrency is the closed-loop in-flight count (Engines × MaxNumSeqs × 3/4 = 24), and so the
 	// number of client connections HAProxy spreads over the gateways.
 	Concurrency int
-	// MaxNumSeqs per engine (4), PrefillPerToken (100µs), DecodePerToken (1ms): as RoutingOptions.
+	// MaxNumSeqs per engine (4), PrefillPerToken (100µs), DecodePerToken (1ms): as routing.Options.
 	MaxNumSeqs      int
 	PrefillPerToken time.Duration
 	DecodePerToken  time.Duration
@@ -103,14 +104,14 @@ type ScaleoutOptions struct {
 }
 
 // routing returns the routing report's options that share o's fleet, scale and load, defaults filled.
-func (o *ScaleoutOptions) routing() RoutingOptions {
-	r := RoutingOptions{
+func (o *ScaleoutOptions) routing() routing.Options {
+	r := routing.Options{
 		Engines: o.Engines, Scale: o.Scale, Strategies: o.Strategies, Scenarios: o.Scenarios,
 		Concurrency: o.Concurrency, MaxNumSeqs: o.MaxNumSeqs, PrefillPerToken: o.PrefillPerToken,
 		DecodePerToken: o.DecodePerToken, Seed: o.Seed, Repeats: o.Repeats, RunTimeout: o.RunTimeout,
 		Workloads: o.Workloads, Log: o.Log,
 	}
-	r.normalize()
+	r.Normalize()
 	return r
 }
 
@@ -242,7 +243,7 @@ func RunScaleout(ctx context.Context, o ScaleoutOptions) (*ScaleoutReport, error
 		return nil, err
 	}
 	ro := o.routing()
-	sc := ro.simConfig()
+	sc := ro.SimConfig()
 	rep := &ScaleoutReport{
 		Options: ScaleoutReportOptions{
 			Gateways: o.Gateways, Engines: o.Engines, Scale: o.Scale, Strategies: o.Strategies, Scenarios: o.Scenarios,
@@ -279,7 +280,7 @@ func RunScaleout(ctx context.Context, o ScaleoutOptions) (*ScaleoutReport, error
 	// fastest, so a slow spell of a shared machine lands on neighbouring cells that are compared.
 	for repeat := 0; repeat < o.Repeats; repeat++ {
 		for _, scenario := range o.Scenarios {
-			rep.Workloads[scenario] = ro.workload(scenario, 0)
+			rep.Workloads[scenario] = ro.Workload(scenario, 0)
 			for _, strategy := range o.Strategies {
 				for _, n := range o.Gateways {
 					if err := ctx.Err(); err != nil {
@@ -313,8 +314,8 @@ func logScaleoutRun(w io.Writer, run *ScaleoutRun) {
 }
 
 // scaleoutOne measures one cell on a fresh fleet and fresh gateways.
-func scaleoutOne(ctx context.Context, o *ScaleoutOptions, ro *RoutingOptions, sc sim.Config, dir, scenario, strategy string, n, repeat int) *ScaleoutRun {
-	w := ro.workload(scenario, repeat)
+func scaleoutOne(ctx context.Context, o *ScaleoutOptions, ro *routing.Options, sc sim.Config, dir, scenario, strategy string, n, repeat int) *ScaleoutRun {
+	w := ro.Workload(scenario, repeat)
 	run := &ScaleoutRun{Scenario: scenario, Strategy: strategy, Gateways: n, Repeat: repeat, Seed: w.Seed}
 	start := time.Now()
 	defer func() { run.Seconds = time.Since(start).Seconds() }()

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/rolter-ai/rolter/bench/fleet"
+	"github.com/rolter-ai/rolter/bench/routing"
 )
 
 // ScaleoutCommand reproduces the report (the Makefile target runs it after building bin/rolter).
@@ -88,7 +89,7 @@ func (rep *ScaleoutReport) Markdown() string {
 		if o.NumBlocks > 0 {
 			ws = float64(reused) / float64(o.NumBlocks)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %.1f |\n", sc, shape(rep.Workloads[sc]), requests, blocks, reused, ws)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %.1f |\n", sc, routing.Shape(rep.Workloads[sc]), requests, blocks, reused, ws)
 	}
 
 	b.WriteString("\n## Goals\n\n")
@@ -156,7 +157,7 @@ func (rep *ScaleoutReport) Markdown() string {
 				}
 				dec := "-"
 				if len(run.Result.Decisions) > 0 {
-					dec = formatCounts(run.Result.Decisions)
+					dec = fleet.FormatCounts(run.Result.Decisions)
 				}
 				fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", s, n, run.Result.Sent, joinInts(run.GatewayConnections),
 					joinInts(run.GatewayRequests), strings.Join(hits, " / "), kv, joinInts(run.EngineRequests), dec)
@@ -197,7 +198,7 @@ func (rep *ScaleoutReport) observations() string {
 			fmt.Fprintf(&b, " With 1 gateway %d %s were served by more than one engine (%.2f engines each), with %d gateways %d (%.2f);",
 				one.GroupsSplit, unit, one.EnginesPerGroup, most, many.GroupsSplit, many.EnginesPerGroup)
 			fmt.Fprintf(&b, " requests per engine %s vs %s; decisions %s vs %s.", joinInts(many.EngineRequests), joinInts(one.EngineRequests),
-				formatCounts(many.Result.Decisions), formatCounts(one.Result.Decisions))
+				fleet.FormatCounts(many.Result.Decisions), fleet.FormatCounts(one.Result.Decisions))
 		}
 		b.WriteString("\n")
 	}

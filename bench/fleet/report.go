@@ -66,3 +66,19 @@ func SortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// FormatCounts renders "a 3, b 1", the largest first.
+func FormatCounts(m map[string]int) string {
+	keys := SortedKeys(m)
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && m[keys[j]] > m[keys[j-1]]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+

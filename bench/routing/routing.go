@@ -1,4 +1,4 @@
-package bench
+package routing
 
 import (
 	"context"
@@ -15,11 +15,11 @@ import (
 	"github.com/rolter-ai/rolter/sim"
 )
 
-// RoutingScenarios are the workloads of the routing report.
-var RoutingScenarios = []string{loadtest.SharedPrefix, loadtest.MultiTurn, loadtest.HotPrefix}
+// Scenarios are the workloads of the routing report.
+var Scenarios = []string{loadtest.SharedPrefix, loadtest.MultiTurn, loadtest.HotPrefix}
 
-// RoutingOptions configure the routing-quality report. Zero values take the defaults named.
-type RoutingOptions struct {
+// Options configure the routing-quality report. Zero values take the defaults named.
+type Options struct {
 	// Engines is the fleet size (8).
 	Engines int
 	// Scale divides every token count and the engines' KV blocks of the unscaled shapes (4):
@@ -27,7 +27,7 @@ type RoutingOptions struct {
 	// 2,048 blocks becomes 512/32/64 tokens on 512 blocks, keeping the ratios (prefix : question :
 	// output, working set : engine KV). Groups, prompts and users are not scaled.
 	Scale int
-	// Strategies and Scenarios to run (RoutingStrategies, RoutingScenarios).
+	// Strategies and Scenarios to run (RoutingStrategies, Scenarios).
 	Strategies []string
 	Scenarios  []string
 	// Concurrency is the closed-loop in-flight count (Engines × MaxNumSeqs × 3/4 = 24).
@@ -47,22 +47,22 @@ type RoutingOptions struct {
 	RunTimeout time.Duration
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
-	// Workloads, when set, replace RoutingWorkload for the scenarios they name (tests use small
+	// Workloads, when set, replace Workload for the scenarios they name (tests use small
 	// ones).
 	Workloads map[string]loadtest.Workload
 }
 
-// workload returns the workload of a scenario in a repeat.
-func (o *RoutingOptions) workload(scenario string, repeat int) loadtest.Workload {
+// Workload returns the workload of a scenario in a repeat.
+func (o *Options) Workload(scenario string, repeat int) loadtest.Workload {
 	w, ok := o.Workloads[scenario]
 	if !ok {
-		w = RoutingWorkload(scenario, o.Scale, o.Seed)
+		w = Workload(scenario, o.Scale, o.Seed)
 	}
 	w.Seed += uint64(repeat)
 	return w
 }
 
-func (o *RoutingOptions) normalize() {
+func (o *Options) Normalize() {
 	if o.Engines == 0 {
 		o.Engines = 8
 	}
@@ -73,7 +73,7 @@ func (o *RoutingOptions) normalize() {
 		o.Strategies = fleet.Strategies
 	}
 	if o.Scenarios == nil {
-		o.Scenarios = RoutingScenarios
+		o.Scenarios = Scenarios
 	}
 	if o.MaxNumSeqs == 0 {
 		o.MaxNumSeqs = 4
@@ -101,7 +101,7 @@ func (o *RoutingOptions) normalize() {
 	}
 }
 
-// Unscaled shapes (tokens, blocks); RoutingWorkload divides them by the scale.
+// Unscaled shapes (tokens, blocks); Workload divides them by the scale.
 const (
 	gspSystem, gspQuestion, gspOutput = 2048, 128, 256 // SGLang bench_serving GSP defaults
 	gspGroups, gspPerGroup            = 64, 16
@@ -111,8 +111,8 @@ const (
 	hotPrefix, hotRequests            = 8192, 512 // docs/architecture.md, "Goals the benchmarks check", goal 2
 )
 
-// RoutingWorkload returns the workload of a scenario at a scale.
-func RoutingWorkload(scenario string, scale int, seed uint64) loadtest.Workload {
+// Workload returns the workload of a scenario at a scale.
+func Workload(scenario string, scale int, seed uint64) loadtest.Workload {
 	w := loadtest.Workload{Scenario: scenario, Seed: seed, QuestionTokens: gspQuestion / scale, OutputTokens: gspOutput / scale}
 	switch scenario {
 	case loadtest.SharedPrefix:
@@ -131,13 +131,13 @@ func RoutingWorkload(scenario string, scale int, seed uint64) loadtest.Workload 
 }
 
 // simConfigFor returns the engine configuration of o with its defaults filled in.
-func (o RoutingOptions) simConfigFor() sim.Config {
-	o.normalize()
-	return o.simConfig()
+func (o Options) simConfigFor() sim.Config {
+	o.Normalize()
+	return o.SimConfig()
 }
 
-// simConfig returns the engine configuration of the report.
-func (o *RoutingOptions) simConfig() sim.Config {
+// SimConfig returns the engine configuration of the report.
+func (o *Options) SimConfig() sim.Config {
 	c := sim.DefaultConfig()
 	c.NumBlocks = engineBlocks / o.Scale
 	c.MaxNumSeqs = o.MaxNumSeqs
@@ -146,8 +146,8 @@ func (o *RoutingOptions) simConfig() sim.Config {
 	return c
 }
 
-// RoutingRun is one (scenario, strategy) measurement.
-type RoutingRun struct {
+// Trial is one (scenario, strategy) measurement.
+type Trial struct {
 	Scenario string `json:"scenario"`
 	Strategy string `json:"strategy"`
 	Repeat   int    `json:"repeat"`
@@ -171,21 +171,21 @@ type RoutingRun struct {
 }
 
 // Available reports whether the run measured something.
-func (r *RoutingRun) Available() bool { return r.Unavailable == "" && r.Error == "" && r.Result != nil }
+func (r *Trial) Available() bool { return r.Unavailable == "" && r.Error == "" && r.Result != nil }
 
-// RoutingReport is the whole routing-quality report.
-type RoutingReport struct {
-	Options   RoutingReportOptions         `json:"options"`
+// Report is the whole routing-quality report.
+type Report struct {
+	Options   ReportOptions                `json:"options"`
 	Workloads map[string]loadtest.Workload `json:"workloads"`
-	Runs      []*RoutingRun                `json:"runs"`
+	Runs      []*Trial                     `json:"runs"`
 	Goals     []fleet.Goal                 `json:"goals"`
 	Started   time.Time                    `json:"started"`
 	Seconds   float64                      `json:"seconds"`
 	Machine   fleet.Machine                `json:"machine"`
 }
 
-// RoutingReportOptions is the serialisable part of RoutingOptions.
-type RoutingReportOptions struct {
+// ReportOptions is the serialisable part of Options.
+type ReportOptions struct {
 	Engines         int      `json:"engines"`
 	Scale           int      `json:"scale"`
 	Strategies      []string `json:"strategies"`
@@ -203,9 +203,9 @@ type RoutingReportOptions struct {
 // Run returns the representative run of a scenario and strategy: among the repeats that
 // measured something, the one with the median token hit rate (the lower middle for an even
 // count); else the first repeat (which says why it did not run); nil when none ran.
-func (r *RoutingReport) Run(scenario, strategy string) *RoutingRun {
-	var first *RoutingRun
-	var ok []*RoutingRun
+func (r *Report) Run(scenario, strategy string) *Trial {
+	var first *Trial
+	var ok []*Trial
 	for _, run := range r.Runs {
 		if run.Scenario != scenario || run.Strategy != strategy {
 			continue
@@ -226,7 +226,7 @@ func (r *RoutingReport) Run(scenario, strategy string) *RoutingRun {
 
 // medianOf returns the median, lowest and highest of a max/min ratio over the repeats that ran;
 // -1 (an idle target: unbounded) sorts above every number and comes back as -1.
-func (r *RoutingReport) medianOf(scenario, strategy string, f func(*RoutingRun) float64) (med, lo, hi float64) {
+func (r *Report) medianOf(scenario, strategy string, f func(*Trial) float64) (med, lo, hi float64) {
 	var vs []float64
 	for _, run := range r.Runs {
 		if run.Scenario == scenario && run.Strategy == strategy && run.Available() {
@@ -251,14 +251,14 @@ func (r *RoutingReport) medianOf(scenario, strategy string, f func(*RoutingRun) 
 }
 
 // rangeText renders the hit-rate range over repeats: "[0.61–0.63 over 3 runs]".
-func (r *RoutingReport) rangeText(scenario, strategy string) string {
+func (r *Report) rangeText(scenario, strategy string) string {
 	lo, hi, n := r.HitRange(scenario, strategy)
 	return fmt.Sprintf("[%.3f–%.3f over %d runs]", lo, hi, n)
 }
 
 // HitRange returns the lowest and highest token hit rate over the repeats that ran, and their
 // number.
-func (r *RoutingReport) HitRange(scenario, strategy string) (lo, hi float64, n int) {
+func (r *Report) HitRange(scenario, strategy string) (lo, hi float64, n int) {
 	for _, run := range r.Runs {
 		if run.Scenario == scenario && run.Strategy == strategy && run.Available() {
 			h := run.Result.HitRate
@@ -274,14 +274,14 @@ func (r *RoutingReport) HitRange(scenario, strategy string) (lo, hi float64, n i
 	return lo, hi, n
 }
 
-// RunRouting runs every scenario under every strategy, each on a fresh fleet (cold caches), and
+// Run runs every scenario under every strategy, each on a fresh fleet (cold caches), and
 // evaluates the goals. A strategy the build lacks is recorded as unavailable; other failures
 // of one run are recorded in it and the report goes on. It returns an error only when ctx ends.
-func RunRouting(ctx context.Context, o RoutingOptions) (*RoutingReport, error) {
-	o.normalize()
-	sc := o.simConfig()
-	rep := &RoutingReport{
-		Options: RoutingReportOptions{
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o.Normalize()
+	sc := o.SimConfig()
+	rep := &Report{
+		Options: ReportOptions{
 			Engines: o.Engines, Scale: o.Scale, Strategies: o.Strategies, Scenarios: o.Scenarios,
 			Concurrency: o.Concurrency, MaxNumSeqs: o.MaxNumSeqs, NumBlocks: sc.NumBlocks, BlockSize: sc.BlockSize,
 			PrefillPerToken: o.PrefillPerToken.String(), DecodePerToken: o.DecodePerToken.String(), Seed: o.Seed,
@@ -296,10 +296,10 @@ func RunRouting(ctx context.Context, o RoutingOptions) (*RoutingReport, error) {
 	// machine does not land on one strategy's repeats.
 	for repeat := 0; repeat < o.Repeats; repeat++ {
 		for _, scenario := range o.Scenarios {
-			rep.Workloads[scenario] = o.workload(scenario, 0)
+			rep.Workloads[scenario] = o.Workload(scenario, 0)
 			for _, strategy := range o.Strategies {
 				if err := ctx.Err(); err != nil {
-					rep.Goals = routingGoals(rep)
+					rep.Goals = goalsOf(rep)
 					rep.Seconds = time.Since(rep.Started).Seconds()
 					return rep, err
 				}
@@ -319,15 +319,15 @@ func RunRouting(ctx context.Context, o RoutingOptions) (*RoutingReport, error) {
 			}
 		}
 	}
-	rep.Goals = routingGoals(rep)
+	rep.Goals = goalsOf(rep)
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	return rep, ctx.Err()
 }
 
 // runOne measures one scenario under one strategy on a fresh fleet.
-func runOne(ctx context.Context, o *RoutingOptions, sc sim.Config, scenario, strategy string, repeat int, log *slog.Logger) *RoutingRun {
-	w := o.workload(scenario, repeat)
-	run := &RoutingRun{Scenario: scenario, Strategy: strategy, Repeat: repeat, Seed: w.Seed}
+func runOne(ctx context.Context, o *Options, sc sim.Config, scenario, strategy string, repeat int, log *slog.Logger) *Trial {
+	w := o.Workload(scenario, repeat)
+	run := &Trial{Scenario: scenario, Strategy: strategy, Repeat: repeat, Seed: w.Seed}
 	start := time.Now()
 	defer func() { run.Seconds = time.Since(start).Seconds() }()
 	f, err := fleet.Start(o.Engines, sc, strategy, log)
@@ -380,13 +380,13 @@ func runOne(ctx context.Context, o *RoutingOptions, sc sim.Config, scenario, str
 	return run
 }
 
-// routingGoals evaluates issue 8's routing goals on the report.
-func routingGoals(rep *RoutingReport) []fleet.Goal {
+// goalsOf evaluates issue 8's routing goals on the report.
+func goalsOf(rep *Report) []fleet.Goal {
 	var goals []fleet.Goal
 	na := func(name, target, why string) {
 		goals = append(goals, fleet.Goal{Name: name, Target: target, Measured: why, Verdict: "n/a"})
 	}
-	get := func(scenario, strategy string) (*RoutingRun, string) {
+	get := func(scenario, strategy string) (*Trial, string) {
 		r := rep.Run(scenario, strategy)
 		switch {
 		case r == nil:
@@ -424,7 +424,7 @@ func routingGoals(rep *RoutingReport) []fleet.Goal {
 				Measured: fmt.Sprintf("%.2fx (%.3f / %.3f %s)", ratio, r.HitRate, rr.Result.HitRate, rep.rangeText(loadtest.SharedPrefix, "round_robin")),
 				Verdict:  fleet.Verdict(rr.Result.HitRate > 0 && ratio >= 1.8 || rr.Result.HitRate == 0 && r.HitRate > 0)})
 		}
-		med, lo, hi := rep.medianOf(loadtest.SharedPrefix, "cache_aware", func(r *RoutingRun) float64 { return r.Result.ShareMaxMin })
+		med, lo, hi := rep.medianOf(loadtest.SharedPrefix, "cache_aware", func(r *Trial) float64 { return r.Result.ShareMaxMin })
 		goals = append(goals, fleet.Goal{Name: gShare, Target: "<= 1.25",
 			Measured: fmt.Sprintf("%s median over runs (range %s–%s)", loadtest.FormatMaxMin(med), loadtest.FormatMaxMin(lo), loadtest.FormatMaxMin(hi)),
 			Verdict:  fleet.Verdict(med > 0 && med <= 1.25)})
@@ -458,7 +458,7 @@ func routingGoals(rep *RoutingReport) []fleet.Goal {
 		goals = append(goals, fleet.Goal{Name: gIdle, Target: "0 idle",
 			Measured: fmt.Sprintf("at most %d idle (empty in > half the samples) and %d without a request, over %d runs", idle, noRequests, runs),
 			Verdict:  fleet.Verdict(idle == 0 && noRequests == 0)})
-		med, lo, hi := rep.medianOf(loadtest.HotPrefix, "cache_aware", func(r *RoutingRun) float64 { return r.Inflight.MaxMin })
+		med, lo, hi := rep.medianOf(loadtest.HotPrefix, "cache_aware", func(r *Trial) float64 { return r.Inflight.MaxMin })
 		goals = append(goals, fleet.Goal{Name: gInfl, Target: "<= 1.5",
 			Measured: fmt.Sprintf("%s median over runs (range %s–%s)", loadtest.FormatMaxMin(med), loadtest.FormatMaxMin(lo), loadtest.FormatMaxMin(hi)),
 			Verdict:  fleet.Verdict(med > 0 && med <= 1.5)})

@@ -1,4 +1,4 @@
-package bench
+package routing
 
 import (
 	"fmt"
@@ -97,8 +97,8 @@ func (c *barChart) save(dir, file string) error {
 	return nil
 }
 
-// routingCharts draws the routing report's charts into dir and returns their file names.
-func routingCharts(rep *RoutingReport, dir string) ([]string, error) {
+// drawCharts draws the routing report's charts into dir and returns their file names.
+func drawCharts(rep *Report, dir string) ([]string, error) {
 	o := rep.Options
 	label := func(s string) string {
 		for _, run := range rep.Runs {
@@ -112,7 +112,7 @@ func routingCharts(rep *RoutingReport, dir string) ([]string, error) {
 	for _, s := range o.Strategies {
 		labels = append(labels, label(s))
 	}
-	perScenario := func(f func(*RoutingRun) float64) [][]float64 {
+	perScenario := func(f func(*Trial) float64) [][]float64 {
 		vs := make([][]float64, len(o.Strategies))
 		for i, s := range o.Strategies {
 			vs[i] = make([]float64, len(o.Scenarios))
@@ -139,14 +139,14 @@ func routingCharts(rep *RoutingReport, dir string) ([]string, error) {
 		c    barChart
 	}{
 		{"routing-hit-rate.png", barChart{title: "Token hit rate (cached / prompt tokens)", yLabel: "token hit rate",
-			groups: o.Scenarios, series: labels, values: perScenario(func(r *RoutingRun) float64 { return r.Result.HitRate }),
+			groups: o.Scenarios, series: labels, values: perScenario(func(r *Trial) float64 { return r.Result.HitRate }),
 			marks: oracle, markLabel: "oracle bound"}},
 		{"routing-ttft-p50.png", barChart{title: "TTFT p50 (first body byte)", yLabel: "ms",
-			groups: o.Scenarios, series: labels, values: perScenario(func(r *RoutingRun) float64 { return r.Result.TTFT.P50 })}},
+			groups: o.Scenarios, series: labels, values: perScenario(func(r *Trial) float64 { return r.Result.TTFT.P50 })}},
 		{"routing-ttft-p99.png", barChart{title: "TTFT p99 (first body byte)", yLabel: "ms",
-			groups: o.Scenarios, series: labels, values: perScenario(func(r *RoutingRun) float64 { return r.Result.TTFT.P99 })}},
+			groups: o.Scenarios, series: labels, values: perScenario(func(r *Trial) float64 { return r.Result.TTFT.P99 })}},
 		{"routing-throughput.png", barChart{title: "Throughput (closed loop)", yLabel: "requests / s",
-			groups: o.Scenarios, series: labels, values: perScenario(func(r *RoutingRun) float64 { return r.Result.Throughput })}},
+			groups: o.Scenarios, series: labels, values: perScenario(func(r *Trial) float64 { return r.Result.Throughput })}},
 	}
 	var files []string
 	for _, ch := range charts {
@@ -156,7 +156,7 @@ func routingCharts(rep *RoutingReport, dir string) ([]string, error) {
 		files = append(files, ch.file)
 	}
 	// Per-engine views: requests per engine on shared-prefix, mean in flight on hot-prefix.
-	perEngine := func(scenario, file, title, yLabel string, f func(*RoutingRun) []float64) error {
+	perEngine := func(scenario, file, title, yLabel string, f func(*Trial) []float64) error {
 		var groups []string
 		var rows [][]float64
 		for _, s := range o.Strategies {
@@ -187,7 +187,7 @@ func routingCharts(rep *RoutingReport, dir string) ([]string, error) {
 		return nil
 	}
 	if err := perEngine("shared-prefix", "routing-share-shared-prefix.png", "shared-prefix: requests per engine", "requests",
-		func(r *RoutingRun) []float64 {
+		func(r *Trial) []float64 {
 			v := make([]float64, len(r.Result.Targets))
 			for i, t := range r.Result.Targets {
 				v[i] = float64(t.Requests)
@@ -197,7 +197,7 @@ func routingCharts(rep *RoutingReport, dir string) ([]string, error) {
 		return nil, err
 	}
 	if err := perEngine("hot-prefix", "routing-inflight-hot-prefix.png", "hot-prefix: mean requests in flight per engine", "running + waiting",
-		func(r *RoutingRun) []float64 { return r.Inflight.Mean }); err != nil {
+		func(r *Trial) []float64 { return r.Inflight.Mean }); err != nil {
 		return nil, err
 	}
 	return files, nil

@@ -1,4 +1,4 @@
-package bench
+package routing
 
 import (
 	"encoding/json"
@@ -11,13 +11,13 @@ import (
 	"github.com/rolter-ai/rolter/loadtest"
 )
 
-// WriteRouting writes routing.md, routing.json and the PNG charts into dir and returns the
+// Write writes routing.md, routing.json and the PNG charts into dir and returns the
 // files written.
-func WriteRouting(rep *RoutingReport, dir string) ([]string, error) {
+func Write(rep *Report, dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create %q: %w", dir, err)
 	}
-	charts, err := routingCharts(rep, dir)
+	charts, err := drawCharts(rep, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +37,7 @@ func WriteRouting(rep *RoutingReport, dir string) ([]string, error) {
 }
 
 // Markdown renders the report; charts are the PNG file names to embed.
-func (rep *RoutingReport) Markdown(charts []string) string {
+func (rep *Report) Markdown(charts []string) string {
 	var b strings.Builder
 	o := rep.Options
 	fmt.Fprintf(&b, "# Routing quality\n\n")
@@ -77,7 +77,7 @@ func (rep *RoutingReport) Markdown(charts []string) string {
 				break
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %.1f |\n", sc, shape(w), requests, blocks, reused, float64(reused)/float64(o.NumBlocks))
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %.1f |\n", sc, Shape(w), requests, blocks, reused, float64(reused)/float64(o.NumBlocks))
 	}
 
 	b.WriteString("\n## Goals\n\n| goal | target | measured | verdict |\n|---|---|---|---|\n")
@@ -140,7 +140,7 @@ func (rep *RoutingReport) Markdown(charts []string) string {
 			}
 			dec := "-"
 			if len(run.Result.Decisions) > 0 {
-				dec = formatCounts(run.Result.Decisions)
+				dec = fleet.FormatCounts(run.Result.Decisions)
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", s, dec, strings.Join(per, " / "), run.Reuse)
 		}
@@ -175,14 +175,14 @@ func (rep *RoutingReport) Markdown(charts []string) string {
 }
 
 // observations explains each MISS with what the run shows: where requests went and why.
-func (rep *RoutingReport) observations() string {
+func (rep *Report) observations() string {
 	var b strings.Builder
 	for _, g := range rep.Goals {
 		if g.Verdict != "MISS" {
 			continue
 		}
 		fmt.Fprintf(&b, "- **%s**: %s (target %s).", g.Name, fleet.EscapePipes(g.Measured), g.Target)
-		var run *RoutingRun
+		var run *Trial
 		switch {
 		case strings.Contains(g.Name, "hot-prefix"):
 			run = rep.Run(loadtest.HotPrefix, "cache_aware")
@@ -202,7 +202,7 @@ func (rep *RoutingReport) observations() string {
 				per = append(per, fmt.Sprintf("%s %d (hit %.2f)", t.Name, t.Requests, t.HitRate))
 			}
 			fmt.Fprintf(&b, " %s on %s: decisions %s; requests per engine %s", run.Strategy, run.Scenario,
-				formatCounts(r.Decisions), strings.Join(per, ", "))
+				fleet.FormatCounts(r.Decisions), strings.Join(per, ", "))
 			if run.Scenario != loadtest.HotPrefix {
 				fmt.Fprintf(&b, "; %d groups/users were served by more than one engine (%.2f engines each on average)", run.GroupsSplit, run.EnginesPerGroup)
 			} else {
@@ -223,8 +223,8 @@ func fmtMeans(v []float64) string {
 	return strings.Join(parts, " / ")
 }
 
-// shape renders a workload in a table cell.
-func shape(w loadtest.Workload) string {
+// Shape renders a workload in a table cell.
+func Shape(w loadtest.Workload) string {
 	switch w.Scenario {
 	case loadtest.SharedPrefix:
 		return fmt.Sprintf("%d groups × %d prompts, %d / %d / %d system / question / output tokens, %s", w.Groups, w.PromptsPerGroup,
@@ -239,32 +239,17 @@ func shape(w loadtest.Workload) string {
 	return fmt.Sprintf("%d requests of %d tokens", w.Requests, w.QuestionTokens)
 }
 
-// formatCounts renders "a 3, b 1", the largest first.
-func formatCounts(m map[string]int) string {
-	keys := fleet.SortedKeys(m)
-	for i := 1; i < len(keys); i++ {
-		for j := i; j > 0 && m[keys[j]] > m[keys[j-1]]; j-- {
-			keys[j], keys[j-1] = keys[j-1], keys[j]
-		}
-	}
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s %d", k, m[k])
-	}
-	return strings.Join(parts, ", ")
-}
-
-// LoadRouting reads a routing.json written by WriteRouting and evaluates its goals again, so the
+// Load reads a routing.json written by Write and evaluates its goals again, so the
 // Markdown and charts can be rendered anew without running the fleet.
-func LoadRouting(path string) (*RoutingReport, error) {
+func Load(path string) (*Report, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read %q: %w", path, err)
 	}
-	var rep RoutingReport
+	var rep Report
 	if err := json.Unmarshal(data, &rep); err != nil {
 		return nil, fmt.Errorf("cannot decode %q: %w", path, err)
 	}
-	rep.Goals = routingGoals(&rep)
+	rep.Goals = goalsOf(&rep)
 	return &rep, nil
 }

@@ -1,4 +1,4 @@
-package bench
+package routing
 
 import (
 	"context"
@@ -19,7 +19,7 @@ func TestRoutingTiny(t *testing.T) {
 	w := loadtest.Workload{Scenario: loadtest.SharedPrefix, Seed: 1, Groups: 4, PromptsPerGroup: 4, Popularity: loadtest.Uniform,
 		SystemTokens: 48, QuestionTokens: 4, OutputTokens: 2}
 	hot := loadtest.Workload{Scenario: loadtest.HotPrefix, Seed: 1, Requests: 12, SystemTokens: 48, QuestionTokens: 4, OutputTokens: 2}
-	rep, err := RunRouting(context.Background(), RoutingOptions{
+	rep, err := Run(context.Background(), Options{
 		Engines: 2, Scale: 16, MaxNumSeqs: 2, Concurrency: 2,
 		PrefillPerToken: time.Microsecond, DecodePerToken: 100 * time.Microsecond,
 		Strategies: []string{"round_robin", "cache_aware", "no_such_strategy"},
@@ -66,7 +66,7 @@ func TestRoutingTiny(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	files, err := WriteRouting(rep, dir)
+	files, err := Write(rep, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,17 +88,17 @@ func TestRoutingTiny(t *testing.T) {
 	}
 }
 
-func run(scenario, strategy string, hit, oracle, share float64) *RoutingRun {
-	return &RoutingRun{Scenario: scenario, Strategy: strategy, Result: &loadtest.Result{
+func run(scenario, strategy string, hit, oracle, share float64) *Trial {
+	return &Trial{Scenario: scenario, Strategy: strategy, Result: &loadtest.Result{
 		HitRate: hit, OracleHitRate: oracle, HitVsOracle: hit / oracle, ShareMaxMin: share,
 		Targets: []loadtest.TargetStat{{Name: "a", Requests: 5}, {Name: "b", Requests: 4}},
 	}}
 }
 
 func TestRoutingGoals(t *testing.T) {
-	f := func(runs []*RoutingRun, want map[string]string) {
+	f := func(runs []*Trial, want map[string]string) {
 		t.Helper()
-		goals := routingGoals(&RoutingReport{Runs: runs})
+		goals := goalsOf(&Report{Runs: runs})
 		got := map[string]string{}
 		for _, g := range goals {
 			for key := range want {
@@ -113,9 +113,9 @@ func TestRoutingGoals(t *testing.T) {
 			}
 		}
 	}
-	hotOK := &RoutingRun{Scenario: "hot-prefix", Strategy: "cache_aware", Result: &loadtest.Result{Targets: []loadtest.TargetStat{{Requests: 3}, {Requests: 3}}},
+	hotOK := &Trial{Scenario: "hot-prefix", Strategy: "cache_aware", Result: &loadtest.Result{Targets: []loadtest.TargetStat{{Requests: 3}, {Requests: 3}}},
 		Inflight: fleet.InflightSummary{Mean: []float64{2, 1.6}, MaxMin: 1.25, Samples: 10}}
-	f([]*RoutingRun{
+	f([]*Trial{
 		run("shared-prefix", "round_robin", 0.2, 0.86, 1),
 		run("shared-prefix", "cache_aware", 0.84, 0.86, 1.1),
 		run("shared-prefix", "precise_cache_aware", 0.85, 0.86, 1.1),
@@ -123,9 +123,9 @@ func TestRoutingGoals(t *testing.T) {
 	}, map[string]string{"vs the oracle": "PASS", "vs round_robin": "PASS", "requests per engine": "PASS",
 		"no idle engine": "PASS", "in-flight": "PASS", "(shared-prefix)": "PASS", "(multi-turn)": "n/a"})
 
-	hotBad := &RoutingRun{Scenario: "hot-prefix", Strategy: "cache_aware", Result: &loadtest.Result{Targets: []loadtest.TargetStat{{Requests: 6}, {Requests: 0}}},
+	hotBad := &Trial{Scenario: "hot-prefix", Strategy: "cache_aware", Result: &loadtest.Result{Targets: []loadtest.TargetStat{{Requests: 6}, {Requests: 0}}},
 		Inflight: fleet.InflightSummary{Mean: []float64{3, 0}, MaxMin: -1, Idle: 1, Samples: 10}}
-	f([]*RoutingRun{
+	f([]*Trial{
 		run("shared-prefix", "round_robin", 0.5, 0.86, 1),
 		run("shared-prefix", "cache_aware", 0.6, 0.86, 1.4),
 		{Scenario: "shared-prefix", Strategy: "precise_cache_aware", Unavailable: "not available in this build: x"},
@@ -137,7 +137,7 @@ func TestRoutingGoals(t *testing.T) {
 // TestRunMedian: the representative run is the repeat with the median hit rate; failed repeats
 // are left out, and a strategy that never ran shows why.
 func TestRunMedian(t *testing.T) {
-	rep := &RoutingReport{Runs: []*RoutingRun{
+	rep := &Report{Runs: []*Trial{
 		run("shared-prefix", "cache_aware", 0.7, 0.86, 1),
 		run("shared-prefix", "cache_aware", 0.5, 0.86, 1),
 		{Scenario: "shared-prefix", Strategy: "cache_aware", Error: "boom"},
