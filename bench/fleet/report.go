@@ -81,4 +81,3 @@ func FormatCounts(m map[string]int) string {
 	}
 	return strings.Join(parts, ", ")
 }
-
