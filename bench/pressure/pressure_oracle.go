@@ -1,4 +1,4 @@
-package bench
+package pressure
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package bench
+package pressure
 
 import (
 	"bufio"
@@ -23,23 +23,23 @@ import (
 // workload's working set, so placement decides what stays cached. The method is written into the report
 // itself (its "Setup" section).
 
-// PressureCapacities are the engines' KV capacities of the report, as fractions of the per-engine working
+// Capacities are the engines' KV capacities of the report, as fractions of the per-engine working
 // set.
-var PressureCapacities = []float64{0.25, 0.5, 1}
+var Capacities = []float64{0.25, 0.5, 1}
 
-// PressureOptions configure the KV-pressure report. Zero values take the defaults named.
-type PressureOptions struct {
+// Options configure the KV-pressure report. Zero values take the defaults named.
+type Options struct {
 	// Engines is the fleet size (4).
 	Engines int
 	// Capacities are each engine's KV blocks as fractions of the workload's working set divided over the
-	// engines (PressureCapacities).
+	// engines (Capacities).
 	Capacities []float64
 	// Strategies to compare (RoutingStrategies). An entry may carry route parameters,
 	// "cache_aware:max_trie_bytes=1kv,threshold=0.3" (ParseStrategySpec).
 	Strategies []string
-	// Workloads to run (PressureWorkloadNames).
+	// Workloads to run (WorkloadNames).
 	Workloads []string
-	// Quick runs the small workloads (DefaultPressureWorkload's quick shapes) with instant engines.
+	// Quick runs the small workloads (DefaultWorkload's quick shapes) with instant engines.
 	Quick bool
 	// Seed of the workloads (1): the same for every strategy and capacity.
 	Seed uint64
@@ -54,7 +54,7 @@ type PressureOptions struct {
 	DecodePerToken  time.Duration
 	// Epsilon is the placement oracle's load cap (0.25; PlacementOracle).
 	Epsilon float64
-	// Recommended is the strategy the goals judge (PressureRecommended).
+	// Recommended is the strategy the goals judge (Recommended).
 	Recommended string
 	// RunTimeout bounds one cell's load (2m); Timeout the whole report (30m): what was measured by then is
 	// reported.
@@ -63,21 +63,21 @@ type PressureOptions struct {
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 	// Shapes, when set, replace the default workloads they name (tests).
-	Shapes map[string]PressureWorkload
+	Shapes map[string]Workload
 }
 
-func (o *PressureOptions) normalize() {
+func (o *Options) normalize() {
 	if o.Engines == 0 {
 		o.Engines = 4
 	}
 	if o.Capacities == nil {
-		o.Capacities = PressureCapacities
+		o.Capacities = Capacities
 	}
 	if o.Strategies == nil {
 		o.Strategies = fleet.Strategies
 	}
 	if o.Workloads == nil {
-		o.Workloads = PressureWorkloadNames
+		o.Workloads = WorkloadNames
 	}
 	if o.Seed == 0 {
 		o.Seed = 1
@@ -104,7 +104,7 @@ func (o *PressureOptions) normalize() {
 		o.Epsilon = 0.25
 	}
 	if o.Recommended == "" {
-		o.Recommended = PressureRecommended
+		o.Recommended = Recommended
 	}
 	if o.RunTimeout == 0 {
 		o.RunTimeout = 2 * time.Minute
@@ -118,11 +118,11 @@ func (o *PressureOptions) normalize() {
 }
 
 // workload returns the shape of a workload name.
-func (o *PressureOptions) workload(name string) PressureWorkload {
+func (o *Options) workload(name string) Workload {
 	if w, ok := o.Shapes[name]; ok {
 		return w
 	}
-	return DefaultPressureWorkload(name, o.Quick, o.Seed)
+	return DefaultWorkload(name, o.Quick, o.Seed)
 }
 
 // StrategySpec is one row of the report: a strategy and the route parameters it runs with.
@@ -194,19 +194,19 @@ func (s StrategySpec) routeParams(numBlocks, blockSize int) string {
 	return b.String()
 }
 
-// PressureReport is the whole KV-pressure report.
-type PressureReport struct {
-	Options   PressureReportOptions   `json:"options"`
-	Workloads []*PressureWorkloadInfo `json:"workloads"`
-	Cells     []*PressureCell         `json:"cells"`
-	Goals     []fleet.Goal            `json:"goals"`
-	Started   time.Time               `json:"started"`
-	Seconds   float64                 `json:"seconds"`
-	Machine   fleet.Machine           `json:"machine"`
+// Report is the whole KV-pressure report.
+type Report struct {
+	Options   ReportOptions   `json:"options"`
+	Workloads []*WorkloadInfo `json:"workloads"`
+	Cells     []*Cell         `json:"cells"`
+	Goals     []fleet.Goal    `json:"goals"`
+	Started   time.Time       `json:"started"`
+	Seconds   float64         `json:"seconds"`
+	Machine   fleet.Machine   `json:"machine"`
 }
 
-// PressureReportOptions is the serialisable part of PressureOptions, defaults filled in.
-type PressureReportOptions struct {
+// ReportOptions is the serialisable part of Options, defaults filled in.
+type ReportOptions struct {
 	Engines         int       `json:"engines"`
 	Capacities      []float64 `json:"capacities"`
 	Strategies      []string  `json:"strategies"`
@@ -222,18 +222,18 @@ type PressureReportOptions struct {
 	Recommended     string    `json:"recommended"`
 }
 
-// PressureWorkloadInfo is one workload: its shape, its plan's working set, and the engines' KV blocks at
+// WorkloadInfo is one workload: its shape, its plan's working set, and the engines' KV blocks at
 // each capacity.
-type PressureWorkloadInfo struct {
-	Workload PressureWorkload  `json:"workload"`
-	Plan     PressurePlanStats `json:"plan"`
+type WorkloadInfo struct {
+	Workload Workload  `json:"workload"`
+	Plan     PlanStats `json:"plan"`
 	// PerEngine is the working set divided over the engines: ⌈Plan.Blocks / Engines⌉.
-	PerEngine int             `json:"per_engine_blocks"`
-	Levels    []PressureLevel `json:"levels"`
+	PerEngine int     `json:"per_engine_blocks"`
+	Levels    []Level `json:"levels"`
 }
 
-// PressureLevel is one capacity of a workload.
-type PressureLevel struct {
+// Level is one capacity of a workload.
+type Level struct {
 	Capacity float64 `json:"capacity"`
 	// NumBlocks is each engine's KV blocks: round(Capacity × PerEngine), at least Plan.MaxRequestBlocks (the
 	// engine cannot run a longer request); Raised says the minimum applied.
@@ -248,8 +248,8 @@ type PressureLevel struct {
 	RoundRobinHitRate float64 `json:"round_robin_hit_rate"`
 }
 
-// PressureCell is one (workload, capacity, strategy) run.
-type PressureCell struct {
+// Cell is one (workload, capacity, strategy) run.
+type Cell struct {
 	Workload  string  `json:"workload"`
 	Capacity  float64 `json:"capacity"`
 	NumBlocks int     `json:"num_blocks"`
@@ -311,13 +311,13 @@ type PressureCell struct {
 }
 
 // Available reports whether the cell measured something.
-func (c *PressureCell) Available() bool { return c.Unavailable == "" && c.Error == "" && c.Sent > 0 }
+func (c *Cell) Available() bool { return c.Unavailable == "" && c.Error == "" && c.Sent > 0 }
 
 // VsOracle is HitRate over the infinite-cache bound (0 when the bound is 0).
-func (c *PressureCell) VsOracle() float64 { return pressureDiv(c.HitRate, c.OracleHitRate) }
+func (c *Cell) VsOracle() float64 { return pressureDiv(c.HitRate, c.OracleHitRate) }
 
 // VsPlacement is HitRate over the capacity-aware placement reference (0 when it is 0).
-func (c *PressureCell) VsPlacement() float64 { return pressureDiv(c.HitRate, c.PlacementHitRate) }
+func (c *Cell) VsPlacement() float64 { return pressureDiv(c.HitRate, c.PlacementHitRate) }
 
 func pressureDiv(a, b float64) float64 {
 	if b <= 0 {
@@ -376,11 +376,11 @@ type ClaimStats struct {
 	Missed int `json:"missed"`
 }
 
-// RunPressure runs every workload at every capacity under every strategy, each cell on a fresh fleet (cold
+// Run runs every workload at every capacity under every strategy, each cell on a fresh fleet (cold
 // caches, empty tries), and evaluates the goals. A strategy the build lacks is recorded as unavailable;
 // other failures of one cell are recorded in it and the report goes on. It returns an error when the
 // options are bad, and ctx's error (or the report timeout's) with what was measured when it ends early.
-func RunPressure(ctx context.Context, o PressureOptions) (*PressureReport, error) {
+func Run(ctx context.Context, o Options) (*Report, error) {
 	o.normalize()
 	specs := make([]StrategySpec, 0, len(o.Strategies))
 	for _, s := range o.Strategies {
@@ -391,8 +391,8 @@ func RunPressure(ctx context.Context, o PressureOptions) (*PressureReport, error
 		specs = append(specs, spec)
 	}
 	base := sim.DefaultConfig()
-	rep := &PressureReport{
-		Options: PressureReportOptions{
+	rep := &Report{
+		Options: ReportOptions{
 			Engines: o.Engines, Capacities: o.Capacities, Strategies: o.Strategies, Workloads: o.Workloads, Quick: o.Quick,
 			Seed: o.Seed, MaxNumSeqs: o.MaxNumSeqs, Concurrency: o.Concurrency, BlockSize: base.BlockSize,
 			PrefillPerToken: o.PrefillPerToken.String(), DecodePerToken: o.DecodePerToken.String(), Epsilon: o.Epsilon,
@@ -404,9 +404,9 @@ func RunPressure(ctx context.Context, o PressureOptions) (*PressureReport, error
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(o.Log, &slog.HandlerOptions{Level: slog.LevelError}))
-	finish := func(err error) (*PressureReport, error) {
+	finish := func(err error) (*Report, error) {
 		rep.fillRoundRobin()
-		rep.Goals = pressureGoals(rep)
+		rep.Goals = goalsOf(rep)
 		rep.Seconds = time.Since(rep.Started).Seconds()
 		return rep, err
 	}
@@ -416,13 +416,13 @@ func RunPressure(ctx context.Context, o PressureOptions) (*PressureReport, error
 		if err != nil {
 			return finish(err)
 		}
-		info := &PressureWorkloadInfo{Workload: w, Plan: pressurePlanStats(plan, base.BlockSize)}
+		info := &WorkloadInfo{Workload: w, Plan: pressurePlanStats(plan, base.BlockSize)}
 		info.PerEngine = (info.Plan.Blocks + o.Engines - 1) / o.Engines
 		rep.Workloads = append(rep.Workloads, info)
 		fmt.Fprintf(o.Log, "pressure: %s: %d requests, %d prompt tokens, working set %d blocks (%d per engine), largest request %d blocks, infinite-cache bound %.3f\n",
 			name, info.Plan.Requests, info.Plan.PromptTokens, info.Plan.Blocks, info.PerEngine, info.Plan.MaxRequestBlocks, info.Plan.OracleHitRate)
 		for _, capacity := range o.Capacities {
-			lv := PressureLevel{Capacity: capacity, NumBlocks: int(math.Round(capacity * float64(info.PerEngine)))}
+			lv := Level{Capacity: capacity, NumBlocks: int(math.Round(capacity * float64(info.PerEngine)))}
 			if lv.NumBlocks < info.Plan.MaxRequestBlocks {
 				lv.NumBlocks, lv.Raised = info.Plan.MaxRequestBlocks, true
 			}
@@ -474,9 +474,9 @@ func planReferences(p *loadtest.Plan, engines, numBlocks, blockSize int, epsilon
 }
 
 // runPressureCell measures one strategy on a fresh fleet of engines configured by sc.
-func runPressureCell(ctx context.Context, o *PressureOptions, sc sim.Config, info *PressureWorkloadInfo, plan *loadtest.Plan,
-	capacity float64, spec StrategySpec, log *slog.Logger) *PressureCell {
-	c := &PressureCell{Workload: info.Workload.Name, Capacity: capacity, NumBlocks: sc.NumBlocks, Strategy: spec.Label}
+func runPressureCell(ctx context.Context, o *Options, sc sim.Config, info *WorkloadInfo, plan *loadtest.Plan,
+	capacity float64, spec StrategySpec, log *slog.Logger) *Cell {
+	c := &Cell{Workload: info.Workload.Name, Capacity: capacity, NumBlocks: sc.NumBlocks, Strategy: spec.Label}
 	start := time.Now()
 	defer func() { c.Seconds = time.Since(start).Seconds() }()
 	f, err := fleet.Start(o.Engines, sc, spec.Strategy, log, spec.routeParams(sc.NumBlocks, sc.BlockSize))
@@ -542,7 +542,7 @@ func runPressureCell(ctx context.Context, o *PressureOptions, sc sim.Config, inf
 	}
 	c.PlacementHitRate = po.HitRate()
 	c.Load = loadSpread(smp, f.Names)
-	if info.Workload.Name == PressureHotBurst {
+	if info.Workload.Name == HotBurst {
 		hot := info.Workload.hotGroup()
 		first, last := -1, -1
 		for i := range smp {
@@ -697,7 +697,7 @@ func scrapeTrieCounters(ctx context.Context, url string) trieCounters {
 }
 
 // fillRoundRobin sets every cell's VsRoundRobin.
-func (rep *PressureReport) fillRoundRobin() {
+func (rep *Report) fillRoundRobin() {
 	for _, c := range rep.Cells {
 		c.VsRoundRobin = 0
 		if rr := rep.Cell(c.Workload, c.Capacity, "round_robin"); rr != nil && rr.Available() && c.Available() {
@@ -707,7 +707,7 @@ func (rep *PressureReport) fillRoundRobin() {
 }
 
 // Cell returns the cell of a workload, capacity and strategy label, or nil.
-func (rep *PressureReport) Cell(workload string, capacity float64, strategy string) *PressureCell {
+func (rep *Report) Cell(workload string, capacity float64, strategy string) *Cell {
 	for _, c := range rep.Cells {
 		if c.Workload == workload && c.Capacity == capacity && c.Strategy == strategy {
 			return c
@@ -717,7 +717,7 @@ func (rep *PressureReport) Cell(workload string, capacity float64, strategy stri
 }
 
 // Info returns the workload info of name, or nil.
-func (rep *PressureReport) Info(name string) *PressureWorkloadInfo {
+func (rep *Report) Info(name string) *WorkloadInfo {
 	for _, w := range rep.Workloads {
 		if w.Workload.Name == name {
 			return w
@@ -726,16 +726,16 @@ func (rep *PressureReport) Info(name string) *PressureWorkloadInfo {
 	return nil
 }
 
-// PressureRecommended is the strategy the report's goals judge: the one we recommend for KV-pressure
+// Recommended is the strategy the report's goals judge: the one we recommend for KV-pressure
 // workloads, chosen from this report's measurements (issue 18: pipeline with load_factor 2.2 and hot_window
 // 128 led every workload at 50%; cache_aware's seed overload rule spills too often under KV pressure).
-const PressureRecommended = "pipeline"
+const Recommended = "pipeline"
 
 // goalCapacity is the capacity the goals are judged at (issue 18).
 const goalCapacity = 0.5
 
-// pressureGoals evaluates issue 18's goals for the recommended strategy at 50% capacity.
-func pressureGoals(rep *PressureReport) []fleet.Goal {
+// goalsOf evaluates issue 18's goals for the recommended strategy at 50% capacity.
+func goalsOf(rep *Report) []fleet.Goal {
 	var goals []fleet.Goal
 	s := rep.Options.Recommended
 	add := func(name, target, measured string, ok bool) {
@@ -744,7 +744,7 @@ func pressureGoals(rep *PressureReport) []fleet.Goal {
 	na := func(name, target, why string) {
 		goals = append(goals, fleet.Goal{Name: name, Target: target, Measured: why, Verdict: "n/a"})
 	}
-	get := func(workload string) (*PressureCell, string) {
+	get := func(workload string) (*Cell, string) {
 		c := rep.Cell(workload, goalCapacity, s)
 		switch {
 		case c == nil:
@@ -758,7 +758,7 @@ func pressureGoals(rep *PressureReport) []fleet.Goal {
 		}
 		return c, ""
 	}
-	for _, wl := range []string{PressureSharedPrefix, PressureMultiTurn} {
+	for _, wl := range []string{SharedPrefix, MultiTurn} {
 		nameP := fmt.Sprintf("%s hit rate vs the capacity-aware placement reference (%s, 50%%)", s, wl)
 		nameR := fmt.Sprintf("%s hit rate vs round_robin's (%s, 50%%)", s, wl)
 		c, why := get(wl)
@@ -806,7 +806,7 @@ func pressureGoals(rep *PressureReport) []fleet.Goal {
 	}
 	{
 		name := fmt.Sprintf("%s: busiest/idlest engine by requests during the hot-prefix burst (50%%)", s)
-		c, why := get(PressureHotBurst)
+		c, why := get(HotBurst)
 		switch {
 		case c == nil:
 			na(name, "<= 1.5", why)

@@ -1,99 +1,29 @@
-package bench
+package scaleout
 
 import (
 	"context"
 	"errors"
-	"flag"
-	"fmt"
-	"log/slog"
-	"net"
 	"os"
-	"os/signal"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rolter-ai/rolter/bench/fleet"
-	"github.com/rolter-ai/rolter/cluster"
-	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/loadtest"
 )
 
-// TestMain lets the test binary stand in for bin/rolter in TestScaleoutTiny: run as `<test binary>
-// serve -config F` it serves F like `rolter serve` does, so the test needs no build of cmd/rolter (which
-// costs more than the test itself after an engine change). ROLTER_BIN runs the test on a real binary.
+// TestMain lets the test binary stand in for bin/rolter in TestScaleoutTiny (fleet.StandIn).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case "serve":
-			os.Exit(serveForTest(os.Args[2:]))
-		case "version":
-			fmt.Println("rolter test binary")
-			os.Exit(0)
-		}
-	}
+	fleet.StandIn()
 	os.Exit(m.Run())
-}
-
-// serveForTest is `rolter serve` without the control plane and reloads: it serves the config until
-// SIGTERM or SIGINT, then drains for up to 2 s.
-func serveForTest(args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	path := fs.String("config", "rolter.toml", "config file")
-	fs.String("log-level", "warn", "ignored: warnings and errors are logged")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	cfg, err := engine.LoadConfig(*path)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ln, err := net.Listen("tcp", cfg.Server.Listen)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	g, err := engine.New(cfg, engine.Options{Logger: log, Version: "test"})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if cfg.Cluster.NATSURL != "" {
-		cl, err := cluster.Start(cfg.Cluster, cfg.Egress, g, log)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer cl.Close()
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	errc := make(chan error, 1)
-	go func() { errc <- g.Serve(ln) }()
-	select {
-	case err := <-errc:
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	case <-sig:
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = g.Shutdown(ctx)
-	select {
-	case <-errc:
-	case <-ctx.Done():
-	}
-	return 0
 }
 
 // scaleoutBinaries returns the haproxy binary and the gateway binary (ROLTER_BIN, else this test
 // binary, see TestMain), or skips the test without haproxy unless ROLTER_REQUIRE_HAPROXY=1.
 func scaleoutBinaries(t *testing.T) (haproxy, rolter string) {
 	t.Helper()
-	o := ScaleoutOptions{Rolter: "x"}
+	o := Options{Rolter: "x"}
 	if err := o.normalize(); errors.Is(err, ErrNoHAProxy) {
 		if os.Getenv("ROLTER_REQUIRE_HAPROXY") == "1" {
 			t.Fatalf("ROLTER_REQUIRE_HAPROXY=1: %s", err)
@@ -118,7 +48,7 @@ func TestScaleoutTiny(t *testing.T) {
 	haproxy, rolter := scaleoutBinaries(t)
 	// The cluster variant needs a nats-server: without one the plain strategy runs, unless
 	// ROLTER_REQUIRE_NATS=1 (make test), when that is a failure.
-	strategy := ScaleoutGoalStrategy
+	strategy := GoalStrategy
 	if fleet.LookSbin("nats-server") == "" {
 		if os.Getenv("ROLTER_REQUIRE_NATS") == "1" {
 			t.Fatal("ROLTER_REQUIRE_NATS=1: nats-server not found")
@@ -128,7 +58,7 @@ func TestScaleoutTiny(t *testing.T) {
 	w := loadtest.Workload{Scenario: loadtest.SharedPrefix, Seed: 1, Groups: 4, PromptsPerGroup: 8, Popularity: loadtest.Uniform,
 		SystemTokens: 48, QuestionTokens: 4, OutputTokens: 2}
 	start := time.Now()
-	rep, err := RunScaleout(context.Background(), ScaleoutOptions{
+	rep, err := Run(context.Background(), Options{
 		Rolter: rolter, HAProxy: haproxy, Gateways: []int{1, 2}, Engines: 2, Scale: 16, MaxNumSeqs: 2, Concurrency: 4,
 		PrefillPerToken: time.Microsecond, DecodePerToken: 100 * time.Microsecond,
 		Strategies: []string{strategy, "no_such_strategy"}, Scenarios: []string{loadtest.SharedPrefix},
@@ -157,7 +87,7 @@ func TestScaleoutTiny(t *testing.T) {
 			t.Fatalf("%d gw did not run: %s", run.Gateways, run.Error)
 		}
 		procs := run.Gateways + 1 // and HAProxy
-		if strategy == ScaleoutGoalStrategy {
+		if strategy == GoalStrategy {
 			procs++ // nats-server
 		}
 		if len(run.pids) != procs {
@@ -183,7 +113,7 @@ func TestScaleoutTiny(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	files, err := WriteScaleout(rep, dir)
+	files, err := Write(rep, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,13 +121,13 @@ func TestScaleoutTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Goals", ScaleoutGoalStrategy + " token hit rate, 2 gateways vs 1 (shared-prefix)", "| " + strategy + " | 2 |",
+	for _, want := range []string{"## Goals", GoalStrategy + " token hit rate, 2 gateways vs 1 (shared-prefix)", "| " + strategy + " | 2 |",
 		"no_such_strategy | 1 | not available in this build", "make bench-scaleout"} {
 		if !strings.Contains(string(md), want) {
 			t.Fatalf("scaleout.md lacks %q:\n%s", want, md)
 		}
 	}
-	back, err := LoadScaleout(files[1])
+	back, err := Load(files[1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,15 +196,15 @@ func TestCoV(t *testing.T) {
 	f([]float64{0, 0, 0, 8}, 1.7320508075688772)
 }
 
-func scaleoutRun(scenario string, gateways int, hit, engineCoV float64) *ScaleoutRun {
-	return &ScaleoutRun{Scenario: scenario, Strategy: ScaleoutGoalStrategy, Gateways: gateways, EngineCoV: engineCoV,
+func scaleoutRun(scenario string, gateways int, hit, engineCoV float64) *Trial {
+	return &Trial{Scenario: scenario, Strategy: GoalStrategy, Gateways: gateways, EngineCoV: engineCoV,
 		Result: &loadtest.Result{HitRate: hit}}
 }
 
 func TestScaleoutGoals(t *testing.T) {
-	f := func(gateways []int, runs []*ScaleoutRun, want ...string) {
+	f := func(gateways []int, runs []*Trial, want ...string) {
 		t.Helper()
-		goals := scaleoutGoals(&ScaleoutReport{Options: ScaleoutReportOptions{Gateways: gateways}, Runs: runs})
+		goals := goalsOf(&Report{Options: ReportOptions{Gateways: gateways}, Runs: runs})
 		var got []string
 		for _, g := range goals {
 			got = append(got, g.Verdict)
@@ -285,17 +215,17 @@ func TestScaleoutGoals(t *testing.T) {
 	}
 	sp, mt := loadtest.SharedPrefix, loadtest.MultiTurn
 	// Order: shared-prefix hit, CoV; multi-turn hit, CoV. Medians over repeats: 0.70 vs 0.68 loses 2 points.
-	f([]int{1, 2, 4}, []*ScaleoutRun{
+	f([]int{1, 2, 4}, []*Trial{
 		scaleoutRun(sp, 1, 0.70, 0.05), scaleoutRun(sp, 1, 0.72, 0.04), scaleoutRun(sp, 1, 0.60, 0.30),
 		scaleoutRun(sp, 4, 0.68, 0.14), scaleoutRun(sp, 4, 0.20, 0.10), scaleoutRun(sp, 4, 0.69, 0.15),
 		scaleoutRun(mt, 1, 0.80, 0.05), scaleoutRun(mt, 4, 0.60, 0.30), scaleoutRun(mt, 2, 0.79, 0.05),
 	}, "PASS", "PASS", "MISS", "MISS")
 	// Exactly 3 points and exactly 0.1 pass; the 2-gateway cell is not the one judged.
-	f([]int{1, 2, 4}, []*ScaleoutRun{
+	f([]int{1, 2, 4}, []*Trial{
 		scaleoutRun(sp, 1, 0.50, 0.10), scaleoutRun(sp, 4, 0.47, 0.20), scaleoutRun(sp, 2, 0.10, 0.90),
-		{Scenario: mt, Strategy: ScaleoutGoalStrategy, Gateways: 1, Error: "boom"}, scaleoutRun(mt, 4, 0.6, 0.1),
+		{Scenario: mt, Strategy: GoalStrategy, Gateways: 1, Error: "boom"}, scaleoutRun(mt, 4, 0.6, 0.1),
 	}, "PASS", "PASS", "n/a", "n/a")
-	f([]int{2, 4}, []*ScaleoutRun{scaleoutRun(sp, 2, 0.5, 0), scaleoutRun(sp, 4, 0.5, 0)}, "n/a", "n/a", "n/a", "n/a")
+	f([]int{2, 4}, []*Trial{scaleoutRun(sp, 2, 0.5, 0), scaleoutRun(sp, 4, 0.5, 0)}, "n/a", "n/a", "n/a", "n/a")
 }
 
 func TestHAProxyTCPConfig(t *testing.T) {

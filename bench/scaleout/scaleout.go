@@ -1,4 +1,4 @@
-package bench
+package scaleout
 
 import (
 	"bytes"
@@ -32,17 +32,17 @@ import (
 // fleet. Each replica learns only from the traffic it sees, so what one gateway's routing achieves and
 // what N of them achieve can be compared cell by cell.
 
-// ScaleoutStrategies are the strategies the scale-out report compares, in report order. Two variants of
+// Strategies are the strategies the scale-out report compares, in report order. Two variants of
 // cache_aware show what the many-gateway features buy: "cache_aware-local" turns the rendezvous home off
 // (route parameter home = false: each replica on the evidence of its own requests alone, as before the
 // features), and "cache_aware+cluster" adds the evidence and in-flight counts the replicas share over NATS
 // ([cluster], a nats-server started for the cell). Plain "cache_aware" is the default parameters: the home,
 // no NATS. "pipeline+cluster" is pipeline scoring the shared evidence too.
-var ScaleoutStrategies = []string{"round_robin", "consistent_hash", "cache_aware-local", "cache_aware", "cache_aware+cluster", "pipeline", "pipeline+cluster", "precise_cache_aware"}
+var Strategies = []string{"round_robin", "consistent_hash", "cache_aware-local", "cache_aware", "cache_aware+cluster", "pipeline", "pipeline+cluster", "precise_cache_aware"}
 
-// ScaleoutGoalStrategy is the variant the scale-out goals are judged on: cache_aware with every
+// GoalStrategy is the variant the scale-out goals are judged on: cache_aware with every
 // many-gateway feature on.
-const ScaleoutGoalStrategy = "cache_aware+cluster"
+const GoalStrategy = "cache_aware+cluster"
 
 // scaleoutVariant splits a report strategy name into the route's strategy and the config the variant adds
 // after the route: route parameters, [cluster]; cluster says the cell needs a nats-server.
@@ -56,32 +56,32 @@ func scaleoutVariant(name string) (strategy string, local, cluster bool) {
 	return name, false, false
 }
 
-// ScaleoutScenarios are the workloads of the scale-out report: the two whose affinity a replica can
+// Scenarios are the workloads of the scale-out report: the two whose affinity a replica can
 // lose (a group's or a conversation's next request landing on a replica that never saw its prefix).
-var ScaleoutScenarios = []string{loadtest.SharedPrefix, loadtest.MultiTurn}
+var Scenarios = []string{loadtest.SharedPrefix, loadtest.MultiTurn}
 
-// ScaleoutGateways are the gateway counts of the scale-out report.
-var ScaleoutGateways = []int{1, 2, 4}
+// Gateways are the gateway counts of the scale-out report.
+var Gateways = []int{1, 2, 4}
 
 // maxScaleoutGateways bounds the gateway processes one cell starts.
 const maxScaleoutGateways = 16
 
-// ErrNoHAProxy is returned by RunScaleout when no haproxy binary is found.
+// ErrNoHAProxy is returned by Run when no haproxy binary is found.
 var ErrNoHAProxy = errors.New("haproxy not found (make bench-scaleout installs the Debian package)")
 
-// ScaleoutOptions configure the scale-out report. Zero values take the defaults named; the fleet, the
+// Options configure the scale-out report. Zero values take the defaults named; the fleet, the
 // scale and the load are the routing report's (routing.Options), so a 1-gateway row is comparable with it.
-type ScaleoutOptions struct {
+type Options struct {
 	// Rolter is the gateway binary (bin/rolter); HAProxy the haproxy binary and NATSServer the
 	// nats-server binary (default: looked up in PATH, then /usr/sbin).
 	Rolter, HAProxy, NATSServer string
-	// Gateways are the gateway counts to run (ScaleoutGateways).
+	// Gateways are the gateway counts to run (Gateways).
 	Gateways []int
 	// Engines is the fleet size (8).
 	Engines int
 	// Scale divides the unscaled shapes' token counts and the engines' KV blocks (4, routing.Options.Scale).
 	Scale int
-	// Strategies and Scenarios to run (ScaleoutStrategies, ScaleoutScenarios).
+	// Strategies and Scenarios to run (Strategies, Scenarios).
 	Strategies []string
 	Scenarios  []string
 	// Concurrency is the closed-loop in-flight count (Engines × MaxNumSeqs × 3/4 = 24), and so the
@@ -104,7 +104,7 @@ type ScaleoutOptions struct {
 }
 
 // routing returns the routing report's options that share o's fleet, scale and load, defaults filled.
-func (o *ScaleoutOptions) routing() routing.Options {
+func (o *Options) routing() routing.Options {
 	r := routing.Options{
 		Engines: o.Engines, Scale: o.Scale, Strategies: o.Strategies, Scenarios: o.Scenarios,
 		Concurrency: o.Concurrency, MaxNumSeqs: o.MaxNumSeqs, PrefillPerToken: o.PrefillPerToken,
@@ -115,15 +115,15 @@ func (o *ScaleoutOptions) routing() routing.Options {
 	return r
 }
 
-func (o *ScaleoutOptions) normalize() error {
+func (o *Options) normalize() error {
 	if o.Strategies == nil {
-		o.Strategies = ScaleoutStrategies
+		o.Strategies = Strategies
 	}
 	if o.Scenarios == nil {
-		o.Scenarios = ScaleoutScenarios
+		o.Scenarios = Scenarios
 	}
 	if o.Gateways == nil {
-		o.Gateways = ScaleoutGateways
+		o.Gateways = Gateways
 	}
 	if o.RunTimeout == 0 {
 		o.RunTimeout = 2 * time.Minute
@@ -161,8 +161,8 @@ func (o *ScaleoutOptions) normalize() error {
 	return nil
 }
 
-// ScaleoutRun is one cell of the matrix: a (scenario, strategy, gateway count) in one repeat.
-type ScaleoutRun struct {
+// Trial is one cell of the matrix: a (scenario, strategy, gateway count) in one repeat.
+type Trial struct {
 	Scenario string `json:"scenario"`
 	Strategy string `json:"strategy"`
 	Gateways int    `json:"gateways"`
@@ -200,15 +200,15 @@ type ScaleoutRun struct {
 }
 
 // Available reports whether the cell measured something.
-func (r *ScaleoutRun) Available() bool {
+func (r *Trial) Available() bool {
 	return r.Unavailable == "" && r.Error == "" && r.Result != nil
 }
 
-// ScaleoutReport is the whole scale-out report.
-type ScaleoutReport struct {
-	Options   ScaleoutReportOptions        `json:"options"`
+// Report is the whole scale-out report.
+type Report struct {
+	Options   ReportOptions                `json:"options"`
 	Workloads map[string]loadtest.Workload `json:"workloads"`
-	Runs      []*ScaleoutRun               `json:"runs"`
+	Runs      []*Trial                     `json:"runs"`
 	Goals     []fleet.Goal                 `json:"goals"`
 	Versions  map[string]string            `json:"versions"`
 	Started   time.Time                    `json:"started"`
@@ -216,8 +216,8 @@ type ScaleoutReport struct {
 	Machine   fleet.Machine                `json:"machine"`
 }
 
-// ScaleoutReportOptions is the serialisable part of ScaleoutOptions.
-type ScaleoutReportOptions struct {
+// ReportOptions is the serialisable part of Options.
+type ReportOptions struct {
 	Gateways        []int    `json:"gateways"`
 	Engines         int      `json:"engines"`
 	Scale           int      `json:"scale"`
@@ -234,18 +234,18 @@ type ScaleoutReportOptions struct {
 	RunTimeout      string   `json:"run_timeout"`
 }
 
-// RunScaleout runs every (scenario, strategy, gateway count) cell Repeats times, each on a fresh fleet
+// Run runs every (scenario, strategy, gateway count) cell Repeats times, each on a fresh fleet
 // and fresh gateway processes, and evaluates the goals. A strategy the build lacks is recorded as
 // unavailable and other failures of one cell in the cell; it returns an error when the options are
 // unusable or ctx ends (with what was measured). Every process it starts is stopped before it returns.
-func RunScaleout(ctx context.Context, o ScaleoutOptions) (*ScaleoutReport, error) {
+func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.normalize(); err != nil {
 		return nil, err
 	}
 	ro := o.routing()
 	sc := ro.SimConfig()
-	rep := &ScaleoutReport{
-		Options: ScaleoutReportOptions{
+	rep := &Report{
+		Options: ReportOptions{
 			Gateways: o.Gateways, Engines: o.Engines, Scale: o.Scale, Strategies: o.Strategies, Scenarios: o.Scenarios,
 			Concurrency: o.Concurrency, MaxNumSeqs: o.MaxNumSeqs, NumBlocks: sc.NumBlocks, BlockSize: sc.BlockSize,
 			PrefillPerToken: o.PrefillPerToken.String(), DecodePerToken: o.DecodePerToken.String(), Seed: o.Seed,
@@ -273,7 +273,7 @@ func RunScaleout(ctx context.Context, o ScaleoutOptions) (*ScaleoutReport, error
 	}
 	defer os.RemoveAll(dir)
 	finish := func() {
-		rep.Goals = scaleoutGoals(rep)
+		rep.Goals = goalsOf(rep)
 		rep.Seconds = time.Since(rep.Started).Seconds()
 	}
 	// The whole matrix is repeated rather than each cell back to back, and the gateway count varies
@@ -298,7 +298,7 @@ func RunScaleout(ctx context.Context, o ScaleoutOptions) (*ScaleoutReport, error
 	return rep, ctx.Err()
 }
 
-func logScaleoutRun(w io.Writer, run *ScaleoutRun) {
+func logScaleoutRun(w io.Writer, run *Trial) {
 	head := fmt.Sprintf("scaleout: #%d %-13s %-19s %d gw", run.Repeat+1, run.Scenario, run.Strategy, run.Gateways)
 	switch {
 	case run.Unavailable != "":
@@ -314,9 +314,9 @@ func logScaleoutRun(w io.Writer, run *ScaleoutRun) {
 }
 
 // scaleoutOne measures one cell on a fresh fleet and fresh gateways.
-func scaleoutOne(ctx context.Context, o *ScaleoutOptions, ro *routing.Options, sc sim.Config, dir, scenario, strategy string, n, repeat int) *ScaleoutRun {
+func scaleoutOne(ctx context.Context, o *Options, ro *routing.Options, sc sim.Config, dir, scenario, strategy string, n, repeat int) *Trial {
 	w := ro.Workload(scenario, repeat)
-	run := &ScaleoutRun{Scenario: scenario, Strategy: strategy, Gateways: n, Repeat: repeat, Seed: w.Seed}
+	run := &Trial{Scenario: scenario, Strategy: strategy, Gateways: n, Repeat: repeat, Seed: w.Seed}
 	start := time.Now()
 	defer func() { run.Seconds = time.Since(start).Seconds() }()
 	base, _, cluster := scaleoutVariant(strategy)
@@ -428,7 +428,7 @@ type scaleoutCell struct {
 
 // start starts the engines, n gateways on the same config (each on its own port) and HAProxy in
 // front of them, and waits until each answers. On error the caller still calls stop.
-func (c *scaleoutCell) start(ctx context.Context, o *ScaleoutOptions, sc sim.Config, strategy string, n int) error {
+func (c *scaleoutCell) start(ctx context.Context, o *Options, sc sim.Config, strategy string, n int) error {
 	for i := 0; i < o.Engines; i++ {
 		cfg := sc
 		cfg.EngineLabel = fmt.Sprint(i)
@@ -776,9 +776,9 @@ func joinInts(v []int) string {
 // Run returns the representative run of a cell: among the repeats that measured something, the one
 // with the median token hit rate (the lower middle for an even count); else the first repeat (which
 // says why it did not run); nil when none ran.
-func (rep *ScaleoutReport) Run(scenario, strategy string, gateways int) *ScaleoutRun {
-	var first *ScaleoutRun
-	var ok []*ScaleoutRun
+func (rep *Report) Run(scenario, strategy string, gateways int) *Trial {
+	var first *Trial
+	var ok []*Trial
 	for _, run := range rep.cell(scenario, strategy, gateways) {
 		if first == nil {
 			first = run
@@ -795,8 +795,8 @@ func (rep *ScaleoutReport) Run(scenario, strategy string, gateways int) *Scaleou
 }
 
 // cell returns every repeat of a cell, in run order.
-func (rep *ScaleoutReport) cell(scenario, strategy string, gateways int) []*ScaleoutRun {
-	var out []*ScaleoutRun
+func (rep *Report) cell(scenario, strategy string, gateways int) []*Trial {
+	var out []*Trial
 	for _, run := range rep.Runs {
 		if run.Scenario == scenario && run.Strategy == strategy && run.Gateways == gateways {
 			out = append(out, run)
@@ -807,7 +807,7 @@ func (rep *ScaleoutReport) cell(scenario, strategy string, gateways int) []*Scal
 
 // Median returns the median (lower middle), lowest and highest of f over the repeats of a cell that
 // measured something, and their number.
-func (rep *ScaleoutReport) Median(scenario, strategy string, gateways int, f func(*ScaleoutRun) float64) (med, lo, hi float64, n int) {
+func (rep *Report) Median(scenario, strategy string, gateways int, f func(*Trial) float64) (med, lo, hi float64, n int) {
 	var vs []float64
 	for _, run := range rep.cell(scenario, strategy, gateways) {
 		if run.Available() {
@@ -821,14 +821,14 @@ func (rep *ScaleoutReport) Median(scenario, strategy string, gateways int, f fun
 	return vs[(len(vs)-1)/2], vs[0], vs[len(vs)-1], len(vs)
 }
 
-func hitRateOf(r *ScaleoutRun) float64   { return r.Result.HitRate }
-func engineCoVOf(r *ScaleoutRun) float64 { return r.EngineCoV }
+func hitRateOf(r *Trial) float64   { return r.Result.HitRate }
+func engineCoVOf(r *Trial) float64 { return r.EngineCoV }
 
-// scaleoutGoals evaluates issue 20's scale-out targets: with the most gateways, cache_aware loses at
+// goalsOf evaluates issue 20's scale-out targets: with the most gateways, cache_aware loses at
 // most 3 points of token hit rate against 1 gateway, and its engine load CoV stays within 0.1 of one
 // gateway's, on both workloads.
-func scaleoutGoals(rep *ScaleoutReport) []fleet.Goal {
-	const strategy = ScaleoutGoalStrategy
+func goalsOf(rep *Report) []fleet.Goal {
+	const strategy = GoalStrategy
 	most := 0
 	for _, n := range rep.Options.Gateways {
 		most = max(most, n)
@@ -867,8 +867,8 @@ func scaleoutGoals(rep *ScaleoutReport) []fleet.Goal {
 			Verdict:  fleet.Verdict(lost <= 3+1e-9)})
 		c1, clo1, chi1, _ := rep.Median(scenario, strategy, 1, engineCoVOf)
 		cN, cloN, chiN, _ := rep.Median(scenario, strategy, most, engineCoVOf)
-		i1, _, _, _ := rep.Median(scenario, strategy, 1, func(r *ScaleoutRun) float64 { return r.InflightCoV })
-		iN, _, _, _ := rep.Median(scenario, strategy, most, func(r *ScaleoutRun) float64 { return r.InflightCoV })
+		i1, _, _, _ := rep.Median(scenario, strategy, 1, func(r *Trial) float64 { return r.InflightCoV })
+		iN, _, _, _ := rep.Median(scenario, strategy, most, func(r *Trial) float64 { return r.InflightCoV })
 		goals = append(goals, fleet.Goal{Name: gCoV, Target: tCoV,
 			Measured: fmt.Sprintf("%.3f [%.3f–%.3f] vs %.3f [%.3f–%.3f]: %+.3f (mean in-flight CoV %.3f vs %.3f)", cN, cloN, chiN, c1, clo1, chi1, cN-c1, iN, i1),
 			Verdict:  fleet.Verdict(cN-c1 <= 0.1+1e-9)})
@@ -877,7 +877,7 @@ func scaleoutGoals(rep *ScaleoutReport) []fleet.Goal {
 }
 
 // unavailableWhy says why a representative run measured nothing, or "" when it did.
-func unavailableWhy(r *ScaleoutRun, what string) string {
+func unavailableWhy(r *Trial, what string) string {
 	switch {
 	case r == nil:
 		return what + ": not run"

@@ -1,4 +1,4 @@
-package bench
+package pressure
 
 import (
 	"context"
@@ -21,18 +21,18 @@ func TestPressureQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 72 small fleets")
 	}
-	rep, err := RunPressure(context.Background(), PressureOptions{Quick: true})
+	rep, err := Run(context.Background(), Options{Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := len(PressureWorkloadNames) * len(PressureCapacities) * len(fleet.Strategies); len(rep.Cells) != want {
+	if want := len(WorkloadNames) * len(Capacities) * len(fleet.Strategies); len(rep.Cells) != want {
 		t.Fatalf("%d cells, want %d", len(rep.Cells), want)
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	in01 := func(v float64) bool { return v >= 0 && v <= 1 }
-	for _, w := range PressureWorkloadNames {
+	for _, w := range WorkloadNames {
 		info := rep.Info(w)
-		if info == nil || len(info.Levels) != len(PressureCapacities) || info.Plan.Blocks == 0 {
+		if info == nil || len(info.Levels) != len(Capacities) || info.Plan.Blocks == 0 {
 			t.Fatalf("%s: workload info %+v", w, info)
 		}
 		for _, lv := range info.Levels {
@@ -41,7 +41,7 @@ func TestPressureQuick(t *testing.T) {
 				t.Fatalf("%s: level %+v, plan %+v", w, lv, info.Plan)
 			}
 		}
-		for _, capacity := range PressureCapacities {
+		for _, capacity := range Capacities {
 			for _, s := range fleet.Strategies {
 				c := rep.Cell(w, capacity, s)
 				switch {
@@ -71,7 +71,7 @@ func TestPressureQuick(t *testing.T) {
 				if len(c.Load.Requests) != 4 || pressureSum(c.Load.Requests) != c.Succeeded || len(c.Evictions) != 4 {
 					t.Fatalf("%s %v %s: load %+v, evictions %v", w, capacity, s, c.Load, c.Evictions)
 				}
-				if (w == PressureHotBurst) != (c.Burst != nil) {
+				if (w == HotBurst) != (c.Burst != nil) {
 					t.Fatalf("%s %v %s: burst %+v", w, capacity, s, c.Burst)
 				}
 			}
@@ -81,16 +81,16 @@ func TestPressureQuick(t *testing.T) {
 		t.Fatalf("%d goals: %+v", len(rep.Goals), rep.Goals)
 	}
 	dir := t.TempDir()
-	if _, err := WritePressure(rep, dir, ""); err != nil {
+	if _, err := Write(rep, dir, ""); err != nil {
 		t.Fatal(err)
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "pressure.md"))
-	for _, want := range []string{"## Goals", "## What the numbers say", "## " + PressureMultiTurn, "placement reference", "burst: idle"} {
+	for _, want := range []string{"## Goals", "## What the numbers say", "## " + MultiTurn, "placement reference", "burst: idle"} {
 		if !strings.Contains(string(md), want) {
 			t.Fatalf("pressure.md lacks %q:\n%s", want, md)
 		}
 	}
-	again, err := LoadPressure(filepath.Join(dir, "pressure.json"))
+	again, err := Load(filepath.Join(dir, "pressure.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +165,8 @@ func TestParseStrategySpec(t *testing.T) {
 // turn extends its conversation's previous one and waits for it, and the hot prefix appears only in the
 // burst window.
 func TestPressurePlans(t *testing.T) {
-	for _, name := range PressureWorkloadNames {
-		w := DefaultPressureWorkload(name, true, 7)
+	for _, name := range WorkloadNames {
+		w := DefaultWorkload(name, true, 7)
 		p1, err := w.Plan()
 		if err != nil {
 			t.Fatal(err)
@@ -181,7 +181,7 @@ func TestPressurePlans(t *testing.T) {
 			}
 		}
 	}
-	w := DefaultPressureWorkload(PressureMultiTurn, true, 1)
+	w := DefaultWorkload(MultiTurn, true, 1)
 	p, _ := w.Plan()
 	last := map[int]int{}
 	turns := 0
@@ -203,7 +203,7 @@ func TestPressurePlans(t *testing.T) {
 	if len(last) != w.Conversations || turns == 0 {
 		t.Fatalf("%d conversations, %d later turns", len(last), turns)
 	}
-	w = DefaultPressureWorkload(PressureHotBurst, true, 1)
+	w = DefaultWorkload(HotBurst, true, 1)
 	p, _ = w.Plan()
 	lo, hi := int(w.BurstStart*float64(w.Requests)), int(w.BurstEnd*float64(w.Requests))
 	hot := 0

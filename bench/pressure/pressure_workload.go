@@ -1,4 +1,4 @@
-package bench
+package pressure
 
 import (
 	"errors"
@@ -18,39 +18,39 @@ import (
 
 // Names of the pressure workloads.
 const (
-	// PressureSharedPrefix: Groups system prompts of SystemMin..SystemMax tokens, each request one of them
+	// SharedPrefix: Groups system prompts of SystemMin..SystemMax tokens, each request one of them
 	// drawn with Zipf(ZipfS) popularity, followed by a question of QuestionTokens that no other request has.
-	PressureSharedPrefix = "shared-prefix"
-	// PressureSharedPrefixSkewed is PressureSharedPrefix with the first report's Zipf s=1.1: so few prompts
+	SharedPrefix = "shared-prefix"
+	// SharedPrefixSkewed is SharedPrefix with the first report's Zipf s=1.1: so few prompts
 	// carry the traffic that every engine's cache holds them under any routing, and the placement reference
 	// is only 1.40x the round-robin LRU model at 50% (a "2x round robin" goal is out of reach by
 	// construction). It stays in the report so the change of exponent hides nothing (issue 18).
-	PressureSharedPrefixSkewed = "shared-prefix-s1.1"
-	// PressureMultiTurn: Conversations conversations of TurnsMin..TurnsMax turns. A conversation opens with
+	SharedPrefixSkewed = "shared-prefix-s1.1"
+	// MultiTurn: Conversations conversations of TurnsMin..TurnsMax turns. A conversation opens with
 	// one of Agents shared system prompts (AgentTokens) and its own first user message (OpeningTokens); each
 	// further turn is the previous turn's messages + an assistant answer (AnswerTokens) + a new user message
 	// (QuestionTokens), so every turn's prompt extends the previous one. At most Active conversations are
 	// open at once; the plan interleaves them at random, and a turn is sent only after its conversation's
 	// previous turn was answered.
-	PressureMultiTurn = "multi-turn"
-	// PressureMultiTurnShort is PressureMultiTurn with the first report's short messages (a 384-token
+	MultiTurn = "multi-turn"
+	// MultiTurnShort is MultiTurn with the first report's short messages (a 384-token
 	// opening, 96-token answers, 48-token questions): the 4 agent prompts every conversation shares are a
 	// fifth of its tokens and every engine holds them under any routing, so the placement reference is only
 	// 2.07x the round-robin LRU model at 50% and a "2x round robin" goal sits at the ceiling of any router.
 	// It stays in the report, not judged, so the change of shape hides nothing (issue 18).
-	PressureMultiTurnShort = "multi-turn-short"
-	// PressureHotBurst: the shared-prefix traffic (Groups, Zipf) with a burst in the middle: from BurstStart
+	MultiTurnShort = "multi-turn-short"
+	// HotBurst: the shared-prefix traffic (Groups, Zipf) with a burst in the middle: from BurstStart
 	// to BurstEnd (fractions of the requests) a request uses the one hot prefix (HotTokens) with probability
 	// HotShare. Each request has its own question.
-	PressureHotBurst = "hot-prefix-burst"
+	HotBurst = "hot-prefix-burst"
 )
 
-// PressureWorkloadNames lists the workloads in report order.
-var PressureWorkloadNames = []string{PressureSharedPrefix, PressureSharedPrefixSkewed, PressureMultiTurn, PressureMultiTurnShort, PressureHotBurst}
+// WorkloadNames lists the workloads in report order.
+var WorkloadNames = []string{SharedPrefix, SharedPrefixSkewed, MultiTurn, MultiTurnShort, HotBurst}
 
-// PressureWorkload is one workload of the KV-pressure report. Token counts are content tokens; the chat
+// Workload is one workload of the KV-pressure report. Token counts are content tokens; the chat
 // template adds its markers (loadtest.TemplateTokens).
-type PressureWorkload struct {
+type Workload struct {
 	Name string `json:"name"`
 	Seed uint64 `json:"seed"`
 	// Requests of shared-prefix and hot-prefix-burst (multi-turn: the sum of the conversations' turns).
@@ -77,23 +77,23 @@ type PressureWorkload struct {
 	HotShare   float64 `json:"hot_share,omitempty"`
 }
 
-// DefaultPressureWorkload returns the full-size workload of name (quick: the small one of the test and of
+// DefaultWorkload returns the full-size workload of name (quick: the small one of the test and of
 // -quick), with seed.
-func DefaultPressureWorkload(name string, quick bool, seed uint64) PressureWorkload {
-	w := PressureWorkload{Name: name, Seed: seed, QuestionTokens: 64, OutputTokens: 16}
+func DefaultWorkload(name string, quick bool, seed uint64) Workload {
+	w := Workload{Name: name, Seed: seed, QuestionTokens: 64, OutputTokens: 16}
 	switch name {
-	case PressureSharedPrefix, PressureSharedPrefixSkewed:
+	case SharedPrefix, SharedPrefixSkewed:
 		// Zipf s=0.6 over 128 prompts: the popular prompts no longer fit in every engine's cache at once,
 		// so where a prompt is placed decides whether it is cached (issue 18: at 50% the placement reference
 		// is 2.5x the round-robin LRU model; at s=1.1, 1.4x). The s=1.1 shape runs as shared-prefix-s1.1.
 		w.Requests, w.Groups, w.SystemMin, w.SystemMax, w.ZipfS = 3000, 128, 1024, 4096, 0.6
-		if name == PressureSharedPrefixSkewed {
+		if name == SharedPrefixSkewed {
 			w.ZipfS = 1.1
 		}
 		if quick {
 			w.Requests, w.Groups, w.SystemMin, w.SystemMax, w.QuestionTokens = 64, 8, 64, 192, 24
 		}
-	case PressureMultiTurn, PressureMultiTurnShort:
+	case MultiTurn, MultiTurnShort:
 		// Each conversation opens on a pasted document (1024 tokens) and its turns have the message sizes of
 		// real chat: LMSYS-Chat-1M averages 69.5 tokens per user prompt and 214.5 per response (Zheng et al.
 		// 2023, table 1). Most of a prompt is then the conversation's own history, which only its engine
@@ -101,14 +101,14 @@ func DefaultPressureWorkload(name string, quick bool, seed uint64) PressureWorkl
 		// report's shorter messages run as multi-turn-short.
 		w.Conversations, w.TurnsMin, w.TurnsMax, w.Active = 320, 4, 12, 200
 		w.Agents, w.AgentTokens, w.OpeningTokens, w.AnswerTokens, w.QuestionTokens = 4, 256, 1024, 256, 64
-		if name == PressureMultiTurnShort {
+		if name == MultiTurnShort {
 			w.OpeningTokens, w.AnswerTokens, w.QuestionTokens = 384, 96, 48
 		}
 		if quick {
 			w.Conversations, w.TurnsMin, w.TurnsMax, w.Active = 12, 2, 6, 6
 			w.Agents, w.AgentTokens, w.OpeningTokens, w.AnswerTokens, w.QuestionTokens = 2, 96, 48, 24, 16
 		}
-	case PressureHotBurst:
+	case HotBurst:
 		w.Requests, w.Groups, w.SystemMin, w.SystemMax, w.ZipfS = 3000, 64, 1024, 4096, 1.1
 		w.HotTokens, w.BurstStart, w.BurstEnd, w.HotShare = 4096, 0.25, 0.75, 0.85
 		if quick {
@@ -120,14 +120,14 @@ func DefaultPressureWorkload(name string, quick bool, seed uint64) PressureWorkl
 }
 
 // Validate reports every problem of w at once.
-func (w *PressureWorkload) Validate() error {
+func (w *Workload) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if w.QuestionTokens < 2 || w.OutputTokens < 1 {
 		bad("question tokens %d must be >= 2 and output tokens %d >= 1", w.QuestionTokens, w.OutputTokens)
 	}
 	switch w.Name {
-	case PressureSharedPrefix, PressureSharedPrefixSkewed, PressureHotBurst:
+	case SharedPrefix, SharedPrefixSkewed, HotBurst:
 		if w.Requests < 1 || w.Requests > 1_000_000 || w.Groups < 1 {
 			bad("requests %d (1..1000000) and groups %d must be positive", w.Requests, w.Groups)
 		}
@@ -137,14 +137,14 @@ func (w *PressureWorkload) Validate() error {
 		if !(w.ZipfS > 0) || w.ZipfS > 10 {
 			bad("zipf exponent must be in (0, 10], got %v", w.ZipfS)
 		}
-		if w.Name == PressureHotBurst {
+		if w.Name == HotBurst {
 			if w.HotTokens < 2 || !(w.BurstStart >= 0 && w.BurstStart < w.BurstEnd && w.BurstEnd <= 1) ||
 				!(w.HotShare > 0 && w.HotShare <= 1) {
 				bad("hot burst: hot tokens %d >= 2, 0 <= start %v < end %v <= 1, 0 < share %v <= 1", w.HotTokens,
 					w.BurstStart, w.BurstEnd, w.HotShare)
 			}
 		}
-	case PressureMultiTurn, PressureMultiTurnShort:
+	case MultiTurn, MultiTurnShort:
 		if w.Conversations < 1 || w.TurnsMin < 1 || w.TurnsMax < w.TurnsMin || w.Conversations*w.TurnsMax > 1_000_000 {
 			bad("conversations %d and turns %d..%d: want positive, min <= max, at most 1000000 requests",
 				w.Conversations, w.TurnsMin, w.TurnsMax)
@@ -162,13 +162,13 @@ func (w *PressureWorkload) Validate() error {
 	return nil
 }
 
-// hotGroup is the Group of the hot-prefix requests of PressureHotBurst: one past the background groups.
-func (w *PressureWorkload) hotGroup() int { return w.Groups }
+// hotGroup is the Group of the hot-prefix requests of HotBurst: one past the background groups.
+func (w *Workload) hotGroup() int { return w.Groups }
 
 // Plan generates the explicit plan of w: the same w (seed included) gives the same plan. Request.Group is
 // the shared-prefix group (the hot prefix is group Groups) or the conversation; a multi-turn request waits
 // for its conversation's previous turn (Request.After).
-func (w PressureWorkload) Plan() (*loadtest.Plan, error) {
+func (w Workload) Plan() (*loadtest.Plan, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
@@ -176,14 +176,14 @@ func (w PressureWorkload) Plan() (*loadtest.Plan, error) {
 	rng := func(stream uint64) *rand.Rand { return rand.New(rand.NewPCG(w.Seed, stream)) }
 	p := &loadtest.Plan{Workload: loadtest.Workload{Scenario: w.Name, Seed: w.Seed, OutputTokens: w.OutputTokens}}
 	switch w.Name {
-	case PressureSharedPrefix, PressureSharedPrefixSkewed, PressureHotBurst:
+	case SharedPrefix, SharedPrefixSkewed, HotBurst:
 		text, order, sizes := rng(1), rng(2), rng(3)
 		systems := make([]string, w.Groups)
 		for g := range systems {
 			systems[g] = pressureText(text, w.SystemMin+sizes.IntN(w.SystemMax-w.SystemMin+1), 1, uint64(g))
 		}
 		hot := ""
-		if w.Name == PressureHotBurst {
+		if w.Name == HotBurst {
 			hot = pressureText(text, w.HotTokens, 2, 0)
 		}
 		z := newPressureZipf(order, w.ZipfS, w.Groups)
@@ -199,7 +199,7 @@ func (w PressureWorkload) Plan() (*loadtest.Plan, error) {
 				{Role: "user", Content: pressureText(text, w.QuestionTokens, 3, uint64(i))},
 			}})
 		}
-	case PressureMultiTurn, PressureMultiTurnShort:
+	case MultiTurn, MultiTurnShort:
 		text, order := rng(1), rng(2)
 		agents := make([]string, w.Agents)
 		for a := range agents {
@@ -308,8 +308,8 @@ func pressureText(rng *rand.Rand, n int, kind, id uint64) string {
 	return string(b)
 }
 
-// PressurePlanStats describe a pressure plan's prompts in KV blocks.
-type PressurePlanStats struct {
+// PlanStats describe a pressure plan's prompts in KV blocks.
+type PlanStats struct {
 	Requests int `json:"requests"`
 	// PromptTokens is the sum of the prompts' tokens (chat template included).
 	PromptTokens int64 `json:"prompt_tokens"`
@@ -325,8 +325,8 @@ type PressurePlanStats struct {
 }
 
 // pressurePlanStats computes the working set of p with blocks of blockSize tokens.
-func pressurePlanStats(p *loadtest.Plan, blockSize int) PressurePlanStats {
-	st := PressurePlanStats{Requests: len(p.Requests)}
+func pressurePlanStats(p *loadtest.Plan, blockSize int) PlanStats {
+	st := PlanStats{Requests: len(p.Requests)}
 	oracle := loadtest.NewOracle(blockSize)
 	var tokens []uint32
 	for i := range p.Requests {

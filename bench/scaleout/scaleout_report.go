@@ -1,4 +1,4 @@
-package bench
+package scaleout
 
 import (
 	"encoding/json"
@@ -13,28 +13,28 @@ import (
 // ScaleoutCommand reproduces the report (the Makefile target runs it after building bin/rolter).
 const ScaleoutCommand = "make bench-scaleout"
 
-// WriteScaleout writes scaleout.md and scaleout.json into dir and returns the files written.
-func WriteScaleout(rep *ScaleoutReport, dir string) ([]string, error) {
+// Write writes scaleout.md and scaleout.json into dir and returns the files written.
+func Write(rep *Report, dir string) ([]string, error) {
 	return fleet.WriteReport(dir, "scaleout", rep.Markdown(), rep)
 }
 
-// LoadScaleout reads a scaleout.json written by WriteScaleout and evaluates its goals again, so the
+// Load reads a scaleout.json written by Write and evaluates its goals again, so the
 // Markdown can be rendered anew without running anything.
-func LoadScaleout(path string) (*ScaleoutReport, error) {
+func Load(path string) (*Report, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read %q: %w", path, err)
 	}
-	var rep ScaleoutReport
+	var rep Report
 	if err := json.Unmarshal(data, &rep); err != nil {
 		return nil, fmt.Errorf("cannot decode %q: %w", path, err)
 	}
-	rep.Goals = scaleoutGoals(&rep)
+	rep.Goals = goalsOf(&rep)
 	return &rep, nil
 }
 
 // Markdown renders the report.
-func (rep *ScaleoutReport) Markdown() string {
+func (rep *Report) Markdown() string {
 	var b strings.Builder
 	o := rep.Options
 	b.WriteString("# Scale-out: many gateways, one fleet\n\n")
@@ -93,7 +93,7 @@ func (rep *ScaleoutReport) Markdown() string {
 	}
 
 	b.WriteString("\n## Goals\n\n")
-	fmt.Fprintf(&b, "Issue 20's targets for `%s` with the most gateways against one; the `cache_aware-local` rows below are the same\n", ScaleoutGoalStrategy)
+	fmt.Fprintf(&b, "Issue 20's targets for `%s` with the most gateways against one; the `cache_aware-local` rows below are the same\n", GoalStrategy)
 	b.WriteString("measurement without the many-gateway features.\n\n")
 	b.WriteString("| goal | target | measured (N gateways vs 1) | verdict |\n|---|---|---|---|\n")
 	for _, g := range rep.Goals {
@@ -172,7 +172,7 @@ func (rep *ScaleoutReport) Markdown() string {
 }
 
 // observations explains each MISS with what the cells show: where a group's or user's requests went.
-func (rep *ScaleoutReport) observations() string {
+func (rep *Report) observations() string {
 	var b strings.Builder
 	most := 0
 	for _, n := range rep.Options.Gateways {
@@ -187,7 +187,7 @@ func (rep *ScaleoutReport) observations() string {
 			if !strings.Contains(g.Name, "("+sc+")") {
 				continue
 			}
-			one, many := rep.Run(sc, ScaleoutGoalStrategy, 1), rep.Run(sc, ScaleoutGoalStrategy, most)
+			one, many := rep.Run(sc, GoalStrategy, 1), rep.Run(sc, GoalStrategy, most)
 			if one == nil || many == nil || !one.Available() || !many.Available() {
 				continue
 			}

@@ -1,4 +1,4 @@
-package bench
+package pressure
 
 import (
 	"encoding/json"
@@ -11,35 +11,35 @@ import (
 	"github.com/rolter-ai/rolter/loadtest"
 )
 
-// WritePressure writes <name>.md and <name>.json into dir ("pressure" when name is empty) and returns the
+// Write writes <name>.md and <name>.json into dir ("pressure" when name is empty) and returns the
 // files written.
-func WritePressure(rep *PressureReport, dir, name string) ([]string, error) {
+func Write(rep *Report, dir, name string) ([]string, error) {
 	if name == "" {
 		name = "pressure"
 	}
 	return fleet.WriteReport(dir, name, rep.Markdown(), rep)
 }
 
-// LoadPressure reads a pressure.json written by WritePressure and evaluates its goals again, so the Markdown
+// Load reads a pressure.json written by Write and evaluates its goals again, so the Markdown
 // can be rendered anew without running the fleet.
-func LoadPressure(path string) (*PressureReport, error) {
+func Load(path string) (*Report, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read %q: %w", path, err)
 	}
-	var rep PressureReport
+	var rep Report
 	if err := json.Unmarshal(data, &rep); err != nil {
 		return nil, fmt.Errorf("cannot decode %q: %w", path, err)
 	}
 	rep.fillRoundRobin()
-	rep.Goals = pressureGoals(&rep)
+	rep.Goals = goalsOf(&rep)
 	return &rep, nil
 }
 
 func pressurePct(c float64) string { return fmt.Sprintf("%.0f%%", 100*c) }
 
 // Markdown renders the report.
-func (rep *PressureReport) Markdown() string {
+func (rep *Report) Markdown() string {
 	var b strings.Builder
 	o := rep.Options
 	b.WriteString("# Routing under KV pressure\n\n")
@@ -132,7 +132,7 @@ func (rep *PressureReport) Markdown() string {
 
 	for _, w := range rep.Workloads {
 		name := w.Workload.Name
-		hot := name == PressureHotBurst
+		hot := name == HotBurst
 		fmt.Fprintf(&b, "\n## %s\n\n", name)
 		b.WriteString("| capacity | strategy | hit rate | ÷ placement | ÷ ∞ bound | ÷ round_robin | TTFT p50 / p90 / p99 ms | req/s | busiest/idlest requests | busiest/idlest prefill | idle |")
 		if hot {
@@ -206,8 +206,8 @@ func (rep *PressureReport) Markdown() string {
 
 // goalMatrix writes every strategy's numbers against the goals at 50%, so the goals can be read for any
 // strategy, not only the recommended one.
-func (rep *PressureReport) goalMatrix(b *strings.Builder) {
-	cell := func(w, s string) *PressureCell {
+func (rep *Report) goalMatrix(b *strings.Builder) {
+	cell := func(w, s string) *Cell {
 		if c := rep.Cell(w, goalCapacity, s); c != nil && c.Available() {
 			return c
 		}
@@ -226,7 +226,7 @@ func (rep *PressureReport) goalMatrix(b *strings.Builder) {
 	b.WriteString("| strategy | shared-prefix ÷ placement | ÷ round_robin | multi-turn ÷ placement | ÷ round_robin | idle engines | burst busiest/idlest |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range rep.Options.Strategies {
 		row := []string{s}
-		for _, w := range []string{PressureSharedPrefix, PressureMultiTurn} {
+		for _, w := range []string{SharedPrefix, MultiTurn} {
 			if c := cell(w, s); c != nil {
 				row = append(row, fmt.Sprintf("%.2f", c.VsPlacement()), pressureRatio(c.VsRoundRobin))
 			} else {
@@ -248,7 +248,7 @@ func (rep *PressureReport) goalMatrix(b *strings.Builder) {
 		} else {
 			row = append(row, "-")
 		}
-		if c := cell(PressureHotBurst, s); c != nil && c.Burst != nil {
+		if c := cell(HotBurst, s); c != nil && c.Burst != nil {
 			row = append(row, loadtest.FormatMaxMin(c.Burst.BusiestIdlest))
 		} else {
 			row = append(row, "-")
@@ -301,7 +301,7 @@ func pressureResets(m map[string]uint64) string {
 
 // skewNote explains why the judged shared-prefix workload is not the first report's Zipf s=1.1, and the
 // judged multi-turn workload not the first report's short messages, with both shapes' figures when both ran.
-func (rep *PressureReport) skewNote(b *strings.Builder) {
+func (rep *Report) skewNote(b *strings.Builder) {
 	gain := func(name string) string {
 		if info := rep.Info(name); info != nil {
 			if lv := info.level(goalCapacity); lv != nil && lv.RoundRobinHitRate > 0 {
@@ -310,49 +310,49 @@ func (rep *PressureReport) skewNote(b *strings.Builder) {
 		}
 		return "(not run)"
 	}
-	w := DefaultPressureWorkload(PressureSharedPrefix, rep.Options.Quick, rep.Options.Seed)
-	if info := rep.Info(PressureSharedPrefix); info != nil {
+	w := DefaultWorkload(SharedPrefix, rep.Options.Quick, rep.Options.Seed)
+	if info := rep.Info(SharedPrefix); info != nil {
 		w = info.Workload
 	}
 	fmt.Fprintf(b, "\n**Why shared-prefix is Zipf s=%.2g** (issue 18). At s=1.1 - the first version of this report, still run as\n", w.ZipfS)
-	b.WriteString("`" + PressureSharedPrefixSkewed + "` with every strategy, not judged - a few system prompts carry most requests and every\n")
-	fmt.Fprintf(b, "engine's cache holds them under any routing: at 50%% the placement reference is %s the round-robin LRU model, so\n", gain(PressureSharedPrefixSkewed))
+	b.WriteString("`" + SharedPrefixSkewed + "` with every strategy, not judged - a few system prompts carry most requests and every\n")
+	fmt.Fprintf(b, "engine's cache holds them under any routing: at 50%% the placement reference is %s the round-robin LRU model, so\n", gain(SharedPrefixSkewed))
 	b.WriteString("\"≥ 2× round robin\" is out of reach for any router. With a flatter popularity the popular prompts no longer fit in\n")
 	b.WriteString("every engine at once but do fit in the fleet when each engine keeps its share - the regime of an outside measurement\n")
 	b.WriteString("on 4 engines with caches cut to a quarter (round robin 0.20, cache_aware 0.66) - and placement decides what is\n")
-	fmt.Fprintf(b, "cached: the placement reference is %s the model. Same prompts, sizes and plan for every strategy; only the\n", gain(PressureSharedPrefix))
+	fmt.Fprintf(b, "cached: the placement reference is %s the model. Same prompts, sizes and plan for every strategy; only the\n", gain(SharedPrefix))
 	b.WriteString("exponent differs.\n")
 
-	w = DefaultPressureWorkload(PressureMultiTurn, rep.Options.Quick, rep.Options.Seed)
-	if info := rep.Info(PressureMultiTurn); info != nil {
+	w = DefaultWorkload(MultiTurn, rep.Options.Quick, rep.Options.Seed)
+	if info := rep.Info(MultiTurn); info != nil {
 		w = info.Workload
 	}
-	short := DefaultPressureWorkload(PressureMultiTurnShort, rep.Options.Quick, rep.Options.Seed)
-	if info := rep.Info(PressureMultiTurnShort); info != nil {
+	short := DefaultWorkload(MultiTurnShort, rep.Options.Quick, rep.Options.Seed)
+	if info := rep.Info(MultiTurnShort); info != nil {
 		short = info.Workload
 	}
 	fmt.Fprintf(b, "\n**Why multi-turn opens on a %d-token document with %d-token answers** (issue 18). The first version of this report\n", w.OpeningTokens, w.AnswerTokens)
 	fmt.Fprintf(b, "(a %d-token opening, %d-token answers and %d-token questions), still run as `%s` with every strategy, not judged,\n",
-		short.OpeningTokens, short.AnswerTokens, short.QuestionTokens, PressureMultiTurnShort)
+		short.OpeningTokens, short.AnswerTokens, short.QuestionTokens, MultiTurnShort)
 	b.WriteString("gives round robin free hits: the agent prompts every conversation shares are a fifth of its tokens and every engine\n")
-	fmt.Fprintf(b, "holds them under any routing, so at 50%% the placement reference is %s the round-robin LRU model and \"≥ 2× round\n", gain(PressureMultiTurnShort))
+	fmt.Fprintf(b, "holds them under any routing, so at 50%% the placement reference is %s the round-robin LRU model and \"≥ 2× round\n", gain(MultiTurnShort))
 	b.WriteString("robin\" sits at the ceiling of any router. Real chat messages are longer: LMSYS-Chat-1M averages 69.5 tokens per\n")
 	b.WriteString("user prompt and 214.5 per response (Zheng et al. 2023, table 1), and a conversation about a pasted document or file\n")
 	fmt.Fprintf(b, "opens with it. With those sizes (%d-token questions, %d-token answers, a %d-token opening) most of a prompt is the\n", w.QuestionTokens, w.AnswerTokens, w.OpeningTokens)
-	fmt.Fprintf(b, "conversation's own history, which only its engine can hold: the placement reference is %s the model. Same agent\n", gain(PressureMultiTurn))
+	fmt.Fprintf(b, "conversation's own history, which only its engine can hold: the placement reference is %s the model. Same agent\n", gain(MultiTurn))
 	b.WriteString("prompts, turns, conversations and plan generator; only the message sizes differ.\n")
 }
 
 // pressureShape renders a workload's knobs in a table cell.
-func pressureShape(w PressureWorkload) string {
+func pressureShape(w Workload) string {
 	switch w.Name {
-	case PressureSharedPrefix, PressureSharedPrefixSkewed:
+	case SharedPrefix, SharedPrefixSkewed:
 		return fmt.Sprintf("%d system prompts of %d–%d tokens, Zipf s=%.2g; %d-token question per request; %d output tokens",
 			w.Groups, w.SystemMin, w.SystemMax, w.ZipfS, w.QuestionTokens, w.OutputTokens)
-	case PressureMultiTurn, PressureMultiTurnShort:
+	case MultiTurn, MultiTurnShort:
 		return fmt.Sprintf("%d conversations of %d–%d turns, %d open at once; %d agent prompts of %d tokens, %d-token opening, each turn + %d-token answer + %d-token question; %d output tokens",
 			w.Conversations, w.TurnsMin, w.TurnsMax, w.Active, w.Agents, w.AgentTokens, w.OpeningTokens, w.AnswerTokens, w.QuestionTokens, w.OutputTokens)
-	case PressureHotBurst:
+	case HotBurst:
 		return fmt.Sprintf("shared-prefix traffic (%d prompts of %d–%d tokens, Zipf s=%.2g) with a burst from %s to %s of the requests in which %s use one %d-token prefix; %d-token question; %d output tokens",
 			w.Groups, w.SystemMin, w.SystemMax, w.ZipfS, pressurePct(w.BurstStart), pressurePct(w.BurstEnd), pressurePct(w.HotShare), w.HotTokens, w.QuestionTokens, w.OutputTokens)
 	}
@@ -360,7 +360,7 @@ func pressureShape(w PressureWorkload) string {
 }
 
 // summary is "What the numbers say": sentences computed from the cells, nothing written by hand.
-func (rep *PressureReport) summary() string {
+func (rep *Report) summary() string {
 	var b strings.Builder
 	o := rep.Options
 	for _, w := range rep.Workloads {
@@ -489,7 +489,7 @@ func (rep *PressureReport) summary() string {
 const noisyCPU = 0.3
 
 // level returns the level of capacity c, or nil.
-func (w *PressureWorkloadInfo) level(c float64) *PressureLevel {
+func (w *WorkloadInfo) level(c float64) *Level {
 	for i := range w.Levels {
 		if w.Levels[i].Capacity == c {
 			return &w.Levels[i]
@@ -499,8 +499,8 @@ func (w *PressureWorkloadInfo) level(c float64) *PressureLevel {
 }
 
 // availableAt returns the cells of a workload and capacity that measured something, in strategy order.
-func (rep *PressureReport) availableAt(workload string, capacity float64) []*PressureCell {
-	var out []*PressureCell
+func (rep *Report) availableAt(workload string, capacity float64) []*Cell {
+	var out []*Cell
 	for _, s := range rep.Options.Strategies {
 		if c := rep.Cell(workload, capacity, s); c != nil && c.Available() {
 			out = append(out, c)

@@ -1,0 +1,15 @@
+package bench
+
+import (
+	"os"
+	"testing"
+
+	"github.com/rolter-ai/rolter/bench/fleet"
+)
+
+// TestMain lets the test binary stand in for bin/rolter in the overhead, A/B and instruction tests
+// (fleet.StandIn).
+func TestMain(m *testing.M) {
+	fleet.StandIn()
+	os.Exit(m.Run())
+}
