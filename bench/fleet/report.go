@@ -81,3 +81,11 @@ func FormatCounts(m map[string]int) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// OrDefault sets *v to d when *v is the zero value.
+func OrDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}

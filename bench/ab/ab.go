@@ -1,26 +1,25 @@
-package bench
+package ab
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/rolter-ai/rolter/bench/fleet"
-	"github.com/valyala/fasthttp"
+	"github.com/rolter-ai/rolter/bench/overhead"
 )
 
-// ABOptions configure an A/B run (bench/cmd/ab): two `rolter serve` builds measured in turn in one of the
+// Options configure an A/B run (bench/cmd/ab): two `rolter serve` builds measured in turn in one of the
 // overhead report's cases, at its c=64 closed loop, each round starting each build afresh.
-type ABOptions struct {
+type Options struct {
 	// A and B are the two rolter binaries; Upstream the fake upstream binary.
 	A, B, Upstream string
-	// Case is the overhead report's case: CaseSmall or CaseCache.
+	// Case is the overhead report's case: overhead.CaseSmall or overhead.CaseCache.
 	Case string
 	// StrategyB, when set, is the routing strategy B's route uses instead of the case's (A keeps the case's):
 	// with B the same binary as A, what a strategy costs over another on the same requests and targets,
@@ -39,55 +38,55 @@ type ABOptions struct {
 	routingMemory int
 }
 
-// ABRun is one build's measurement in one round.
-type ABRun struct {
+// Result is one build's measurement in one round.
+type Result struct {
 	RPS         float64
 	GatewayCPU  float64 // µs per request; -1: unknown
 	MachineCPUs float64 // -1: unknown
 	Errors      int
 }
 
-// ABReport is the result of RunAB: per round the runs of A and B, and their medians.
-type ABReport struct {
+// Report is the result of Run: per round the runs of A and B, and their medians.
+type Report struct {
 	Case string
 	A, B string
-	// StrategyB is ABOptions.StrategyB: B's strategy when it is not the case's.
+	// StrategyB is Options.StrategyB: B's strategy when it is not the case's.
 	StrategyB string
-	Rounds    [][2]ABRun
-	Median    [2]ABRun
+	Rounds    [][2]Result
+	Median    [2]Result
 }
 
-// RunAB measures builds A and B in turn; every process it starts is stopped before it returns.
-func RunAB(ctx context.Context, o ABOptions) (*ABReport, error) {
-	orDefault(&o.Rounds, 6)
-	orDefault(&o.Warmup, time.Second)
-	orDefault(&o.Duration, 4*time.Second)
-	orDefault(&o.Case, CaseSmall)
-	orDefault(&o.Log, io.Discard)
+// Run measures builds A and B in turn; every process it starts is stopped before it returns.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	fleet.OrDefault(&o.Rounds, 6)
+	fleet.OrDefault(&o.Warmup, time.Second)
+	fleet.OrDefault(&o.Duration, 4*time.Second)
+	fleet.OrDefault(&o.Case, overhead.CaseSmall)
+	fleet.OrDefault(&o.Log, io.Discard)
 	if o.A == "" || o.B == "" || (o.Upstream == "" && o.upstreamAddr == "") {
 		return nil, errors.New("cannot run the A/B comparison: need both rolter binaries (-a, -b) and the fake upstream (-upstream)")
 	}
-	if o.Case != CaseSmall && o.Case != CaseCache {
-		return nil, fmt.Errorf("cannot run the A/B comparison: case %q is not %s or %s", o.Case, CaseSmall, CaseCache)
+	if o.Case != overhead.CaseSmall && o.Case != overhead.CaseCache {
+		return nil, fmt.Errorf("cannot run the A/B comparison: case %q is not %s or %s", o.Case, overhead.CaseSmall, overhead.CaseCache)
 	}
-	oo := OverheadOptions{Rolter: o.A, Upstream: o.Upstream, upstreamAddr: o.upstreamAddr, routingMemory: o.routingMemory,
+	oo := overhead.Options{Rolter: o.A, Upstream: o.Upstream, UpstreamAddr: o.upstreamAddr, RoutingMemory: o.routingMemory,
 		ThroughputDuration: o.Duration, Log: o.Log}
-	if err := oo.normalize(); err != nil {
+	if err := oo.Normalize(); err != nil {
 		return nil, err
 	}
 	oo.HAProxy = "" // Rolter only
-	if oo.upstreamAddr == "" {
+	if oo.UpstreamAddr == "" {
 		up, addr, err := fleet.StartProc("fake upstream", oo.Upstream, []string{"-listen", "127.0.0.1:0"}, "listening http://", 10*time.Second)
 		if err != nil {
 			return nil, err
 		}
 		defer up.Stop()
-		oo.upstreamAddr = addr
+		oo.UpstreamAddr = addr
 	}
-	rep := &ABReport{Case: o.Case, A: o.A, B: o.B, StrategyB: o.StrategyB}
+	rep := &Report{Case: o.Case, A: o.A, B: o.B, StrategyB: o.StrategyB}
 	var seq atomic.Uint64
 	for round := range o.Rounds {
-		var pair [2]ABRun
+		var pair [2]Result
 		order := []int{0, 1}
 		if round%2 == 1 {
 			order = []int{1, 0}
@@ -114,10 +113,10 @@ func RunAB(ctx context.Context, o ABOptions) (*ABReport, error) {
 // abMedians returns each build's median over rounds: of each figure the middle round, or the mean of the
 // two middle ones (loadtest.Percentile's nearest rank would take the lower of them: with few rounds that
 // moves the ratio by a round's noise); Errors is the sum.
-func abMedians(rounds [][2]ABRun) [2]ABRun {
-	var m [2]ABRun
+func abMedians(rounds [][2]Result) [2]Result {
+	var m [2]Result
 	for k := range m {
-		med := func(f func(ABRun) float64) float64 {
+		med := func(f func(Result) float64) float64 {
 			var v []float64
 			for _, p := range rounds {
 				v = append(v, f(p[k]))
@@ -128,9 +127,9 @@ func abMedians(rounds [][2]ABRun) [2]ABRun {
 			}
 			return (v[len(v)/2-1] + v[len(v)/2]) / 2
 		}
-		m[k] = ABRun{RPS: med(func(r ABRun) float64 { return r.RPS }),
-			GatewayCPU:  med(func(r ABRun) float64 { return r.GatewayCPU }),
-			MachineCPUs: med(func(r ABRun) float64 { return r.MachineCPUs })}
+		m[k] = Result{RPS: med(func(r Result) float64 { return r.RPS }),
+			GatewayCPU:  med(func(r Result) float64 { return r.GatewayCPU }),
+			MachineCPUs: med(func(r Result) float64 { return r.MachineCPUs })}
 		for _, p := range rounds {
 			m[k].Errors += p[k].Errors
 		}
@@ -138,48 +137,14 @@ func abMedians(rounds [][2]ABRun) [2]ABRun {
 	return m
 }
 
-// abRun starts bin in the case (its route on strategy, when set, instead of the case's), warms it up (a route
-// with tries until they evict, as the report does), measures one closed loop and stops it.
-func abRun(ctx context.Context, o OverheadOptions, bin, caseName, strategy string, warmup time.Duration, seq *atomic.Uint64) (ABRun, error) {
-	o.Rolter = bin
-	r := &overheadRun{o: &o, addrs: map[string]string{}, procs: map[string]*fleet.Proc{}, clients: map[string]*fasthttp.HostClient{},
-		chunks: o.streamChunks}
-	dir, err := os.MkdirTemp("", "rolter-ab-")
-	if err != nil {
-		return ABRun{}, err
-	}
-	defer os.RemoveAll(dir)
-	r.dir = dir
-	defer r.stopAll()
-	rep := &OverheadReport{Versions: map[string]string{}}
-	for _, c := range newCases(&o) {
-		if c.Name == caseName {
-			rep.Cases = append(rep.Cases, c)
-		}
-	}
-	c := rep.Cases[0]
-	if strategy != "" {
-		c.Strategy = strategy
-	}
-	if c.PromptBytes > 0 {
-		c.BodyNanos = bodyNanos(c)
-	}
-	if err := r.start(ctx, rep); err != nil {
-		return ABRun{}, err
-	}
-	u := unit{c, PathRolter}
-	if c.PromptBytes > 0 {
-		if _, err := r.fill(ctx, u, seq); err != nil {
-			return ABRun{}, err
-		}
-	}
-	r.throughput(ctx, u, o.ThroughputConcurrency, warmup, seq)
-	t := r.throughput(ctx, u, o.ThroughputConcurrency, o.ThroughputDuration, seq)
-	return ABRun{RPS: t.rps, GatewayCPU: t.gatewayCPU, MachineCPUs: t.machineCPU, Errors: t.errors}, ctx.Err()
+// abRun measures one build (overhead.Measure).
+func abRun(ctx context.Context, o overhead.Options, bin, caseName, strategy string, warmup time.Duration, seq *atomic.Uint64) (Result, error) {
+	t, err := overhead.Measure(ctx, o, bin, caseName, strategy, warmup, seq)
+	return Result{RPS: t.RPS, GatewayCPU: t.GatewayCPU, MachineCPUs: t.MachineCPUs, Errors: t.Errors}, err
 }
 
 // Markdown renders the report: the medians, B against A, and every round.
-func (rep *ABReport) Markdown() string {
+func (rep *Report) Markdown() string {
 	var b strings.Builder
 	a, m := rep.Median[0], rep.Median[1]
 	fmt.Fprintf(&b, "A/B, case %s, %d rounds (medians; c=64 closed loop):\n\n", rep.Case, len(rep.Rounds))

@@ -1,4 +1,4 @@
-package bench
+package instructions
 
 import (
 	"context"
@@ -56,11 +56,11 @@ func TestInstructionsTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	refproxy := filepath.Join(t.TempDir(), "refproxy")
-	if out, err := exec.Command("go", "build", "-o", refproxy, "./cmd/refproxy").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", refproxy, "../cmd/refproxy").CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/refproxy: %v\n%s", err, out)
 	}
 	var log strings.Builder
-	rep, err := RunInstructions(context.Background(), InstructionOptions{
+	rep, err := Run(context.Background(), Options{
 		Rolter: self, RefProxy: refproxy, Valgrind: vg, Requests: 200, Warmup: 20, Concurrency: 2, Top: 10, Log: &log,
 		upstreamAddr: startUpstream(t, fleet.UpstreamConfig{}), routingMemory: 1 << 20,
 	})

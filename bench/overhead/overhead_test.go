@@ -1,4 +1,4 @@
-package bench
+package overhead
 
 import (
 	"bytes"
@@ -40,8 +40,8 @@ func startUpstream(t *testing.T, cfg fleet.UpstreamConfig) string {
 func TestFakeUpstreamStream(t *testing.T) {
 	const chunks, gap = 5, 15 * time.Millisecond
 	addr := startUpstream(t, fleet.UpstreamConfig{Chunks: chunks, Gap: gap})
-	u := unit{c: newCases(&OverheadOptions{Strategy: "round_robin", CacheTargets: 4, PromptBytes: 8192})[0], path: PathDirect}
-	r := &overheadRun{o: &OverheadOptions{ThroughputConcurrency: 2}, addrs: map[string]string{u.key(): addr}, chunks: chunks,
+	u := unit{c: NewCases(&Options{Strategy: "round_robin", CacheTargets: 4, PromptBytes: 8192})[0], path: PathDirect}
+	r := &overheadRun{o: &Options{ThroughputConcurrency: 2}, addrs: map[string]string{u.key(): addr}, chunks: chunks,
 		clients: map[string]*fasthttp.HostClient{u.key(): {Addr: addr}}}
 	start := time.Now()
 	st, err := r.stream(context.Background(), u, streamBody, chunks)
@@ -139,10 +139,10 @@ func TestPromptBodies(t *testing.T) {
 // TestOverheadConfigs: the generated Rolter configs pass the gateway's own validation with the route and
 // targets of their case, and HAProxy accepts its configs (when it is installed).
 func TestOverheadConfigs(t *testing.T) {
-	cases := newCases(&OverheadOptions{Strategy: "round_robin", CacheTargets: 4, PromptBytes: 8192})
+	cases := NewCases(&Options{Strategy: "round_robin", CacheTargets: 4, PromptBytes: 8192})
 	for _, c := range cases {
 		for _, mem := range []int{0, 1 << 20} {
-			text := rolterConfig(c, "127.0.0.1:18080", "127.0.0.1:18081", mem)
+			text := RolterConfig(c, "127.0.0.1:18080", "127.0.0.1:18081", mem)
 			cfg, err := engine.ParseConfig([]byte(text), c.Name+".toml")
 			if err != nil {
 				t.Fatalf("%s config:\n%s\n%s", c.Name, text, err)
@@ -227,14 +227,14 @@ func TestOverheadTiny(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Shutdown() })
 
 	refproxy := filepath.Join(t.TempDir(), "refproxy")
-	if out, err := exec.Command("go", "build", "-o", refproxy, "./cmd/refproxy").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", refproxy, "../cmd/refproxy").CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/refproxy: %v\n%s", err, out)
 	}
 	var log strings.Builder
-	rep, err := RunOverhead(context.Background(), OverheadOptions{
+	rep, err := Run(context.Background(), Options{
 		Rolter: self, RefProxy: refproxy, Rounds: 2, LatencyRequests: 20, ThroughputConcurrency: 4, ThroughputDuration: 100 * time.Millisecond,
 		Streams: 1, FirstByteStreams: 2, SustainDuration: 300 * time.Millisecond, FillTimeout: 5 * time.Second, Log: &log,
-		upstreamAddr: ln.Addr().String(), streamChunks: 4, streamGap: 5 * time.Millisecond, routingMemory: 1 << 20,
+		UpstreamAddr: ln.Addr().String(), streamChunks: 4, streamGap: 5 * time.Millisecond, RoutingMemory: 1 << 20,
 		settle: 50 * time.Millisecond,
 	})
 	if err != nil {
@@ -349,13 +349,13 @@ func TestOverheadSummaryAndGoals(t *testing.T) {
 		return map[string]*PathRound{PathDirect: mk(d, tput[0], 5), PathRolter: mk(r, tput[1], 20), PathHAProxy: mk(h, tput[2], 10)}
 	}
 	paths := []string{PathDirect, PathRolter, PathHAProxy}
-	cases := newCases(&OverheadOptions{Strategy: "round_robin", CacheTargets: 4, PromptBytes: 8192})
+	cases := NewCases(&Options{Strategy: "round_robin", CacheTargets: 4, PromptBytes: 8192})
 	small, cache := cases[0], cases[1]
 	ok, slow := [3]float64{50000, 30000, 33000}, [3]float64{40000, 20000, 30000}
 	small.Rounds = []map[string]*PathRound{round(30, 90, 80, ok), round(30, 95, 85, ok), round(40, 100, 1000, ok)}
 	// The cache_aware case: added p50 100 vs 50 µs (2x), throughput 20000 vs 30000 (0.67x).
 	cache.Rounds = []map[string]*PathRound{round(50, 150, 100, slow), round(50, 150, 100, slow)}
-	rep := &OverheadReport{Paths: paths, Cases: cases}
+	rep := &Report{Paths: paths, Cases: cases}
 	rep.Options.ThroughputConcurrency = 64
 	for _, c := range cases {
 		summarizeOverhead(c, paths)
@@ -380,7 +380,7 @@ func TestOverheadSummaryAndGoals(t *testing.T) {
 	}
 	// small: p50 60/55 = 1.09, p99 120/110, throughput 0.91, stream first byte 60/55 (it is the latency here);
 	// cache: p50 2x, throughput 0.67; gap +15 µs; RSS flat (small), +40 MiB (cache).
-	goals := overheadGoals(rep)
+	goals := goalsOf(rep)
 	f(goals, "PASS", "PASS", "PASS", "PASS", "MISS", "MISS", "PASS", "PASS", "MISS")
 	if !strings.Contains(goals[3].Name, "stream time to first byte") || !strings.Contains(goals[3].Measured, "1.09x") {
 		t.Fatalf("stream goal: %+v", goals[3])
@@ -401,77 +401,10 @@ func TestOverheadSummaryAndGoals(t *testing.T) {
 	for _, c := range cases {
 		delete(c.Summary, PathHAProxy)
 	}
-	for _, g := range overheadGoals(rep)[:6] {
+	for _, g := range goalsOf(rep)[:6] {
 		if g.Verdict != "n/a" {
 			t.Fatalf("goal %q without HAProxy: %s", g.Name, g.Verdict)
 		}
-	}
-}
-
-// TestABTiny runs the A/B comparison end to end with the test binary as both builds, in both cases: every
-// run serves requests without errors and the report names both builds.
-func TestABTiny(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts gateways")
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	up := startUpstream(t, fleet.UpstreamConfig{})
-	for _, c := range []string{CaseSmall, CaseCache} {
-		rep, err := RunAB(context.Background(), ABOptions{A: self, B: self, Case: c, Rounds: 2, Warmup: 100 * time.Millisecond,
-			Duration: 300 * time.Millisecond, upstreamAddr: up, routingMemory: 1 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(rep.Rounds) != 2 {
-			t.Fatalf("%s: %d rounds", c, len(rep.Rounds))
-		}
-		for i, p := range rep.Rounds {
-			for k, r := range p {
-				if r.RPS <= 0 || r.Errors != 0 {
-					t.Fatalf("%s: round %d, build %d: %+v", c, i+1, k, r)
-				}
-			}
-		}
-		if md := rep.Markdown(); !strings.Contains(md, "B ÷ A") || !strings.Contains(md, "| 2 |") {
-			t.Fatalf("%s: report:\n%s", c, md)
-		}
-	}
-	// B on another strategy: the cache case's requests through round_robin, without the tries' fill; a
-	// strategy that does not exist stops B's gateway from starting, so the option reaches B's config.
-	o := ABOptions{A: self, B: self, Case: CaseCache, StrategyB: "round_robin", Rounds: 1, Warmup: 100 * time.Millisecond,
-		Duration: 300 * time.Millisecond, upstreamAddr: up, routingMemory: 1 << 20}
-	rep, err := RunAB(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := rep.Rounds[0][1]; r.RPS <= 0 || r.Errors != 0 {
-		t.Fatalf("strategy B: %+v", r)
-	}
-	if md := rep.Markdown(); !strings.Contains(md, "strategy round_robin") {
-		t.Fatalf("strategy B: report:\n%s", md)
-	}
-	o.StrategyB = "no_such_strategy"
-	if _, err := RunAB(context.Background(), o); err == nil {
-		t.Fatal("B on a strategy that does not exist: no error")
-	}
-}
-
-// TestABMedians: each build's median is its middle round, or the mean of the two middle ones, figure by
-// figure; errors add up.
-func TestABMedians(t *testing.T) {
-	r := func(rps, cpu float64, errs int) ABRun {
-		return ABRun{RPS: rps, GatewayCPU: cpu, MachineCPUs: 1, Errors: errs}
-	}
-	odd := [][2]ABRun{{r(10, 50, 0), r(20, 40, 1)}, {r(30, 70, 0), r(10, 60, 0)}, {r(20, 60, 2), r(30, 50, 0)}}
-	if m := abMedians(odd); m[0].RPS != 20 || m[0].GatewayCPU != 60 || m[1].RPS != 20 || m[1].GatewayCPU != 50 || m[0].Errors != 2 || m[1].Errors != 1 {
-		t.Fatalf("odd rounds: %+v", m)
-	}
-	even := append(odd, [2]ABRun{r(40, 80, 0), r(40, 30, 0)})
-	if m := abMedians(even); m[0].RPS != 25 || m[0].GatewayCPU != 65 || m[1].RPS != 25 || m[1].GatewayCPU != 45 {
-		t.Fatalf("even rounds: %+v", m)
 	}
 }
 

@@ -1,4 +1,4 @@
-package bench
+package overhead
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ const (
 	PathDirect  = "direct"
 	PathRolter  = "rolter"
 	PathHAProxy = "haproxy"
-	// The yardsticks, bench/cmd/refproxy (OverheadOptions.RefProxy), nothing of a gateway: PathNullFastHTTP
+	// The yardsticks, bench/cmd/refproxy (Options.RefProxy), nothing of a gateway: PathNullFastHTTP
 	// is `-mode fasthttp`, fasthttp's server configured as Rolter's and a pooled upstream connection - what
 	// the server Rolter is built on reaches before any feature; PathNullNet is `-mode goroutine`, a goroutine
 	// per client connection on Go's net package, relaying to an upstream connection of its own - what Go's
@@ -51,10 +51,10 @@ func isYardstick(path string) bool {
 	return slices.ContainsFunc(yardsticks, func(y struct{ path, mode string }) bool { return y.path == path })
 }
 
-// Cases of the overhead report (OverheadCase.Name): each is measured on every path, with its own Rolter
+// Cases of the overhead report (Case.Name): each is measured on every path, with its own Rolter
 // and HAProxy processes in front of the one fake upstream.
 const (
-	// CaseSmall: Rolter's route is OverheadOptions.Strategy (round_robin) over one provider, HAProxy's
+	// CaseSmall: Rolter's route is Options.Strategy (round_robin) over one provider, HAProxy's
 	// backend one server; every request sends the same ~90-byte chat body. The paced streams run here.
 	CaseSmall = "small"
 	// CaseCache: a cache_aware route over CacheTargets providers, HAProxy a roundrobin backend of as many
@@ -63,8 +63,8 @@ const (
 	CaseCache = "cache_aware"
 )
 
-// OverheadOptions configure the overhead report. Zero values take the defaults named.
-type OverheadOptions struct {
+// Options configure the overhead report. Zero values take the defaults named.
+type Options struct {
 	// Rolter is the gateway binary (bin/rolter); Upstream the fake upstream binary
 	// (go build ./bench/cmd/fakeupstream); HAProxy the haproxy binary (default: looked up in PATH,
 	// then /usr/sbin/haproxy). Without HAProxy the report still measures direct and Rolter. RefProxy, when
@@ -95,51 +95,43 @@ type OverheadOptions struct {
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 
-	// Test hooks. upstreamAddr is an upstream already listening (Upstream is then not started), sending
-	// streamChunks deltas streamGap apart (64, 20ms); routingMemory is the cache_aware Rolter's [server]
+	// Test hooks. UpstreamAddr is an upstream already listening (Upstream is then not started), sending
+	// streamChunks deltas streamGap apart (64, 20ms); RoutingMemory is the cache_aware Rolter's [server]
 	// routing_memory_bytes (0: its default); settle is the wait before the RSS read after a sustained run (2s).
-	upstreamAddr  string
+	UpstreamAddr  string
 	streamChunks  int
 	streamGap     time.Duration
-	routingMemory int
+	RoutingMemory int
 	settle        time.Duration
 }
 
-// DefaultOverheadOptions are the report's settings for the fields an OverheadOptions leaves zero, and the
+// DefaultOptions are the report's settings for the fields an Options leaves zero, and the
 // command's flag defaults.
-func DefaultOverheadOptions() OverheadOptions {
-	return OverheadOptions{
+func DefaultOptions() Options {
+	return Options{
 		Strategy: "round_robin", CacheTargets: 4, PromptBytes: 8192, FillTimeout: 30 * time.Second,
 		Rounds: 5, LatencyRequests: 2000, ThroughputConcurrency: 64, ThroughputDuration: 3 * time.Second,
 		Streams: 5, FirstByteStreams: 50, SustainDuration: 20 * time.Second,
 	}
 }
 
-// orDefault sets *v to d when *v is the zero value.
-func orDefault[T comparable](v *T, d T) {
-	var zero T
-	if *v == zero {
-		*v = d
-	}
-}
-
-func (o *OverheadOptions) normalize() error {
-	d := DefaultOverheadOptions()
-	orDefault(&o.Strategy, d.Strategy)
-	orDefault(&o.CacheTargets, d.CacheTargets)
-	orDefault(&o.PromptBytes, d.PromptBytes)
-	orDefault(&o.FillTimeout, d.FillTimeout)
-	orDefault(&o.Rounds, d.Rounds)
-	orDefault(&o.LatencyRequests, d.LatencyRequests)
-	orDefault(&o.ThroughputConcurrency, d.ThroughputConcurrency)
-	orDefault(&o.ThroughputDuration, d.ThroughputDuration)
-	orDefault(&o.Streams, d.Streams)
-	orDefault(&o.FirstByteStreams, d.FirstByteStreams)
-	orDefault(&o.SustainDuration, d.SustainDuration)
-	orDefault(&o.streamChunks, streamChunks)
-	orDefault(&o.streamGap, streamGap)
-	orDefault(&o.settle, 2*time.Second)
-	orDefault(&o.Log, io.Discard)
+func (o *Options) Normalize() error {
+	d := DefaultOptions()
+	fleet.OrDefault(&o.Strategy, d.Strategy)
+	fleet.OrDefault(&o.CacheTargets, d.CacheTargets)
+	fleet.OrDefault(&o.PromptBytes, d.PromptBytes)
+	fleet.OrDefault(&o.FillTimeout, d.FillTimeout)
+	fleet.OrDefault(&o.Rounds, d.Rounds)
+	fleet.OrDefault(&o.LatencyRequests, d.LatencyRequests)
+	fleet.OrDefault(&o.ThroughputConcurrency, d.ThroughputConcurrency)
+	fleet.OrDefault(&o.ThroughputDuration, d.ThroughputDuration)
+	fleet.OrDefault(&o.Streams, d.Streams)
+	fleet.OrDefault(&o.FirstByteStreams, d.FirstByteStreams)
+	fleet.OrDefault(&o.SustainDuration, d.SustainDuration)
+	fleet.OrDefault(&o.streamChunks, streamChunks)
+	fleet.OrDefault(&o.streamGap, streamGap)
+	fleet.OrDefault(&o.settle, 2*time.Second)
+	fleet.OrDefault(&o.Log, io.Discard)
 	if o.HAProxy == "" {
 		o.HAProxy = fleet.LookSbin("haproxy")
 	}
@@ -147,7 +139,7 @@ func (o *OverheadOptions) normalize() error {
 	if o.Rolter == "" {
 		errs = append(errs, errors.New("missing the rolter binary (-rolter)"))
 	}
-	if o.Upstream == "" && o.upstreamAddr == "" {
+	if o.Upstream == "" && o.UpstreamAddr == "" {
 		errs = append(errs, errors.New("missing the fake upstream binary (-upstream)"))
 	}
 	if o.Rounds < 1 || o.LatencyRequests < 10 || o.ThroughputConcurrency < 1 || o.Streams < 1 || o.FirstByteStreams < 1 {
@@ -263,9 +255,9 @@ type RSSRun struct {
 	Errors     int64   `json:"errors"`
 }
 
-// OverheadCase is one configuration measured on every path - Rolter's route, HAProxy's backend, the
+// Case is one configuration measured on every path - Rolter's route, HAProxy's backend, the
 // request bodies - with its rounds, summary and sustained runs.
-type OverheadCase struct {
+type Case struct {
 	Name     string `json:"name"`
 	Strategy string `json:"strategy"`
 	// Targets of Rolter's route (its providers) and servers of HAProxy's backend, all the one upstream.
@@ -289,8 +281,11 @@ type OverheadCase struct {
 	body func(dst []byte, seq uint64) []byte
 }
 
+// AppendBody appends the body of the case's request number seq to dst.
+func (c *Case) AppendBody(dst []byte, seq uint64) []byte { return c.body(dst, seq) }
+
 // Label names the case in goals and headings.
-func (c *OverheadCase) Label() string {
+func (c *Case) Label() string {
 	if c.PromptBytes > 0 {
 		return fmt.Sprintf("%s over %d targets, %s prompts", c.Strategy, c.Targets, byteSize(c.PromptBytes))
 	}
@@ -327,21 +322,21 @@ type TrieSnapshot struct {
 	Decisions map[string]float64 `json:"decisions"`
 }
 
-// OverheadReport is the whole overhead report.
-type OverheadReport struct {
-	Started  time.Time             `json:"started"`
-	Seconds  float64               `json:"seconds"`
-	Machine  fleet.Machine         `json:"machine"`
-	Options  OverheadReportOptions `json:"options"`
-	Versions map[string]string     `json:"versions"`
-	Paths    []string              `json:"paths"`
-	Cases    []*OverheadCase       `json:"cases"`
-	Goals    []fleet.Goal          `json:"goals"`
-	Notes    []string              `json:"notes,omitempty"`
+// Report is the whole overhead report.
+type Report struct {
+	Started  time.Time         `json:"started"`
+	Seconds  float64           `json:"seconds"`
+	Machine  fleet.Machine     `json:"machine"`
+	Options  ReportOptions     `json:"options"`
+	Versions map[string]string `json:"versions"`
+	Paths    []string          `json:"paths"`
+	Cases    []*Case           `json:"cases"`
+	Goals    []fleet.Goal      `json:"goals"`
+	Notes    []string          `json:"notes,omitempty"`
 }
 
 // Case returns the case called name, or nil.
-func (rep *OverheadReport) Case(name string) *OverheadCase {
+func (rep *Report) Case(name string) *Case {
 	for _, c := range rep.Cases {
 		if c.Name == name {
 			return c
@@ -350,8 +345,8 @@ func (rep *OverheadReport) Case(name string) *OverheadCase {
 	return nil
 }
 
-// OverheadReportOptions is the serialisable part of OverheadOptions.
-type OverheadReportOptions struct {
+// ReportOptions is the serialisable part of Options.
+type ReportOptions struct {
 	Strategy              string `json:"strategy"`
 	CacheTargets          int    `json:"cache_targets"`
 	PromptBytes           int    `json:"prompt_bytes"`
@@ -445,20 +440,20 @@ func (g *promptBodies) appendBody(dst []byte, seq uint64) []byte {
 	return append(dst, g.tail...)
 }
 
-// newCases returns the report's cases.
-func newCases(o *OverheadOptions) []*OverheadCase {
-	small := &OverheadCase{Name: CaseSmall, Strategy: o.Strategy, Targets: 1, Model: benchModel, BodyBytes: len(requestBody),
+// NewCases returns the report's cases.
+func NewCases(o *Options) []*Case {
+	small := &Case{Name: CaseSmall, Strategy: o.Strategy, Targets: 1, Model: benchModel, BodyBytes: len(requestBody),
 		Streams: true, Summary: map[string]*PathSummary{},
 		body: func([]byte, uint64) []byte { return requestBody }}
 	g := newPromptBodies(cacheModel, o.PromptBytes)
-	cache := &OverheadCase{Name: CaseCache, Strategy: "cache_aware", Targets: o.CacheTargets, Model: cacheModel,
+	cache := &Case{Name: CaseCache, Strategy: "cache_aware", Targets: o.CacheTargets, Model: cacheModel,
 		BodyBytes: len(g.appendBody(nil, 0)), PromptBytes: o.PromptBytes, Summary: map[string]*PathSummary{},
 		body: g.appendBody}
-	return []*OverheadCase{small, cache}
+	return []*Case{small, cache}
 }
 
 // bodyNanos returns what rendering one of c's bodies costs, in ns.
-func bodyNanos(c *OverheadCase) float64 {
+func bodyNanos(c *Case) float64 {
 	const n = 20000
 	buf := c.body(nil, 0)
 	start := time.Now()
@@ -473,7 +468,7 @@ var sinkBody []byte
 
 // unit is one path of one case: what one measurement visits.
 type unit struct {
-	c    *OverheadCase
+	c    *Case
 	path string
 }
 
@@ -489,7 +484,7 @@ func (u unit) gateway() string {
 
 // overheadRun holds the processes of a report.
 type overheadRun struct {
-	o       *OverheadOptions
+	o       *Options
 	dir     string
 	addrs   map[string]string      // unit key -> host:port
 	procs   map[string]*fleet.Proc // "upstream", and a unit key for each gateway process
@@ -497,22 +492,22 @@ type overheadRun struct {
 	chunks  int // deltas per stream the upstream sends
 }
 
-// RunOverhead measures the fake upstream directly, through `rolter serve` and through HAProxy, for each
+// Run measures the fake upstream directly, through `rolter serve` and through HAProxy, for each
 // case, in interleaved rounds, then each gateway's RSS around a sustained run. Every process it starts
 // is stopped before it returns, also on errors.
-func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error) {
-	if err := o.normalize(); err != nil {
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.Normalize(); err != nil {
 		return nil, err
 	}
-	rep := &OverheadReport{
+	rep := &Report{
 		Started: time.Now(), Machine: fleet.DescribeMachine(), Versions: map[string]string{},
-		Options: OverheadReportOptions{
+		Options: ReportOptions{
 			Strategy: o.Strategy, CacheTargets: o.CacheTargets, PromptBytes: o.PromptBytes, FillTimeout: o.FillTimeout.String(),
 			Rounds: o.Rounds, LatencyRequests: o.LatencyRequests,
 			ThroughputConcurrency: o.ThroughputConcurrency, ThroughputDuration: o.ThroughputDuration.String(),
 			Streams: o.Streams, FirstByteStreams: o.FirstByteStreams, StreamChunks: o.streamChunks, StreamGap: o.streamGap.String(), SustainDuration: o.SustainDuration.String(),
 		},
-		Cases: newCases(&o),
+		Cases: NewCases(&o),
 	}
 	dir, err := os.MkdirTemp("", "rolter-overhead-")
 	if err != nil {
@@ -685,14 +680,14 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*OverheadReport, error
 			c.RSS = append(c.RSS, rr)
 		}
 	}
-	rep.Goals = overheadGoals(rep)
+	rep.Goals = goalsOf(rep)
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	return rep, nil
 }
 
 // units returns every path of every case in the order of round: the cases, and the paths within each,
 // rotated by round.
-func (r *overheadRun) units(rep *OverheadReport, round int) []unit {
+func (r *overheadRun) units(rep *Report, round int) []unit {
 	var out []unit
 	for i := range rep.Cases {
 		c := rep.Cases[(i+round)%len(rep.Cases)]
@@ -735,19 +730,29 @@ func (r *overheadRun) fill(ctx context.Context, u unit, seq *atomic.Uint64) (*Tr
 
 // trieSnapshot reads u's Rolter /metrics for the tries and decisions of u's route.
 func (r *overheadRun) trieSnapshot(u unit) (TrieSnapshot, error) {
-	resp, err := metricsClient.Get("http://" + r.addrs[u.key()] + "/metrics")
+	return readTrieSnapshot(r.addrs[u.key()], u.key(), u.c.Model)
+}
+
+// ReadTrieSnapshot reads the trie figures of case c's route from the gateway listening on addr.
+func ReadTrieSnapshot(addr string, c *Case) (TrieSnapshot, error) {
+	return readTrieSnapshot(addr, unit{c, PathRolter}.key(), c.Model)
+}
+
+// readTrieSnapshot reads the trie figures of route from the gateway on addr; name is the gateway's name in errors.
+func readTrieSnapshot(addr, name, route string) (TrieSnapshot, error) {
+	resp, err := metricsClient.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return TrieSnapshot{}, fmt.Errorf("cannot read the metrics of %s: %w", u.key(), err)
+		return TrieSnapshot{}, fmt.Errorf("cannot read the metrics of %s: %w", name, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return TrieSnapshot{}, fmt.Errorf("cannot read the metrics of %s: %w", u.key(), err)
+		return TrieSnapshot{}, fmt.Errorf("cannot read the metrics of %s: %w", name, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return TrieSnapshot{}, fmt.Errorf("cannot read the metrics of %s: status %d: %.200s", u.key(), resp.StatusCode, body)
+		return TrieSnapshot{}, fmt.Errorf("cannot read the metrics of %s: status %d: %.200s", name, resp.StatusCode, body)
 	}
-	return parseTrieMetrics(body, u.c.Model), nil
+	return parseTrieMetrics(body, route), nil
 }
 
 var metricsClient = &http.Client{Timeout: 5 * time.Second}
@@ -784,9 +789,9 @@ func parseTrieMetrics(body []byte, route string) TrieSnapshot {
 
 // start launches the upstream, then for each case a Rolter and (when found) an HAProxy, and waits
 // until each answers.
-func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
+func (r *overheadRun) start(ctx context.Context, rep *Report) error {
 	o := r.o
-	upstream := o.upstreamAddr
+	upstream := o.UpstreamAddr
 	if upstream == "" {
 		up, addr, err := fleet.StartProc("fake upstream", o.Upstream, []string{"-listen", "127.0.0.1:0",
 			"-chunks", strconv.Itoa(o.streamChunks), "-gap", o.streamGap.String()}, "listening http://", 10*time.Second)
@@ -824,10 +829,10 @@ func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
 		r.addrs[u.key()] = fmt.Sprintf("127.0.0.1:%d", port)
 		routingMemory := 0
 		if c.PromptBytes > 0 {
-			routingMemory = o.routingMemory
+			routingMemory = o.RoutingMemory
 		}
 		cfgPath := filepath.Join(r.dir, "rolter-"+c.Name+".toml")
-		if err := os.WriteFile(cfgPath, []byte(rolterConfig(c, r.addrs[u.key()], upstream, routingMemory)), 0o644); err != nil {
+		if err := os.WriteFile(cfgPath, []byte(RolterConfig(c, r.addrs[u.key()], upstream, routingMemory)), 0o644); err != nil {
 			return fmt.Errorf("cannot write %q: %w", cfgPath, err)
 		}
 		gw, _, err := fleet.StartProc("rolter ("+c.Name+")", o.Rolter, []string{"serve", "-config", cfgPath, "-log-level", "warn"}, "", 0)
@@ -893,7 +898,7 @@ func (r *overheadRun) start(ctx context.Context, rep *OverheadReport) error {
 }
 
 // providerNames are the names of c's Rolter providers, one per target.
-func providerNames(c *OverheadCase) []string {
+func providerNames(c *Case) []string {
 	if c.Targets == 1 {
 		return []string{"upstream"}
 	}
@@ -904,9 +909,9 @@ func providerNames(c *OverheadCase) []string {
 	return names
 }
 
-// rolterConfig renders the Rolter config of case c: one route over c.Targets providers that all name the
+// RolterConfig renders the Rolter config of case c: one route over c.Targets providers that all name the
 // same upstream, default settings otherwise (routingMemory > 0 sets [server] routing_memory_bytes).
-func rolterConfig(c *OverheadCase, listen, upstream string, routingMemory int) string {
+func RolterConfig(c *Case, listen, upstream string, routingMemory int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# overhead report, case %s: one route over %d provider(s), all the fake upstream\n", c.Name, c.Targets)
 	fmt.Fprintf(&b, "[server]\nlisten = %q\n", listen)
@@ -926,7 +931,7 @@ func rolterConfig(c *OverheadCase, listen, upstream string, routingMemory int) s
 
 // haproxyConfig renders the HAProxy config of case c: a null proxy whose backend has c.Targets servers,
 // all the upstream, balanced round robin.
-func haproxyConfig(c *OverheadCase, listen, upstream, pidfile string) string {
+func haproxyConfig(c *Case, listen, upstream, pidfile string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `# overhead report, case %s: a null proxy in front of the fake upstream
 global
@@ -986,7 +991,7 @@ func do(c *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) 
 	return nil
 }
 
-func newRequest(addr string) *fasthttp.Request {
+func NewRequest(addr string) *fasthttp.Request {
 	req := fasthttp.AcquireRequest()
 	req.SetRequestURI("http://" + addr + "/v1/chat/completions")
 	req.Header.SetMethod(http.MethodPost)
@@ -1014,7 +1019,7 @@ func (r *overheadRun) inTurn(ctx context.Context, us []unit, seqs []*atomic.Uint
 	res := make([]latencyResult, len(us))
 	reqs := make([]*fasthttp.Request, len(us))
 	for i, u := range us {
-		reqs[i] = newRequest(r.addrs[u.key()])
+		reqs[i] = NewRequest(r.addrs[u.key()])
 		defer fasthttp.ReleaseRequest(reqs[i])
 		res[i].samples = make([]float64, 0, n)
 	}
@@ -1083,7 +1088,7 @@ func (r *overheadRun) throughput(ctx context.Context, u unit, conc int, d time.D
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := newRequest(r.addrs[u.key()])
+			req := NewRequest(r.addrs[u.key()])
 			defer fasthttp.ReleaseRequest(req)
 			resp := fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseResponse(resp)
@@ -1359,7 +1364,7 @@ func rotate(s []string, k int) []string {
 }
 
 // summarizeOverhead fills c.Summary from its rounds.
-func summarizeOverhead(c *OverheadCase, paths []string) {
+func summarizeOverhead(c *Case, paths []string) {
 	median := func(f func(*PathRound) float64, path string) float64 {
 		var v []float64
 		for _, r := range c.Rounds {
@@ -1443,10 +1448,10 @@ func summarizeOverhead(c *OverheadCase, paths []string) {
 	}
 }
 
-// overheadGoals evaluates the gateway goals of issues 8 and 19: per case, added c=1 latency p50 and c=64
+// goalsOf evaluates the gateway goals of issues 8 and 19: per case, added c=1 latency p50 and c=64
 // throughput against HAProxy's (and the p99 in the small-body case); in the streaming case, the added time to
 // the first byte against HAProxy's and the stream gap; RSS flat per case.
-func overheadGoals(rep *OverheadReport) []fleet.Goal {
+func goalsOf(rep *Report) []fleet.Goal {
 	var goals []fleet.Goal
 	for _, c := range rep.Cases {
 		ro, hp := c.Summary[PathRolter], c.Summary[PathHAProxy]

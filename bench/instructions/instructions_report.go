@@ -1,19 +1,20 @@
-package bench
+package instructions
 
 import (
 	"fmt"
 	"strings"
 
 	"github.com/rolter-ai/rolter/bench/fleet"
+	"github.com/rolter-ai/rolter/bench/overhead"
 )
 
-// WriteInstructions writes rep as instructions.md and instructions.json into dir and returns their paths.
-func WriteInstructions(rep *InstructionReport, dir string) ([]string, error) {
+// Write writes rep as instructions.md and instructions.json into dir and returns their paths.
+func Write(rep *Report, dir string) ([]string, error) {
 	return fleet.WriteReport(dir, "instructions", rep.Markdown(), rep)
 }
 
 // Markdown renders the instruction count.
-func (rep *InstructionReport) Markdown() string {
+func (rep *Report) Markdown() string {
 	var b strings.Builder
 	o := rep.Options
 	b.WriteString("# Instructions per proxied request\n\n")
@@ -48,9 +49,9 @@ func (rep *InstructionReport) Markdown() string {
 		b.WriteString("as parsed to a pooled upstream connection; `lean`: the same relay on a goroutine per connection, parsing and writing\n")
 		b.WriteString("with fasthttp's Request and Response, without its server. What a gateway does beyond them is the difference.\n\n")
 		b.WriteString("| through | instructions per request | Rolter minus this |\n|---|---:|---:|\n")
-		var small *InstructionCase
+		var small *Case
 		for _, c := range rep.Cases {
-			if c.Name == CaseSmall {
+			if c.Name == overhead.CaseSmall {
 				small = c
 			}
 		}

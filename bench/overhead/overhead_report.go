@@ -1,4 +1,4 @@
-package bench
+package overhead
 
 import (
 	"fmt"
@@ -8,13 +8,13 @@ import (
 	"github.com/rolter-ai/rolter/bench/fleet"
 )
 
-// WriteOverhead writes overhead.md and overhead.json into dir and returns the files written.
-func WriteOverhead(rep *OverheadReport, dir string) ([]string, error) {
+// Write writes overhead.md and overhead.json into dir and returns the files written.
+func Write(rep *Report, dir string) ([]string, error) {
 	return fleet.WriteReport(dir, "overhead", rep.Markdown(), rep)
 }
 
 // Markdown renders the overhead report.
-func (rep *OverheadReport) Markdown() string {
+func (rep *Report) Markdown() string {
 	var b strings.Builder
 	o := rep.Options
 	b.WriteString("# Gateway overhead\n\n")
@@ -123,7 +123,7 @@ func (rep *OverheadReport) Markdown() string {
 }
 
 // bodyShare renders what rendering c's bodies costs the client at the direct path's c=64 rate.
-func bodyShare(c *OverheadCase) string {
+func bodyShare(c *Case) string {
 	d := c.Summary[PathDirect]
 	if d == nil || d.Throughput <= 0 {
 		return ""
@@ -132,7 +132,7 @@ func bodyShare(c *OverheadCase) string {
 }
 
 // caseMarkdown renders one case's results, rounds and routing memory.
-func (rep *OverheadReport) caseMarkdown(b *strings.Builder, c *OverheadCase) {
+func (rep *Report) caseMarkdown(b *strings.Builder, c *Case) {
 	o := rep.Options
 	d, ro, hp := c.Summary[PathDirect], c.Summary[PathRolter], c.Summary[PathHAProxy]
 	var ys []*PathSummary // the yardsticks measured, in yardsticks' order

@@ -1,4 +1,4 @@
-package bench
+package overhead
 
 import (
 	"os"
@@ -7,8 +7,7 @@ import (
 	"github.com/rolter-ai/rolter/bench/fleet"
 )
 
-// TestMain lets the test binary stand in for bin/rolter in the overhead, A/B and instruction tests
-// (fleet.StandIn).
+// TestMain lets the test binary stand in for bin/rolter (fleet.StandIn).
 func TestMain(m *testing.M) {
 	fleet.StandIn()
 	os.Exit(m.Run())

@@ -1,4 +1,4 @@
-package bench
+package instructions
 
 import (
 	"bufio"
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/bench/fleet"
+	"github.com/rolter-ai/rolter/bench/overhead"
 	"github.com/valyala/fasthttp"
 )
 
@@ -33,8 +34,8 @@ import (
 // Instructions are not time: a cache miss or a system call costs more than its instructions. The overhead
 // report measures time; this measures work.
 
-// InstructionOptions configure the instruction count. Zero values take the defaults named.
-type InstructionOptions struct {
+// Options configure the instruction count. Zero values take the defaults named.
+type Options struct {
 	// Rolter is the gateway binary, Upstream the fake upstream binary (as for the overhead report) and
 	// Valgrind valgrind (default: looked up in PATH). RefProxy, when set, is bench/cmd/refproxy's binary:
 	// the small case is then also counted through its two modes, the yardsticks.
@@ -53,19 +54,19 @@ type InstructionOptions struct {
 	routingMemory int
 }
 
-// DefaultInstructionOptions are the defaults of the fields an InstructionOptions leaves zero.
-func DefaultInstructionOptions() InstructionOptions {
-	return InstructionOptions{Requests: 4000, Warmup: 500, Concurrency: 4, Top: 25}
+// DefaultOptions are the defaults of the fields an Options leaves zero.
+func DefaultOptions() Options {
+	return Options{Requests: 4000, Warmup: 500, Concurrency: 4, Top: 25}
 }
 
-func (o *InstructionOptions) normalize() error {
-	d := DefaultInstructionOptions()
-	orDefault(&o.Requests, d.Requests)
-	orDefault(&o.Warmup, d.Warmup)
-	orDefault(&o.Concurrency, d.Concurrency)
-	orDefault(&o.Top, d.Top)
-	orDefault(&o.Log, io.Discard)
-	orDefault(&o.routingMemory, 16<<20)
+func (o *Options) normalize() error {
+	d := DefaultOptions()
+	fleet.OrDefault(&o.Requests, d.Requests)
+	fleet.OrDefault(&o.Warmup, d.Warmup)
+	fleet.OrDefault(&o.Concurrency, d.Concurrency)
+	fleet.OrDefault(&o.Top, d.Top)
+	fleet.OrDefault(&o.Log, io.Discard)
+	fleet.OrDefault(&o.routingMemory, 16<<20)
 	if o.Valgrind == "" {
 		o.Valgrind, _ = exec.LookPath("valgrind")
 	}
@@ -85,20 +86,20 @@ func (o *InstructionOptions) normalize() error {
 	return nil
 }
 
-// InstructionReport is the instruction count of each case.
-type InstructionReport struct {
-	Date     string             `json:"date"`
-	Versions map[string]string  `json:"versions"`
-	Cases    []*InstructionCase `json:"cases"`
-	// References are the small case through refproxy's modes (InstructionOptions.RefProxy).
-	References []*InstructionCase `json:"references,omitempty"`
-	Options    InstructionOptions `json:"-"`
-	Seconds    float64            `json:"seconds"`
-	Machine    fleet.Machine      `json:"machine"`
+// Report is the instruction count of each case.
+type Report struct {
+	Date     string            `json:"date"`
+	Versions map[string]string `json:"versions"`
+	Cases    []*Case           `json:"cases"`
+	// References are the small case through refproxy's modes (Options.RefProxy).
+	References []*Case       `json:"references,omitempty"`
+	Options    Options       `json:"-"`
+	Seconds    float64       `json:"seconds"`
+	Machine    fleet.Machine `json:"machine"`
 }
 
-// InstructionCase is one case's count.
-type InstructionCase struct {
+// Case is one case's count.
+type Case struct {
 	Name        string  `json:"name"`
 	Description string  `json:"description"`
 	Requests    int     `json:"requests"`
@@ -123,13 +124,13 @@ type FuncCount struct {
 // run).
 var instructionEnv = []string{"GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off", "GOGC=off"}
 
-// RunInstructions counts the instructions per request of `rolter serve` in the overhead report's two cases.
-func RunInstructions(ctx context.Context, o InstructionOptions) (*InstructionReport, error) {
+// Run counts the instructions per request of `rolter serve` in the overhead report's two cases.
+func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.normalize(); err != nil {
 		return nil, err
 	}
 	started := time.Now()
-	rep := &InstructionReport{Date: started.UTC().Format(time.RFC3339), Versions: map[string]string{}, Options: o,
+	rep := &Report{Date: started.UTC().Format(time.RFC3339), Versions: map[string]string{}, Options: o,
 		Machine: fleet.DescribeMachine()}
 	if out, err := exec.Command(o.Rolter, "version").Output(); err == nil {
 		rep.Versions["rolter"] = string(bytes.TrimSpace(out))
@@ -150,8 +151,8 @@ func RunInstructions(ctx context.Context, o InstructionOptions) (*InstructionRep
 		return nil, fmt.Errorf("cannot count instructions: cg_diff (from valgrind) not found: %w", err)
 	}
 
-	oo := DefaultOverheadOptions()
-	cases := newCases(&oo)
+	oo := overhead.DefaultOptions()
+	cases := overhead.NewCases(&oo)
 	for _, c := range cases {
 		ic, err := countCase(ctx, &o, c, rolterGateway(&o, c, upstream))
 		if err != nil {
@@ -160,7 +161,7 @@ func RunInstructions(ctx context.Context, o InstructionOptions) (*InstructionRep
 		rep.Cases = append(rep.Cases, ic)
 	}
 	if o.RefProxy != "" {
-		small := cases[slices.IndexFunc(cases, func(c *OverheadCase) bool { return c.Name == CaseSmall })]
+		small := cases[slices.IndexFunc(cases, func(c *overhead.Case) bool { return c.Name == overhead.CaseSmall })]
 		for _, mode := range []string{"goroutine", "fasthttp", "lean"} {
 			g := gateway{name: "refproxy -mode " + mode, cmd: func(addr, _ string) ([]string, error) {
 				return []string{o.RefProxy, "-mode", mode, "-listen", addr, "-upstream", upstream}, nil
@@ -185,14 +186,14 @@ type gateway struct {
 }
 
 // rolterGateway is `rolter serve` with case c's config; the cache_aware case's tries get o.routingMemory.
-func rolterGateway(o *InstructionOptions, c *OverheadCase, upstream string) gateway {
+func rolterGateway(o *Options, c *overhead.Case, upstream string) gateway {
 	routingMemory := 0
 	if c.PromptBytes > 0 {
 		routingMemory = o.routingMemory
 	}
 	return gateway{name: "rolter", cmd: func(addr, dir string) ([]string, error) {
 		cfgPath := filepath.Join(dir, "rolter-"+c.Name+".toml")
-		if err := os.WriteFile(cfgPath, []byte(rolterConfig(c, addr, upstream, routingMemory)), 0o644); err != nil {
+		if err := os.WriteFile(cfgPath, []byte(overhead.RolterConfig(c, addr, upstream, routingMemory)), 0o644); err != nil {
 			return nil, fmt.Errorf("cannot write %q: %w", cfgPath, err)
 		}
 		return []string{o.Rolter, "serve", "-config", cfgPath, "-log-level", "warn"}, nil
@@ -204,8 +205,8 @@ func rolterGateway(o *InstructionOptions, c *OverheadCase, upstream string) gate
 // (Cachegrind charges every instruction to the function it is in. Callgrind, which can zero and dump a
 // running process, follows calls and loses track at goroutine switches: it charged fasthttp's getNextProto
 // with most of a request.)
-func countCase(ctx context.Context, o *InstructionOptions, c *OverheadCase, g gateway) (*InstructionCase, error) {
-	ic := &InstructionCase{Name: c.Name, Requests: o.Requests}
+func countCase(ctx context.Context, o *Options, c *overhead.Case, g gateway) (*Case, error) {
+	ic := &Case{Name: c.Name, Requests: o.Requests}
 	ic.Description = fmt.Sprintf("%s over %d target(s), %d-byte bodies", c.Strategy, c.Targets, c.BodyBytes)
 	dir, err := os.MkdirTemp("", "rolter-instructions-")
 	if err != nil {
@@ -256,7 +257,7 @@ func countCase(ctx context.Context, o *InstructionOptions, c *OverheadCase, g ga
 
 // cachegrindRun runs c's gateway under cachegrind, sends warmup then n requests, stops it and returns its
 // cachegrind file and how many of the requests failed.
-func cachegrindRun(ctx context.Context, o *InstructionOptions, c *OverheadCase, g gateway, dir string, warmup, n int) (string, int, error) {
+func cachegrindRun(ctx context.Context, o *Options, c *overhead.Case, g gateway, dir string, warmup, n int) (string, int, error) {
 	port, err := fleet.FreePort()
 	if err != nil {
 		return "", 0, err
@@ -285,10 +286,7 @@ func cachegrindRun(ctx context.Context, o *InstructionOptions, c *OverheadCase, 
 		return "", failed, fmt.Errorf("%d of %d warm-up requests failed: %s", failed, warmup, gw.Tail())
 	}
 	if c.PromptBytes > 0 {
-		r := &overheadRun{addrs: map[string]string{}}
-		u := unit{c, PathRolter}
-		r.addrs[u.key()] = addr
-		snap, err := r.trieSnapshot(u)
+		snap, err := overhead.ReadTrieSnapshot(addr, c)
 		if err != nil {
 			return "", 0, err
 		}
@@ -309,7 +307,7 @@ func cachegrindRun(ctx context.Context, o *InstructionOptions, c *OverheadCase, 
 }
 
 // countedLoop sends n of c's requests over conc connections and returns how many failed.
-func countedLoop(ctx context.Context, client *fasthttp.HostClient, addr string, c *OverheadCase, n, conc int, seq *atomic.Uint64) int {
+func countedLoop(ctx context.Context, client *fasthttp.HostClient, addr string, c *overhead.Case, n, conc int, seq *atomic.Uint64) int {
 	var left, failed atomic.Int64
 	left.Store(int64(n))
 	var wg sync.WaitGroup
@@ -317,13 +315,13 @@ func countedLoop(ctx context.Context, client *fasthttp.HostClient, addr string, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := newRequest(addr)
+			req := overhead.NewRequest(addr)
 			defer fasthttp.ReleaseRequest(req)
 			resp := fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseResponse(resp)
 			var buf []byte
 			for left.Add(-1) >= 0 && ctx.Err() == nil {
-				buf = c.body(buf[:0], seq.Add(1)-1)
+				buf = c.AppendBody(buf[:0], seq.Add(1)-1)
 				req.SetBodyRaw(buf)
 				if err := client.DoTimeout(req, resp, 60*time.Second); err != nil || resp.StatusCode() != fasthttp.StatusOK {
 					failed.Add(1)

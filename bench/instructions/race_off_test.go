@@ -1,6 +1,6 @@
 //go:build !race
 
-package bench
+package instructions
 
 // raceEnabled: the tests run under the race detector.
 const raceEnabled = false
