@@ -19,10 +19,6 @@ import (
 	"github.com/rolter-ai/rolter/sim"
 )
 
-// The KV-pressure report (issue 18): every strategy on a fleet whose engines hold only part of each
-// workload's working set, so placement decides what stays cached. The method is written into the report
-// itself (its "Setup" section).
-
 // Capacities are the engines' KV capacities of the report, as fractions of the per-engine working
 // set.
 var Capacities = []float64{0.25, 0.5, 1}
@@ -34,7 +30,7 @@ type Options struct {
 	// Capacities are each engine's KV blocks as fractions of the workload's working set divided over the
 	// engines (Capacities).
 	Capacities []float64
-	// Strategies to compare (RoutingStrategies). An entry may carry route parameters,
+	// Strategies to compare (fleet.Strategies). An entry may carry route parameters,
 	// "cache_aware:max_trie_bytes=1kv,threshold=0.3" (ParseStrategySpec).
 	Strategies []string
 	// Workloads to run (WorkloadNames).

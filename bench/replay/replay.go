@@ -21,7 +21,7 @@ import (
 type Options struct {
 	// Engines is the fleet size (8).
 	Engines int
-	// Strategies to run, in order (RoutingStrategies).
+	// Strategies to run, in order (fleet.Strategies).
 	Strategies []string
 	// KVBlocks per engine (2048) and BlockSize in tokens (16): the cache each engine has. Requests
 	// longer than KVBlocks × BlockSize (prompt + output) cannot run on an engine and are skipped.

@@ -27,7 +27,7 @@ type Options struct {
 	// 2,048 blocks becomes 512/32/64 tokens on 512 blocks, keeping the ratios (prefix : question :
 	// output, working set : engine KV). Groups, prompts and users are not scaled.
 	Scale int
-	// Strategies and Scenarios to run (RoutingStrategies, Scenarios).
+	// Strategies and Scenarios to run (fleet.Strategies, Scenarios).
 	Strategies []string
 	Scenarios  []string
 	// Concurrency is the closed-loop in-flight count (Engines × MaxNumSeqs × 3/4 = 24).

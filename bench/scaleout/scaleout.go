@@ -27,11 +27,6 @@ import (
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
-// The scale-out report (issue 20, "The yardstick first"): N `rolter serve` processes behind HAProxy in
-// TCP mode, balancing connections round robin as a Kubernetes Service does, in front of one simulated
-// fleet. Each replica learns only from the traffic it sees, so what one gateway's routing achieves and
-// what N of them achieve can be compared cell by cell.
-
 // Strategies are the strategies the scale-out report compares, in report order. Two variants of
 // cache_aware show what the many-gateway features buy: "cache_aware-local" turns the rendezvous home off
 // (route parameter home = false: each replica on the evidence of its own requests alone, as before the
@@ -99,7 +94,7 @@ type Options struct {
 	RunTimeout time.Duration
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
-	// Workloads, when set, replace RoutingWorkload for the scenarios they name (tests use small ones).
+	// Workloads, when set, replace routing.Workload for the scenarios they name (tests use small ones).
 	Workloads map[string]loadtest.Workload
 }
 
@@ -570,7 +565,7 @@ func (c *scaleoutCell) stop() {
 	c.sims = nil
 }
 
-// scaleoutConfig is the gateway config of the routing report (fleetConfig: `rolter up`'s shape) with a
+// scaleoutConfig is the gateway config of the routing report (fleet.Config: `rolter up`'s shape) with a
 // short drain, so a stopped gateway exits at once.
 func scaleoutConfig(listen, strategy string, urls, kv []string, model string) string {
 	return strings.Replace(fleet.Config(listen, strategy, urls, kv, model), "[server]\n", "[server]\ndrain_secs = 2\n", 1)

@@ -92,7 +92,7 @@ func replayMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rolter replay: -prefill-us-per-token and -decode-us-per-token must be >= 0")
 		return 2
 	}
-	// 0 means "the default" to ReplayOptions; a tiny duration keeps an explicit 0 instant.
+	// 0 means "the default" to replay.Options; a tiny duration keeps an explicit 0 instant.
 	o.PrefillPerToken = max(time.Duration(prefillUs*float64(time.Microsecond)), 1)
 	o.DecodePerToken = max(time.Duration(decodeUs*float64(time.Microsecond)), 1)
 	if o.MaxRequests < 1 || o.Timeout <= 0 {
