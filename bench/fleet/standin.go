@@ -18,7 +18,7 @@ import (
 // StandIn lets a report's test binary stand in for bin/rolter: run as `<test binary> serve -config F`
 // it serves F like `rolter serve` does and exits, so the tests need no build of cmd/rolter (which costs
 // more than a test itself after an engine change). Run as anything else it returns; TestMain calls it
-// first. ROLTER_BIN runs the tests on a real binary instead.
+// first. (The scale-out test runs on a real binary when ROLTER_BIN names one.)
 func StandIn() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
