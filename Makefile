@@ -61,7 +61,7 @@ run: build
 test: deps lint test-race test-nocgo test-valgrind
 
 test-valgrind: valgrind
-	$(GO) test -count=1 -run '^TestInstructions' ./bench
+	$(GO) test -count=1 -run '^TestInstructions' ./bench/instructions
 
 valgrind:
 	@if ! command -v valgrind >/dev/null 2>&1 || ! command -v cg_diff >/dev/null 2>&1; then \

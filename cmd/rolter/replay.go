@@ -12,7 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rolter-ai/rolter/bench"
+	"github.com/rolter-ai/rolter/bench/fleet"
+	"github.com/rolter-ai/rolter/bench/replay"
 	"github.com/rolter-ai/rolter/capture"
 )
 
@@ -31,7 +32,7 @@ Flags:
 // replayMain runs `rolter replay`: 0 when every strategy ran, 1 when the replay could not run or a
 // strategy failed, 2 for bad flags. SIGINT/SIGTERM end it early and still report.
 func replayMain(args []string, stdout, stderr io.Writer) int {
-	var o bench.ReplayOptions
+	var o replay.Options
 	var path, strategies, jsonPath string
 	var prefillUs, decodeUs float64
 	var quiet bool
@@ -47,7 +48,7 @@ func replayMain(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&path, "trace", "", "trace file: a Rolter capture or a Mooncake trace (JSONL); - for stdin")
-	fs.StringVar(&strategies, "strategies", strings.Join(bench.RoutingStrategies, ","), "comma-separated strategies, in report order")
+	fs.StringVar(&strategies, "strategies", strings.Join(fleet.Strategies, ","), "comma-separated strategies, in report order")
 	fs.IntVar(&o.Engines, "engines", 8, "simulated engines in the fleet")
 	fs.IntVar(&o.KVBlocks, "kv-blocks", 2048, "KV cache blocks per engine (cache pressure); prompt + output must fit in kv-blocks × block-size")
 	fs.IntVar(&o.BlockSize, "block-size", 16, "tokens per KV block")
@@ -91,7 +92,7 @@ func replayMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rolter replay: -prefill-us-per-token and -decode-us-per-token must be >= 0")
 		return 2
 	}
-	// 0 means "the default" to ReplayOptions; a tiny duration keeps an explicit 0 instant.
+	// 0 means "the default" to replay.Options; a tiny duration keeps an explicit 0 instant.
 	o.PrefillPerToken = max(time.Duration(prefillUs*float64(time.Microsecond)), 1)
 	o.DecodePerToken = max(time.Duration(decodeUs*float64(time.Microsecond)), 1)
 	if o.MaxRequests < 1 || o.Timeout <= 0 {
@@ -109,7 +110,7 @@ func replayMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := bench.Replay(ctx, path, &tr, o)
+	rep, err := replay.Run(ctx, path, &tr, o)
 	if rep == nil {
 		fmt.Fprintf(stderr, "rolter replay: %s\n", err)
 		return 1
@@ -160,7 +161,7 @@ func readTrace(path string, maxRequests int) (capture.Trace, error) {
 	return tr, nil
 }
 
-func writeReplayJSON(path string, rep *bench.ReplayReport) error {
+func writeReplayJSON(path string, rep *replay.Report) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("cannot create %q: %w", path, err)

@@ -17,16 +17,17 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/rolter-ai/rolter/bench"
+	"github.com/rolter-ai/rolter/bench/ab"
+	"github.com/rolter-ai/rolter/bench/overhead"
 )
 
 func main() {
-	var o bench.ABOptions
+	var o ab.Options
 	base := flag.String("base", "", "a git revision to build as A (instead of -a)")
 	flag.StringVar(&o.A, "a", "", "rolter binary A")
 	flag.StringVar(&o.B, "b", "bin/rolter", "rolter binary B")
 	flag.StringVar(&o.Upstream, "upstream", "bin/fakeupstream", "the fake upstream binary (go build ./bench/cmd/fakeupstream)")
-	flag.StringVar(&o.Case, "case", bench.CaseSmall, "the overhead report's case: "+bench.CaseSmall+" or "+bench.CaseCache)
+	flag.StringVar(&o.Case, "case", overhead.CaseSmall, "the overhead report's case: "+overhead.CaseSmall+" or "+overhead.CaseCache)
 	flag.StringVar(&o.StrategyB, "strategy-b", "", "route B on this strategy instead of the case's (with -b the same binary as -a: what a strategy costs over another)")
 	flag.IntVar(&o.Rounds, "rounds", 6, "rounds of one run of each build")
 	flag.DurationVar(&o.Duration, "duration", 0, "measured closed loop per run (default 4s)")
@@ -38,7 +39,7 @@ func main() {
 	}
 }
 
-func run(o bench.ABOptions, base string) error {
+func run(o ab.Options, base string) error {
 	if base != "" {
 		dir, err := os.MkdirTemp("", "rolter-ab-base-")
 		if err != nil {
@@ -52,7 +53,7 @@ func run(o bench.ABOptions, base string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := bench.RunAB(ctx, o)
+	rep, err := ab.Run(ctx, o)
 	if err != nil {
 		return err
 	}

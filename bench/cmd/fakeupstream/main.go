@@ -1,5 +1,5 @@
 // Command fakeupstream is the zero-delay OpenAI-compatible upstream of the overhead report
-// (bench.NewFakeUpstream): instant JSON answers, and paced SSE answers (a role chunk, 64 deltas
+// (fleet.NewFakeUpstream): instant JSON answers, and paced SSE answers (a role chunk, 64 deltas
 // 20ms apart, [DONE]) for "stream": true. It prints "listening http://ADDR" once it listens and
 // exits on SIGINT/SIGTERM or when its stdin closes (its parent is gone).
 package main
@@ -14,9 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/valyala/fasthttp"
-
-	"github.com/rolter-ai/rolter/bench"
 )
 
 func main() {
@@ -32,7 +31,7 @@ func main() {
 		os.Exit(1)
 	}
 	srv := &fasthttp.Server{
-		Handler:               bench.NewFakeUpstream(bench.UpstreamConfig{Chunks: *chunks, Gap: *gap}),
+		Handler:               fleet.NewFakeUpstream(fleet.UpstreamConfig{Chunks: *chunks, Gap: *gap}),
 		Name:                  "fakeupstream",
 		NoDefaultDate:         true,
 		ReadTimeout:           time.Minute,

@@ -14,11 +14,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/rolter-ai/rolter/bench"
+	"github.com/rolter-ai/rolter/bench/instructions"
 )
 
 func main() {
-	o := bench.DefaultInstructionOptions()
+	o := instructions.DefaultOptions()
 	out := flag.String("out", "bench/results", "directory for instructions.md and instructions.json")
 	flag.StringVar(&o.Rolter, "rolter", "bin/rolter", "the rolter binary")
 	flag.StringVar(&o.Upstream, "upstream", "bin/fakeupstream", "the fake upstream binary (go build ./bench/cmd/fakeupstream)")
@@ -33,12 +33,12 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := bench.RunInstructions(ctx, o)
+	rep, err := instructions.Run(ctx, o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "instructions: %s\n", err)
 		os.Exit(1)
 	}
-	files, err := bench.WriteInstructions(rep, *out)
+	files, err := instructions.Write(rep, *out)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "instructions: %s\n", err)
 		os.Exit(1)

@@ -17,11 +17,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/rolter-ai/rolter/bench"
+	"github.com/rolter-ai/rolter/bench/overhead"
 )
 
 func main() {
-	o := bench.DefaultOverheadOptions()
+	o := overhead.DefaultOptions()
 	out := flag.String("out", "bench/results", "directory for overhead.md and overhead.json")
 	flag.StringVar(&o.Rolter, "rolter", "bin/rolter", "the rolter binary")
 	flag.StringVar(&o.Upstream, "upstream", "bin/fakeupstream", "the fake upstream binary (go build ./bench/cmd/fakeupstream)")
@@ -42,12 +42,12 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := bench.RunOverhead(ctx, o)
+	rep, err := overhead.Run(ctx, o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "overhead: %s\n", err)
 		os.Exit(1)
 	}
-	files, err := bench.WriteOverhead(rep, *out)
+	files, err := overhead.Write(rep, *out)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "overhead: %s\n", err)
 		os.Exit(1)

@@ -17,7 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rolter-ai/rolter/bench"
+	"github.com/rolter-ai/rolter/bench/fleet"
+	"github.com/rolter-ai/rolter/bench/pressure"
 )
 
 func main() {
@@ -25,12 +26,12 @@ func main() {
 }
 
 func run() int {
-	var o bench.PressureOptions
+	var o pressure.Options
 	out := flag.String("out", "bench/results", "directory for the report")
 	name := flag.String("name", "pressure", "file name of the report: <name>.md and <name>.json")
-	strategies := flag.String("strategies", strings.Join(bench.RoutingStrategies, ","),
+	strategies := flag.String("strategies", strings.Join(fleet.Strategies, ","),
 		`strategies to compare, separated by ";" or ","; one may carry route parameters: "cache_aware:max_trie_bytes=1kv" (<f>kv = f × one engine's KV in prompt-key bytes)`)
-	workloads := flag.String("workloads", strings.Join(bench.PressureWorkloadNames, ","), "workloads to run")
+	workloads := flag.String("workloads", strings.Join(pressure.WorkloadNames, ","), "workloads to run")
 	capacities := flag.String("capacities", "0.25,0.5,1", "engine KV capacities as fractions of the per-engine working set")
 	flag.BoolVar(&o.Quick, "quick", false, "small workloads on instant engines (a smoke test, ~20 s)")
 	flag.IntVar(&o.Engines, "engines", 4, "simulated engines in the fleet")
@@ -40,16 +41,16 @@ func run() int {
 	flag.DurationVar(&o.DecodePerToken, "decode-per-token", 0, "engine time per output token (default 1ms; quick 100µs)")
 	flag.Uint64Var(&o.Seed, "seed", 1, "workload seed, shared by every cell")
 	flag.Float64Var(&o.Epsilon, "epsilon", 0.25, "the placement reference's load cap: at most ceil((1+epsilon) × mean) requests per engine")
-	flag.StringVar(&o.Recommended, "recommended", bench.PressureRecommended, "the strategy the goals judge")
+	flag.StringVar(&o.Recommended, "recommended", pressure.Recommended, "the strategy the goals judge")
 	flag.DurationVar(&o.RunTimeout, "run-timeout", 2*time.Minute, "bound on one cell's load")
 	flag.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "bound on the whole report (what was measured is written)")
 	render := flag.String("render", "", "render the Markdown again from this pressure.json instead of running")
 	flag.Parse()
 	if *render != "" {
-		rep, err := bench.LoadPressure(*render)
+		rep, err := pressure.Load(*render)
 		if err == nil {
 			var files []string
-			files, err = bench.WritePressure(rep, *out, *name)
+			files, err = pressure.Write(rep, *out, *name)
 			fmt.Printf("pressure report rendered: %s\n", strings.Join(files, " "))
 		}
 		if err != nil {
@@ -72,7 +73,7 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := bench.RunPressure(ctx, o)
+	rep, err := pressure.Run(ctx, o)
 	if rep == nil {
 		fmt.Fprintf(os.Stderr, "pressure: %s\n", err)
 		return 2
@@ -80,7 +81,7 @@ func run() int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pressure: %s (writing what was measured)\n", err)
 	}
-	files, werr := bench.WritePressure(rep, *out, *name)
+	files, werr := pressure.Write(rep, *out, *name)
 	if werr != nil {
 		fmt.Fprintf(os.Stderr, "pressure: %s\n", werr)
 		return 1

@@ -14,7 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rolter-ai/rolter/bench"
+	"github.com/rolter-ai/rolter/bench/fleet"
+	"github.com/rolter-ai/rolter/bench/routing"
 )
 
 func main() {
@@ -22,10 +23,10 @@ func main() {
 }
 
 func run() int {
-	var o bench.RoutingOptions
+	var o routing.Options
 	out := flag.String("out", "bench/results", "directory for routing.md, routing.json and the PNG charts")
-	strategies := flag.String("strategies", strings.Join(bench.RoutingStrategies, ","), "strategies to compare")
-	scenarios := flag.String("scenarios", strings.Join(bench.RoutingScenarios, ","), "scenarios to run")
+	strategies := flag.String("strategies", strings.Join(fleet.Strategies, ","), "strategies to compare")
+	scenarios := flag.String("scenarios", strings.Join(routing.Scenarios, ","), "scenarios to run")
 	flag.IntVar(&o.Engines, "engines", 8, "simulated engines in the fleet")
 	flag.IntVar(&o.Scale, "scale", 4, "divide token counts and engine KV blocks of the unscaled shapes by this")
 	flag.IntVar(&o.Concurrency, "concurrency", 0, "requests in flight (default engines × max-num-seqs × 3/4)")
@@ -38,10 +39,10 @@ func run() int {
 	render := flag.String("render", "", "render the Markdown and charts again from this routing.json instead of running")
 	flag.Parse()
 	if *render != "" {
-		rep, err := bench.LoadRouting(*render)
+		rep, err := routing.Load(*render)
 		if err == nil {
 			var files []string
-			files, err = bench.WriteRouting(rep, *out)
+			files, err = routing.Write(rep, *out)
 			fmt.Printf("routing report rendered: %s\n", strings.Join(files, " "))
 		}
 		if err != nil {
@@ -56,11 +57,11 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := bench.RunRouting(ctx, o)
+	rep, err := routing.Run(ctx, o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "routing: %s (writing what was measured)\n", err)
 	}
-	files, werr := bench.WriteRouting(rep, *out)
+	files, werr := routing.Write(rep, *out)
 	if werr != nil {
 		fmt.Fprintf(os.Stderr, "routing: %s\n", werr)
 		return 1

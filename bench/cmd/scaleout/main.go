@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rolter-ai/rolter/bench"
+	"github.com/rolter-ai/rolter/bench/scaleout"
 )
 
 func main() {
@@ -25,13 +25,13 @@ func main() {
 }
 
 func run() int {
-	var o bench.ScaleoutOptions
+	var o scaleout.Options
 	out := flag.String("out", "bench/results", "directory for scaleout.md and scaleout.json")
 	flag.StringVar(&o.Rolter, "rolter", "bin/rolter", "the rolter binary")
 	flag.StringVar(&o.HAProxy, "haproxy", "", "the haproxy binary (default: PATH, then /usr/sbin/haproxy)")
 	gateways := flag.String("gateways", "1,2,4", "gateway counts")
-	strategies := flag.String("strategies", strings.Join(bench.ScaleoutStrategies, ","), "strategies to compare")
-	scenarios := flag.String("scenarios", strings.Join(bench.ScaleoutScenarios, ","), "scenarios to run")
+	strategies := flag.String("strategies", strings.Join(scaleout.Strategies, ","), "strategies to compare")
+	scenarios := flag.String("scenarios", strings.Join(scaleout.Scenarios, ","), "scenarios to run")
 	flag.IntVar(&o.Engines, "engines", 8, "simulated engines in the fleet")
 	flag.IntVar(&o.Scale, "scale", 4, "divide token counts and engine KV blocks of the unscaled shapes by this")
 	flag.IntVar(&o.Concurrency, "concurrency", 0, "requests in flight (default engines × max-num-seqs × 3/4)")
@@ -45,10 +45,10 @@ func run() int {
 	render := flag.String("render", "", "render the Markdown again from this scaleout.json instead of running")
 	flag.Parse()
 	if *render != "" {
-		rep, err := bench.LoadScaleout(*render)
+		rep, err := scaleout.Load(*render)
 		if err == nil {
 			var files []string
-			files, err = bench.WriteScaleout(rep, *out)
+			files, err = scaleout.Write(rep, *out)
 			fmt.Printf("scale-out report rendered: %s\n", strings.Join(files, " "))
 		}
 		if err != nil {
@@ -73,7 +73,7 @@ func run() int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	rep, err := bench.RunScaleout(ctx, o)
+	rep, err := scaleout.Run(ctx, o)
 	if rep == nil {
 		fmt.Fprintf(os.Stderr, "scaleout: %s\n", err)
 		return 1
@@ -81,7 +81,7 @@ func run() int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "scaleout: %s (writing what was measured)\n", err)
 	}
-	files, werr := bench.WriteScaleout(rep, *out)
+	files, werr := scaleout.Write(rep, *out)
 	if werr != nil {
 		fmt.Fprintf(os.Stderr, "scaleout: %s\n", werr)
 		return 1

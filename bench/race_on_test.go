@@ -1,6 +1,0 @@
-//go:build race
-
-package bench
-
-// raceEnabled: the tests run under the race detector.
-const raceEnabled = true
