@@ -59,7 +59,7 @@ const (
 	CaseSmall = "small"
 	// CaseCache: a cache_aware route over CacheTargets providers, HAProxy a roundrobin backend of as many
 	// servers, all on the same upstream; every user message is PromptBytes long and unique from its first
-	// bytes, so Rolter's tries insert every request and, once full, evict (issue #19: the case users run).
+	// bytes, so Rolter's tries insert every request and, once full, evict (the case users run).
 	CaseCache = "cache_aware"
 )
 
@@ -389,7 +389,7 @@ const promptSpread = 64 << 10
 // promptBodies renders the cache_aware case's bodies. Body seq is a chat completion whose one user
 // message is size bytes: "request <seq, 12 digits>: ", then corpus text from an offset that depends on
 // seq. Two bodies differ within the message's first 20 bytes, so each request is a new ~size-byte branch of
-// a Rolter trie (issue #19: the trie keeps inserting and, once full, evicting), and their text differs
+// a Rolter trie (the trie keeps inserting and, once full, evicting), and their text differs
 // too, as prompts do. Safe for concurrent use.
 type promptBodies struct {
 	head, tail []byte
@@ -1448,7 +1448,7 @@ func summarizeOverhead(c *Case, paths []string) {
 	}
 }
 
-// goalsOf evaluates the gateway goals of issues 8 and 19: per case, added c=1 latency p50 and c=64
+// goalsOf evaluates the gateway overhead goals: per case, added c=1 latency p50 and c=64
 // throughput against HAProxy's (and the p99 in the small-body case); in the streaming case, the added time to
 // the first byte against HAProxy's and the stream gap; RSS flat per case.
 func goalsOf(rep *Report) []fleet.Goal {

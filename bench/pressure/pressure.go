@@ -723,14 +723,14 @@ func (rep *Report) Info(name string) *WorkloadInfo {
 }
 
 // Recommended is the strategy the report's goals judge: the one we recommend for KV-pressure
-// workloads, chosen from this report's measurements (issue 18: pipeline with load_factor 2.2 and hot_window
+// workloads, chosen from this report's measurements (pipeline with load_factor 2.2 and hot_window
 // 128 led every workload at 50%; cache_aware's seed overload rule spills too often under KV pressure).
 const Recommended = "pipeline"
 
-// goalCapacity is the capacity the goals are judged at (issue 18).
+// goalCapacity is the capacity the goals are judged at.
 const goalCapacity = 0.5
 
-// goalsOf evaluates issue 18's goals for the recommended strategy at 50% capacity.
+// goalsOf evaluates the KV-pressure goals for the recommended strategy at 50% capacity.
 func goalsOf(rep *Report) []fleet.Goal {
 	var goals []fleet.Goal
 	s := rep.Options.Recommended

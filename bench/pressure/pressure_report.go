@@ -314,7 +314,7 @@ func (rep *Report) skewNote(b *strings.Builder) {
 	if info := rep.Info(SharedPrefix); info != nil {
 		w = info.Workload
 	}
-	fmt.Fprintf(b, "\n**Why shared-prefix is Zipf s=%.2g** (issue 18). At s=1.1 - the first version of this report, still run as\n", w.ZipfS)
+	fmt.Fprintf(b, "\n**Why shared-prefix is Zipf s=%.2g**. At s=1.1 - the first version of this report, still run as\n", w.ZipfS)
 	b.WriteString("`" + SharedPrefixSkewed + "` with every strategy, not judged - a few system prompts carry most requests and every\n")
 	fmt.Fprintf(b, "engine's cache holds them under any routing: at 50%% the placement reference is %s the round-robin LRU model, so\n", gain(SharedPrefixSkewed))
 	b.WriteString("\"≥ 2× round robin\" is out of reach for any router. With a flatter popularity the popular prompts no longer fit in\n")
@@ -331,7 +331,7 @@ func (rep *Report) skewNote(b *strings.Builder) {
 	if info := rep.Info(MultiTurnShort); info != nil {
 		short = info.Workload
 	}
-	fmt.Fprintf(b, "\n**Why multi-turn opens on a %d-token document with %d-token answers** (issue 18). The first version of this report\n", w.OpeningTokens, w.AnswerTokens)
+	fmt.Fprintf(b, "\n**Why multi-turn opens on a %d-token document with %d-token answers**. The first version of this report\n", w.OpeningTokens, w.AnswerTokens)
 	fmt.Fprintf(b, "(a %d-token opening, %d-token answers and %d-token questions), still run as `%s` with every strategy, not judged,\n",
 		short.OpeningTokens, short.AnswerTokens, short.QuestionTokens, MultiTurnShort)
 	b.WriteString("gives round robin free hits: the agent prompts every conversation shares are a fifth of its tokens and every engine\n")

@@ -11,7 +11,7 @@ import (
 	"github.com/rolter-ai/rolter/sim"
 )
 
-// The workloads of the KV-pressure report (issue 18). Each is an explicit plan (loadtest.Plan with
+// The workloads of the KV-pressure report. Each is an explicit plan (loadtest.Plan with
 // Requests), generated from a seed before the run, so every strategy is sent exactly the same prompts and the
 // working set and the oracles can be computed from the plan itself. Prompts are made of three-letter words,
 // each (with its leading space) exactly one token of the sim's tokenizer, so token counts are exact.
@@ -24,7 +24,7 @@ const (
 	// SharedPrefixSkewed is SharedPrefix with the first report's Zipf s=1.1: so few prompts
 	// carry the traffic that every engine's cache holds them under any routing, and the placement reference
 	// is only 1.40x the round-robin LRU model at 50% (a "2x round robin" goal is out of reach by
-	// construction). It stays in the report so the change of exponent hides nothing (issue 18).
+	// construction). It stays in the report so the change of exponent hides nothing.
 	SharedPrefixSkewed = "shared-prefix-s1.1"
 	// MultiTurn: Conversations conversations of TurnsMin..TurnsMax turns. A conversation opens with
 	// one of Agents shared system prompts (AgentTokens) and its own first user message (OpeningTokens); each
@@ -37,7 +37,7 @@ const (
 	// opening, 96-token answers, 48-token questions): the 4 agent prompts every conversation shares are a
 	// fifth of its tokens and every engine holds them under any routing, so the placement reference is only
 	// 2.07x the round-robin LRU model at 50% and a "2x round robin" goal sits at the ceiling of any router.
-	// It stays in the report, not judged, so the change of shape hides nothing (issue 18).
+	// It stays in the report, not judged, so the change of shape hides nothing.
 	MultiTurnShort = "multi-turn-short"
 	// HotBurst: the shared-prefix traffic (Groups, Zipf) with a burst in the middle: from BurstStart
 	// to BurstEnd (fractions of the requests) a request uses the one hot prefix (HotTokens) with probability
@@ -84,7 +84,7 @@ func DefaultWorkload(name string, quick bool, seed uint64) Workload {
 	switch name {
 	case SharedPrefix, SharedPrefixSkewed:
 		// Zipf s=0.6 over 128 prompts: the popular prompts no longer fit in every engine's cache at once,
-		// so where a prompt is placed decides whether it is cached (issue 18: at 50% the placement reference
+		// so where a prompt is placed decides whether it is cached (at 50% the placement reference
 		// is 2.5x the round-robin LRU model; at s=1.1, 1.4x). The s=1.1 shape runs as shared-prefix-s1.1.
 		w.Requests, w.Groups, w.SystemMin, w.SystemMax, w.ZipfS = 3000, 128, 1024, 4096, 0.6
 		if name == SharedPrefixSkewed {
@@ -97,7 +97,7 @@ func DefaultWorkload(name string, quick bool, seed uint64) Workload {
 		// Each conversation opens on a pasted document (1024 tokens) and its turns have the message sizes of
 		// real chat: LMSYS-Chat-1M averages 69.5 tokens per user prompt and 214.5 per response (Zheng et al.
 		// 2023, table 1). Most of a prompt is then the conversation's own history, which only its engine
-		// can hold (issue 18: at 50% the placement reference is 2.5x the round-robin LRU model). The first
+		// can hold (at 50% the placement reference is 2.5x the round-robin LRU model). The first
 		// report's shorter messages run as multi-turn-short.
 		w.Conversations, w.TurnsMin, w.TurnsMax, w.Active = 320, 4, 12, 200
 		w.Agents, w.AgentTokens, w.OpeningTokens, w.AnswerTokens, w.QuestionTokens = 4, 256, 1024, 256, 64

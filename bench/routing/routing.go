@@ -380,7 +380,7 @@ func runOne(ctx context.Context, o *Options, sc sim.Config, scenario, strategy s
 	return run
 }
 
-// goalsOf evaluates issue 8's routing goals on the report.
+// goalsOf evaluates the routing goals on the report.
 func goalsOf(rep *Report) []fleet.Goal {
 	var goals []fleet.Goal
 	na := func(name, target, why string) {

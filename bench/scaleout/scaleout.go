@@ -819,7 +819,7 @@ func (rep *Report) Median(scenario, strategy string, gateways int, f func(*Trial
 func hitRateOf(r *Trial) float64   { return r.Result.HitRate }
 func engineCoVOf(r *Trial) float64 { return r.EngineCoV }
 
-// goalsOf evaluates issue 20's scale-out targets: with the most gateways, cache_aware loses at
+// goalsOf evaluates the scale-out targets: with the most gateways, cache_aware loses at
 // most 3 points of token hit rate against 1 gateway, and its engine load CoV stays within 0.1 of one
 // gateway's, on both workloads.
 func goalsOf(rep *Report) []fleet.Goal {

@@ -93,7 +93,7 @@ func (rep *Report) Markdown() string {
 	}
 
 	b.WriteString("\n## Goals\n\n")
-	fmt.Fprintf(&b, "Issue 20's targets for `%s` with the most gateways against one; the `cache_aware-local` rows below are the same\n", GoalStrategy)
+	fmt.Fprintf(&b, "The scale-out targets for `%s` with the most gateways against one; the `cache_aware-local` rows below are the same\n", GoalStrategy)
 	b.WriteString("measurement without the many-gateway features.\n\n")
 	b.WriteString("| goal | target | measured (N gateways vs 1) | verdict |\n|---|---|---|---|\n")
 	for _, g := range rep.Goals {

@@ -1,4 +1,4 @@
-// Command pressure writes the KV-pressure routing report (issue 18; the method is in the report's
+// Command pressure writes the KV-pressure routing report (the method is in the report's
 // "Setup"): every strategy on shared-prefix (and its s=1.1 variant), multi-turn (and its short-message
 // variant) and hot-prefix-burst workloads over 4 simulated engines whose KV caches hold 25%, 50% and 100% of
 // each workload's working set.

@@ -1,4 +1,4 @@
-// Command scaleout writes the scale-out report (bench/README.md, issue 20): 1, 2 and 4 `rolter serve`
+// Command scaleout writes the scale-out report (bench/README.md): 1, 2 and 4 `rolter serve`
 // processes behind HAProxy in TCP mode in front of one simulated fleet, per strategy, on the
 // shared-prefix and multi-turn workloads.
 //
