@@ -79,10 +79,14 @@ type Subscriber struct {
 	mu      sync.Mutex
 	workers map[int]*worker
 	readers map[*reader]struct{} // every socket with a target attached
-	ctx     context.Context      // set by Start
-	cancel  context.CancelFunc
-	stopped bool
-	wg      sync.WaitGroup
+	// released are the bind endpoints of sockets closed lately, and when: libzmq lets the address go
+	// a moment after the socket closes, and a bind there meanwhile is this subscriber's own retry, not
+	// another listener's address.
+	released map[string]time.Time
+	ctx      context.Context // set by Start
+	cancel   context.CancelFunc
+	stopped  bool
+	wg       sync.WaitGroup
 }
 
 // worker is one target: its Stream, the queue its reader fills, and the applier goroutine.
@@ -148,6 +152,7 @@ func NewSubscriber(ix *Index, logger *slog.Logger) (*Subscriber, error) {
 		queueMessages: maxQueuedMessages,
 		workers:       make(map[int]*worker),
 		readers:       make(map[*reader]struct{}),
+		released:      make(map[string]time.Time),
 	}, nil
 }
 
@@ -211,9 +216,19 @@ func (s *Subscriber) Add(t int, cfg SubscriberConfig) (*Stream, error) {
 	return w.st, nil
 }
 
-// holdsEndpoint reports whether one of the subscriber's sockets has endpoint: a bind there that fails
-// because that socket holds the address is retried until it closes. Called with s.mu held.
+// holdsEndpoint reports whether one of the subscriber's sockets has endpoint, or had it until lately
+// (releaseWindow): a bind there that fails because that socket holds the address is retried until it
+// closes. Called with s.mu held.
 func (s *Subscriber) holdsEndpoint(endpoint string) bool {
+	now := time.Now()
+	for e, at := range s.released {
+		if now.Sub(at) > releaseWindow {
+			delete(s.released, e)
+		}
+	}
+	if _, ok := s.released[endpoint]; ok {
+		return true
+	}
 	for rd := range s.readers {
 		if rd.cfg.Endpoint == endpoint {
 			return true
@@ -221,6 +236,10 @@ func (s *Subscriber) holdsEndpoint(endpoint string) bool {
 	}
 	return false
 }
+
+// releaseWindow is how long a closed socket's bind endpoint counts as the subscriber's own: libzmq's I/O
+// thread lets the address go after the socket's close returns.
+const releaseWindow = 5 * time.Second
 
 // bindable refuses a tcp:// bind endpoint whose address another process (or another listener of this
 // one) holds: the socket would retry its bind forever, and the subscription would never receive. It binds
@@ -372,6 +391,11 @@ func (s *Subscriber) Remove(t int) {
 		if last.cancel != nil {
 			last.cancel()
 			<-last.done
+		}
+		if last.cfg.Mode == "bind" {
+			s.mu.Lock()
+			s.released[last.cfg.Endpoint] = time.Now()
+			s.mu.Unlock()
 		}
 		if last.policy != nil {
 			// Its socket is closed: no request can name the domain any more.
