@@ -6,6 +6,13 @@ SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
+# staticcheck serves the lint step, not the gateway: `go install pkg@version` builds the pinned release into
+# TOOLS, outside the repository and go.mod, once per Go version (a binary built by an older Go refuses newer
+# code), and every later `make lint` on the machine reuses it.
+STATICCHECK_VERSION ?= v0.8.2
+TOOLS       ?= $(HOME)/.cache/rolter-tools
+STATICCHECK := $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)-$(shell $(GO) env GOVERSION)/staticcheck
+
 export ROLTER_REQUIRE_SDK := 1
 export ROLTER_REQUIRE_BROWSER := 1
 export ROLTER_REQUIRE_POSTGRES := 1
@@ -144,9 +151,13 @@ fuzz-short:
 		done; \
 	done
 
-lint: vet
+lint: vet $(STATICCHECK)
 	@out=$$(gofmt -s -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt -s needed:"; echo "$$out"; exit 1; fi
+	$(STATICCHECK) $(PKGS)
+
+$(STATICCHECK):
+	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 vet:
 	$(GO) vet $(PKGS)

@@ -34,7 +34,6 @@ type prefixCache struct {
 	log *eventLog // nil when KV events are off
 
 	evictions uint64
-	scratch   []blockHash
 }
 
 func newPrefixCache(numBlocks, blockSize int, log *eventLog) *prefixCache {

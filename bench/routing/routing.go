@@ -130,12 +130,6 @@ func Workload(scenario string, scale int, seed uint64) loadtest.Workload {
 	return w
 }
 
-// simConfigFor returns the engine configuration of o with its defaults filled in.
-func (o Options) simConfigFor() sim.Config {
-	o.Normalize()
-	return o.SimConfig()
-}
-
 // SimConfig returns the engine configuration of the report.
 func (o *Options) SimConfig() sim.Config {
 	c := sim.DefaultConfig()

@@ -1,8 +1,0 @@
-package routing
-
-import (
-	"io"
-	"log/slog"
-)
-
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
