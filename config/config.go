@@ -76,14 +76,6 @@ type ServerConfig struct {
 var scannedFields = []string{"model", "stream", "messages", "prompt", "input", "instructions", "system", "cache_salt",
 	"prompt_cache_key"}
 
-// [server] cache_key_fields: at most MaxKeyFields names of at most MaxKeyFieldLen bytes each, so that any
-// escaped spelling of one fits the request scanner's name buffer (a byte is at most 6 bytes escaped,
-// \u00XX). The scanner is sized by the same numbers.
-const (
-	MaxKeyFields   = 8
-	MaxKeyFieldLen = 32
-)
-
 // maxSessionHeaders bounds [server] session_headers: each is looked up on every request without a session.
 const maxSessionHeaders = 8
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/egress"
+	"github.com/rolter-ai/rolter/promptkey"
 )
 
 // validator collects the problems of one config. Each section has its method, which reports every problem
@@ -123,14 +124,14 @@ func (v *validator) server(s *ServerConfig) {
 	v.nonNegative("server.write_timeout_secs", s.WriteTimeoutSecs)
 	v.nonNegative("server.idle_timeout_secs", s.IdleTimeoutSecs)
 	v.nonNegative("server.drain_secs", s.DrainSecs)
-	if len(s.CacheKeyFields) > MaxKeyFields {
-		v.addf("server.cache_key_fields", "at most %d fields, got %d", MaxKeyFields, len(s.CacheKeyFields))
+	if len(s.CacheKeyFields) > promptkey.MaxKeyFields {
+		v.addf("server.cache_key_fields", "at most %d fields, got %d", promptkey.MaxKeyFields, len(s.CacheKeyFields))
 	}
 	for i, f := range s.CacheKeyFields {
 		key := fmt.Sprintf("server.cache_key_fields[%d]", i)
 		switch {
-		case f == "" || len(f) > MaxKeyFieldLen:
-			v.addf(key, "a field name must have 1 to %d bytes, got %q", MaxKeyFieldLen, f)
+		case f == "" || len(f) > promptkey.MaxKeyFieldLen:
+			v.addf(key, "a field name must have 1 to %d bytes, got %q", promptkey.MaxKeyFieldLen, f)
 		case slices.Contains(scannedFields, f):
 			v.addf(key, "%q is read by the gateway itself; cannot use it as a cache key field", f)
 		case slices.Index(s.CacheKeyFields, f) < i:

@@ -145,36 +145,6 @@ func TestHugeRequestBuffersNotPooled(t *testing.T) {
 	}
 }
 
-// TestAllocsScanRequest pins the allocation contract of the request scan: validating a body and reading
-// its model and prompt key allocate nothing once the key buffer and the model scratch have grown, whatever
-// the body's size or number of values (no value tree: docs/architecture.md, "Request path").
-func TestAllocsScanRequest(t *testing.T) {
-	f := func(name, body string, ep endpoint) {
-		t.Helper()
-		var s requestScanner
-		var info requestInfo
-		b := []byte(body)
-		if e := s.scan(b, ep, nil, &info); e != nil {
-			t.Fatalf("%s: %s", name, e.message)
-		}
-		key := info.key
-		if a := testing.AllocsPerRun(20, func() {
-			if e := s.scan(b, ep, key[:0], &info); e != nil {
-				t.Fatal(e.message)
-			}
-			key = info.key
-		}); a != 0 {
-			t.Fatalf("%s: %v allocs per scan", name, a)
-		}
-	}
-	for _, rb := range requestBodies {
-		f(rb.name, rb.body, epChat)
-	}
-	f("token ids", `{"model":"m","prompt":[`+strings.Repeat("12345,", 100<<10)+`1]}`, epCompletions)
-	f("escaped", `{"m\u006fdel":"caf\u00e9","messages":[{"content":[{"text":"a\nb","type":"text"}],"role":"user","role":"tool"}]}`, epChat)
-	f("nested", `{"model":"m","input":`+strings.Repeat("[", 500)+strings.Repeat("]", 500)+`}`, epEmbeddings)
-}
-
 // TestAllocsWholeRequest is the allocation contract of one whole proxied request - client, gateway and
 // upstream on in-memory listeners, a chat body in, a completion out: at most one allocation per request,
 // and that one is fasthttp's, not ours (the server drains every streamed request body through io.CopyN,

@@ -15,6 +15,7 @@ import (
 	"github.com/rolter-ai/rolter/accesslog"
 	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/kvindex"
+	"github.com/rolter-ai/rolter/promptkey"
 	"github.com/rolter-ai/rolter/tracing"
 )
 
@@ -34,8 +35,8 @@ type call struct {
 	snap    *Snapshot
 	route   *Route
 	target  *Target
-	ep      endpoint
-	scanner requestScanner
+	ep      promptkey.Endpoint
+	scanner promptkey.Scanner
 
 	reqBody  []byte // the client's request body, read by readBody
 	held     int64  // bytes of reqBody and key counted in the gateway's body memory
@@ -121,11 +122,11 @@ type call struct {
 var callPool sync.Pool
 
 // post handles the proxied POST endpoints: parse once, route, rank, forward.
-func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep endpoint, hs *reqHeaders) {
+func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep promptkey.Endpoint, hs *reqHeaders) {
 	if !ctx.IsPost() {
 		ctx.Response.Header.Set("Allow", "POST")
 		g.reject(ctx, &apiError{status: fasthttp.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
-			message: "this method is not allowed on " + endpointPaths[ep] + "; use POST", noRetry: true})
+			message: "this method is not allowed on " + ep.Path() + "; use POST", noRetry: true})
 		return
 	}
 	snap := g.acquireSnapshot()
@@ -279,19 +280,19 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	if !c.hold(keyCap) {
 		return c.bodyMemoryFull(ctx)
 	}
-	var info requestInfo
-	c.scanner.keyFields = c.snap.cfg.Server.CacheKeyFields
-	e := c.scanner.scan(c.reqBody, c.ep, c.key[:0], &info)
-	c.key = info.key
+	var info promptkey.Info
+	c.scanner.KeyFields = c.snap.cfg.Server.CacheKeyFields
+	e := c.scanner.Scan(c.reqBody, c.ep, c.key[:0], &info)
+	c.key = info.Key
 	if !c.hold(cap(c.key) - keyCap) {
 		return c.bodyMemoryFull(ctx)
 	}
 	if e != nil {
-		return e
+		return scanError(e)
 	}
-	r := c.snap.route(info.model)
+	r := c.snap.route(info.Model)
 	if r == nil {
-		return modelNotFound(info.model)
+		return modelNotFound(info.Model)
 	}
 	if r.keyed {
 		// The route's org has data-plane keys: the request needs one of them. Another org's key finds no
@@ -302,7 +303,7 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 			return invalidKey()
 		}
 		if org != r.org {
-			return modelNotFound(info.model)
+			return modelNotFound(info.Model)
 		}
 		c.stripAuth = true
 	} else if len(c.hdr.authorization) > 0 && len(c.snap.keys) > 0 {
@@ -312,13 +313,13 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 		_, ok, c.authBuf = c.snap.keyOrg(c.hdr.authorization, c.authBuf)
 		c.stripAuth = ok
 	}
-	c.modelAt[0], c.modelAt[1] = info.modelStart, info.modelEnd
+	c.modelAt[0], c.modelAt[1] = info.ModelStart, info.ModelEnd
 	c.route = r
 
 	p := &c.pick
 	p.Route = r
-	p.Key, p.Opening = c.key, info.opening
-	p.SessionID = sessionID(&ctx.Request.Header, c.hdr.sessionID, info.session, c.snap.cfg.Server.SessionHeaders)
+	p.Key, p.Opening = c.key, info.Opening
+	p.SessionID = sessionID(&ctx.Request.Header, c.hdr.sessionID, info.Session, c.snap.cfg.Server.SessionHeaders)
 	p.Now = c.start.UnixNano()
 	p.kvScratch = &c.kvScratch
 	p.kvOut = c.kvOut[:]
@@ -424,7 +425,7 @@ func (c *call) release() {
 	if cap(c.key) > maxPooledBuf {
 		c.key = nil
 	}
-	c.scanner.shrink(maxPooledBuf)
+	c.scanner.Shrink(maxPooledBuf)
 	if cap(c.respBuf) > maxPooledBuf {
 		c.respBuf = nil
 	}

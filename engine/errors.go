@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/rolter-ai/rolter/promptkey"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 )
@@ -34,6 +35,11 @@ const (
 
 func badRequest(code, param, msg string) *apiError {
 	return &apiError{status: fasthttp.StatusBadRequest, typ: typeInvalidRequest, code: code, param: param, message: msg, noRetry: true}
+}
+
+// scanError is the answer to a body the scanner refuses: 400, with the scanner's code, param and message.
+func scanError(e *promptkey.Error) *apiError {
+	return badRequest(e.Code, e.Param, e.Message)
 }
 
 // appendErrorBody appends the JSON body of e.
@@ -190,4 +196,36 @@ func sanitiseText(b []byte) string {
 		return string(b)
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+// appendJSONString appends s as a JSON string literal.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c == '\n':
+			dst = append(dst, '\\', 'n')
+		case c == '\r':
+			dst = append(dst, '\\', 'r')
+		case c == '\t':
+			dst = append(dst, '\\', 't')
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		case c < utf8.RuneSelf:
+			dst = append(dst, c)
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				dst = append(dst, `\ufffd`...)
+				continue
+			}
+			dst = append(dst, s[i:i+size]...)
+			i += size - 1
+		}
+	}
+	return append(dst, '"')
 }

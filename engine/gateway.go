@@ -17,6 +17,7 @@ import (
 
 	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
+	"github.com/rolter-ai/rolter/promptkey"
 	"github.com/rolter-ai/rolter/telemetry"
 )
 
@@ -418,15 +419,15 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	switch string(path) {
 	case "/v1/chat/completions":
-		g.post(ctx, epChat, &hs)
+		g.post(ctx, promptkey.Chat, &hs)
 	case "/v1/completions":
-		g.post(ctx, epCompletions, &hs)
+		g.post(ctx, promptkey.Completions, &hs)
 	case "/v1/embeddings":
-		g.post(ctx, epEmbeddings, &hs)
+		g.post(ctx, promptkey.Embeddings, &hs)
 	case "/v1/responses":
-		g.post(ctx, epResponses, &hs)
+		g.post(ctx, promptkey.Responses, &hs)
 	case "/v1/messages":
-		g.post(ctx, epMessages, &hs)
+		g.post(ctx, promptkey.Messages, &hs)
 	case "/v1/models":
 		if g.onlyGet(ctx) {
 			snap := g.snap.Load()
@@ -465,7 +466,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		if ctx.IsPost() && proxiedPath(path) {
-			g.post(ctx, epOther, &hs)
+			g.post(ctx, promptkey.Other, &hs)
 			return
 		}
 		g.reject(ctx, notFound())

@@ -129,7 +129,7 @@ func checkContentType(ctx *fasthttp.RequestCtx) *apiError {
 }
 
 // proxiedPath reports whether a POST to path, which is no endpoint the gateway knows, is proxied as another
-// JSON endpoint (epOther: routed by its body's model, on an empty prompt key): any path under /v1/ but the
+// JSON endpoint (promptkey.Other: routed by its body's model, on an empty prompt key): any path under /v1/ but the
 // engines' own administration, which no client of the gateway may reach through it - vLLM's runtime LoRA
 // loading (/v1/load_lora_adapter and /v1/unload_lora_adapter, with VLLM_ALLOW_RUNTIME_LORA_UPDATING) takes
 // a body that has a "model" added. path is the normalised path (fasthttp decodes escapes, removes dot

@@ -14,6 +14,7 @@ import (
 	"github.com/rolter-ai/rolter/accesslog"
 	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
+	"github.com/rolter-ai/rolter/promptkey"
 	"github.com/rolter-ai/rolter/telemetry"
 	"github.com/rolter-ai/rolter/tracing"
 )
@@ -177,7 +178,7 @@ func (c *call) recordEnd(status int) {
 		r.Time = c.start
 		r.SetRequestID(c.reqID)
 		r.Client = c.client
-		r.Path = endpointPaths[c.ep]
+		r.Path = c.ep.Path()
 		r.Status = status
 		r.Retries = c.retries
 		r.Duration = d
@@ -213,7 +214,7 @@ func (c *call) recordEnd(status int) {
 		s.Context = c.trace
 		s.Parent = c.traceParent
 		s.Name = spanNames[c.ep]
-		s.Method, s.Path = "POST", endpointPaths[c.ep]
+		s.Method, s.Path = "POST", c.ep.Path()
 		s.Start, s.End = c.start, end
 		s.Status = status
 		s.Retries = c.retries
@@ -260,9 +261,9 @@ var streamFailLabels = func() (n [numFailKinds]string) {
 }()
 
 // spanNames are the spans' names, by endpoint: "POST /v1/chat/completions".
-var spanNames = func() (n [numEndpoints]string) {
+var spanNames = func() (n [promptkey.NumEndpoints]string) {
 	for i := range n {
-		n[i] = "POST " + endpointPaths[i]
+		n[i] = "POST " + promptkey.Endpoint(i).Path()
 	}
 	return n
 }()

@@ -191,46 +191,6 @@ func chatTurns(n int) string {
 	return b.String()
 }
 
-// denseBody is 1 MiB of small values, the shape that costs a value tree the most per byte.
-var denseBody = `{"model":"m","messages":[{"role":"user","content":"hi"}],"x":[` + strings.Repeat("1,", 512<<10-40) + `1]}`
-
-// ascii8KiB is one user message of 8 KiB of English, escapes and all: the overhead report's cache_aware
-// case.
-var ascii8KiB = `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("The model answers a question about routing, cache and prefix. ", 130) + `"}],"max_tokens":8}`
-
-// requestBodies are the bodies the request scanner is measured on.
-var requestBodies = []struct {
-	name string
-	body string
-}{
-	{"chat8KiB", chat20},
-	{"ascii8KiB", ascii8KiB},
-	{"chat128KiB", chatTurns(353)},
-	{"dense1MiB", denseBody},
-}
-
-// BenchmarkScanRequest measures validating a chat body and reading its model, stream flag and prompt key.
-func BenchmarkScanRequest(b *testing.B) {
-	for _, rb := range requestBodies {
-		b.Run(rb.name, func(b *testing.B) {
-			body := []byte(rb.body)
-			var s requestScanner
-			var info requestInfo
-			s.scan(body, epChat, nil, &info) // grows the key buffer
-			key := info.key
-			b.ReportAllocs()
-			b.SetBytes(int64(len(body)))
-			for b.Loop() {
-				if e := s.scan(body, epChat, key[:0], &info); e != nil {
-					b.Fatal(e.message)
-				}
-				key = info.key
-			}
-			Sink.Add(int64(len(info.key)))
-		})
-	}
-}
-
 // BenchmarkRoutingPathShadows is BenchmarkRoutingPath for cache_aware without and with two shadow
 // strategies: the shadows' work is off the request path, so the two should be within noise of each other
 // (each request still copies its prompt key to the shadows and queues its end).
@@ -254,62 +214,6 @@ func BenchmarkRoutingPathShadows(b *testing.B) {
 				c.endShadow(c.order[0], true)
 			}
 			Sink.Add(int64(c.order[0]))
-		})
-	}
-}
-
-// shapeBodies are the request shapes of issue 17 the scanner is measured on: the other APIs' bodies, a salted
-// one, and one whose parts come out of order (input before instructions: moved into place).
-var shapeBodies = func() []struct {
-	name string
-	ep   endpoint
-	body string
-} {
-	var input, msgs strings.Builder
-	for i := 1; i < 20; i++ {
-		role, typ := "user", "input_text"
-		if i%2 == 0 {
-			role, typ = "assistant", "output_text"
-		}
-		if i > 1 {
-			input.WriteByte(',')
-			msgs.WriteByte(',')
-		}
-		text := fmt.Sprintf("turn %d: %s", i, strings.Repeat("lorem ipsum \u00e9 ", 20))
-		fmt.Fprintf(&input, `{"type":"message","role":%q,"content":[{"type":%q,"text":%q}]}`, role, typ, text)
-		fmt.Fprintf(&msgs, `{"role":%q,"content":[{"type":"text","text":%q}]}`, role, text)
-	}
-	system := strings.Repeat("You are a helpful assistant. ", 40)
-	return []struct {
-		name string
-		ep   endpoint
-		body string
-	}{
-		{"responses8KiB", epResponses, `{"model":"m","stream":true,"prompt_cache_key":"conv-\u0031","instructions":"` + system + `","input":[` + input.String() + `]}`},
-		{"responsesReordered", epResponses, `{"model":"m","input":[` + input.String() + `],"instructions":"` + system + `","cache_salt":"s\u00e9"}`},
-		{"messages8KiB", epMessages, `{"model":"m","max_tokens":128,"system":[{"type":"text","text":"` + system + `"}],"messages":[` + msgs.String() + `]}`},
-		{"chatSalted8KiB", epChat, strings.Replace(chat20, `"model":"m"`, `"model":"m","cache_salt":"tenant-1","user":"alice"`, 1)},
-	}
-}()
-
-// BenchmarkScanRequestShapes is BenchmarkScanRequest for the other request shapes (shapeBodies).
-func BenchmarkScanRequestShapes(b *testing.B) {
-	for _, sb := range shapeBodies {
-		b.Run(sb.name, func(b *testing.B) {
-			body := []byte(sb.body)
-			s := requestScanner{keyFields: []string{"user"}}
-			var info requestInfo
-			s.scan(body, sb.ep, nil, &info)
-			key := info.key
-			b.ReportAllocs()
-			b.SetBytes(int64(len(body)))
-			for b.Loop() {
-				if e := s.scan(body, sb.ep, key[:0], &info); e != nil {
-					b.Fatal(e.message)
-				}
-				key = info.key
-			}
-			Sink.Add(int64(len(info.key) + info.opening))
 		})
 	}
 }

@@ -5,30 +5,20 @@ package engine
 import (
 	"strings"
 	"testing"
+
+	"github.com/rolter-ai/rolter/promptkey"
 )
 
-// TestAllocsScanShapes: the new request shapes, the identity prefix (fields moved into place, escaped
-// values hashed past the key's end) and prompt_cache_key keep the scan's contract - no allocation once the
-// key buffer and the scratch have grown.
-func TestAllocsScanShapes(t *testing.T) {
-	for _, sb := range shapeBodies {
-		s := requestScanner{keyFields: []string{"user"}}
-		var info requestInfo
-		b := []byte(sb.body)
-		if e := s.scan(b, sb.ep, nil, &info); e != nil {
-			t.Fatalf("%s: %s", sb.name, e.message)
-		}
-		key := info.key
-		if a := testing.AllocsPerRun(20, func() {
-			if e := s.scan(b, sb.ep, key[:0], &info); e != nil {
-				t.Fatal(e.message)
-			}
-			key = info.key
-		}); a != 0 {
-			t.Fatalf("%s: %v allocs per scan", sb.name, a)
-		}
-	}
-}
+// responsesTurns is a Responses body with a prompt_cache_key, instructions and two turns: its opening (the
+// instructions and the first user turn) is shorter than its key.
+var responsesTurns = `{"model":"m","stream":true,"prompt_cache_key":"conv-\u0031","instructions":"` +
+	strings.Repeat("You are a helpful assistant. ", 40) + `","input":[` +
+	`{"type":"message","role":"user","content":[{"type":"input_text","text":"turn 1"}]},` +
+	`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"turn 2"}]}]}`
+
+// identityMark is the first byte of a prompt key that starts with the identity prefix (promptkey's
+// keyIdentity, the ASCII group separator).
+const identityMark = 0x1d
 
 // TestAllocsSessionAndOpening: the routing path up to the pick with a session key from the body or an
 // operator header, and consistent_hash on the opening, allocates nothing.
@@ -42,12 +32,12 @@ func TestAllocsSessionAndOpening(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, r := range []struct {
-			ep            endpoint
+			ep            promptkey.Endpoint
 			body, session string
 			identity      bool
 		}{
-			{epResponses, shapeBodies[0].body, "conv-1", false},
-			{epChat, strings.Replace(chat20, `"model":"m"`, `"model":"m","user":"u\u0031"`, 1), "agent-1", true},
+			{promptkey.Responses, responsesTurns, "conv-1", false},
+			{promptkey.Chat, strings.Replace(chat20, `"model":"m"`, `"model":"m","user":"u\u0031"`, 1), "agent-1", true},
 		} {
 			ctx.Request.SetBodyString(r.body)
 			ctx.Request.Header.Set("X-Agent-Session", "agent-1")
@@ -57,7 +47,7 @@ func TestAllocsSessionAndOpening(t *testing.T) {
 				t.Fatal(e.message)
 			}
 			p := &c.pick
-			if string(p.SessionID) != r.session || (p.Key[0] == keyIdentity) != r.identity || !(p.Opening > 0 && p.Opening < len(p.Key)) {
+			if string(p.SessionID) != r.session || (p.Key[0] == identityMark) != r.identity || !(p.Opening > 0 && p.Opening < len(p.Key)) {
 				t.Fatalf("%s: session %q, key %q..., opening %d of %d", strategy, p.SessionID, p.Key[:16], p.Opening, len(p.Key))
 			}
 			if a := testing.AllocsPerRun(200, func() {

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rolter-ai/rolter/config"
+	"github.com/rolter-ai/rolter/promptkey"
 )
 
 // Request shapes, cache identity and session keys through a real gateway over loopback (issue 17). The
@@ -229,15 +230,15 @@ func TestLoRATargetsDoNotShareAffinity(t *testing.T) {
 	snap := gw.g.Snapshot()
 	r := snap.route([]byte("mixed"))
 	routed(t, gw, "/v1/chat/completions", chat("mixed"))
-	var s requestScanner
-	var info requestInfo
-	if e := s.scan([]byte(chat("mixed")), epChat, nil, &info); e != nil {
-		t.Fatal(e.message)
+	var s promptkey.Scanner
+	var info promptkey.Info
+	if e := s.Scan([]byte(chat("mixed")), promptkey.Chat, nil, &info); e != nil {
+		t.Fatal(e.Message)
 	}
 	tries := r.Strategy.(trieHolder).triesOf()
-	m0, m1 := tries[0].Match(info.key), tries[1].Match(info.key)
-	if max(m0, m1) != len(info.key) || min(m0, m1) != 0 {
-		t.Fatalf("matches of the two models on one engine: %d and %d of %d; want the full key on one, nothing on the other", m0, m1, len(info.key))
+	m0, m1 := tries[0].Match(info.Key), tries[1].Match(info.Key)
+	if max(m0, m1) != len(info.Key) || min(m0, m1) != 0 {
+		t.Fatalf("matches of the two models on one engine: %d and %d of %d; want the full key on one, nothing on the other", m0, m1, len(info.Key))
 	}
 }
 
@@ -325,13 +326,13 @@ func TestConsistentHashOpening(t *testing.T) {
 	}
 	pick := func(r *Route, body string) int {
 		t.Helper()
-		var s requestScanner
-		var info requestInfo
-		if e := s.scan([]byte(body), epChat, nil, &info); e != nil {
-			t.Fatal(e.message)
+		var s promptkey.Scanner
+		var info promptkey.Info
+		if e := s.Scan([]byte(body), promptkey.Chat, nil, &info); e != nil {
+			t.Fatal(e.Message)
 		}
 		var buf [maxTargets]int
-		p := Pick{Key: info.key, Opening: info.opening}
+		p := Pick{Key: info.Key, Opening: info.Opening}
 		allEligible(r, &p, buf[:])
 		got, d := rank(r, &p)
 		if d.Reason != ReasonHash {

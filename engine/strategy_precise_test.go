@@ -393,3 +393,27 @@ model = "sim-model"
 	f("127.0.0.1", true)
 	f("10.9.9.9/32", false)
 }
+
+func TestParseTokenIDs(t *testing.T) {
+	f := func(in string, want []uint32, ok bool) {
+		t.Helper()
+		got, gotOK := parseTokenIDs(nil, []byte(in))
+		if gotOK != ok || (ok && fmt.Sprint(got) != fmt.Sprint(want)) {
+			t.Fatalf("parseTokenIDs(%q) = %v, %v; want %v, %v", in, got, gotOK, want, ok)
+		}
+	}
+	f("1,2,3", []uint32{1, 2, 3}, true)
+	f("0", []uint32{0}, true)
+	f("4294967295", []uint32{4294967295}, true)
+	f("4294967296", nil, false)
+	f("99999999999999999999999", nil, false)
+	f("", nil, false)
+	f("1,", nil, false)
+	f(",1", nil, false)
+	f("1,,2", nil, false)
+	f("1, 2", nil, false)
+	f("-1", nil, false)
+	f("+1", nil, false)
+	f("1;2", nil, false)
+	f("0x10", nil, false)
+}

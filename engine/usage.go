@@ -329,6 +329,11 @@ var strPlain = func() (t [256]bool) {
 	return t
 }()
 
+const (
+	lsb = 0x0101010101010101 // the low bit of each byte of a word
+	msb = 0x8080808080808080 // the high bit of each byte of a word
+)
+
 // str skips a string at r.i (its opening quote) up to and including its closing quote. Eight plain bytes
 // (no quote, backslash or control character) are passed over at a time, the rest one by one.
 func (r *usageReader) str() bool {

@@ -17,11 +17,3 @@ func TestStrategiesMatchConfig(t *testing.T) {
 		t.Fatalf("engine builds %v, config knows %v", built, known)
 	}
 }
-
-// TestScannerLimitsMatchConfig: the request scanner is sized for the cache_key_fields the validator lets
-// through.
-func TestScannerLimitsMatchConfig(t *testing.T) {
-	if maxKeyFields != config.MaxKeyFields || maxKeyFieldLen != config.MaxKeyFieldLen {
-		t.Fatalf("scanner: %d fields of %d bytes; config: %d of %d", maxKeyFields, maxKeyFieldLen, config.MaxKeyFields, config.MaxKeyFieldLen)
-	}
-}

@@ -1,4 +1,4 @@
-package engine
+package promptkey
 
 import "golang.org/x/sys/cpu"
 

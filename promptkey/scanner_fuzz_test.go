@@ -1,4 +1,4 @@
-package engine
+package promptkey
 
 import (
 	"bytes"
@@ -47,19 +47,19 @@ func FuzzScanRequest(f *testing.F) {
 		`{"messages":[{"role":"assistant","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"}],"system":"s","model":"m","user":{"id":[1, 2]}}`,
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"cache_salt":null,"user":7,"prompt_cache_key":"c\u0061che","prompt_cache_key":"k"}`,
 	} {
-		for ep := range numEndpoints {
+		for ep := range NumEndpoints {
 			f.Add([]byte(seed), uint8(ep))
 		}
 	}
 	f.Fuzz(func(t *testing.T, body []byte, epn uint8) {
-		ep := endpoint(epn % uint8(numEndpoints))
-		s := requestScanner{keyFields: []string{"user"}}
-		var info requestInfo
-		e := s.scan(body, ep, nil, &info)
-		if e != nil && e.code == "invalid_json" && !scanErrorMessage.MatchString(e.message) {
-			t.Fatalf("scan(%q): message %q", body, e.message)
+		ep := Endpoint(epn % uint8(NumEndpoints))
+		s := Scanner{KeyFields: []string{"user"}}
+		var info Info
+		e := s.Scan(body, ep, nil, &info)
+		if e != nil && e.Code == "invalid_json" && !scanErrorMessage.MatchString(e.Message) {
+			t.Fatalf("scan(%q): message %q", body, e.Message)
 		}
-		valid := e == nil || e.code != "invalid_json"
+		valid := e == nil || e.Code != "invalid_json"
 		want, comparable := goValid(body)
 		if comparable && valid != want {
 			t.Fatalf("scan(%q): valid JSON = %v (%v), encoding/json says %v", body, valid, e, want)
@@ -71,30 +71,30 @@ func FuzzScanRequest(f *testing.F) {
 		if ref.ok {
 			code := ""
 			if e != nil {
-				code = e.code
+				code = e.Code
 			}
 			if code != ref.code {
 				t.Fatalf("scan(%q) = %q, want %q", body, code, ref.code)
 			}
-			if e == nil && (string(info.model) != ref.model || info.stream != ref.stream || string(info.key) != ref.key ||
-				info.opening != ref.opening || string(info.session) != ref.session || (info.session != nil) != ref.hasSession) {
+			if e == nil && (string(info.Model) != ref.model || info.Stream != ref.stream || string(info.Key) != ref.key ||
+				info.Opening != ref.opening || string(info.Session) != ref.session || (info.Session != nil) != ref.hasSession) {
 				t.Fatalf("scan(%q): model %q stream %v key %q opening %d session %q; encoding/json: %q %v %q %d %q", body,
-					info.model, info.stream, info.key, info.opening, info.session, ref.model, ref.stream, ref.key, ref.opening, ref.session)
+					info.Model, info.Stream, info.Key, info.Opening, info.Session, ref.model, ref.stream, ref.key, ref.opening, ref.session)
 			}
 		}
 		if e != nil {
 			return
 		}
-		if info.opening < 0 || info.opening > len(info.key) || (len(info.key) > 0) != (info.opening > 0) {
-			t.Fatalf("scan(%q): opening %d of a key of %d bytes", body, info.opening, len(info.key))
+		if info.Opening < 0 || info.Opening > len(info.Key) || (len(info.Key) > 0) != (info.Opening > 0) {
+			t.Fatalf("scan(%q): opening %d of a key of %d bytes", body, info.Opening, len(info.Key))
 		}
-		model, stream, key := string(info.model), info.stream, string(info.key)
-		spliced := append(append(append([]byte(nil), body[:info.modelStart]...), `"other"`...), body[info.modelEnd:]...)
-		if e := s.scan(spliced, ep, nil, &info); e != nil {
-			t.Fatalf("scan(%q) = %s after splicing into %q (model %q)", spliced, e.message, body, model)
+		model, stream, key := string(info.Model), info.Stream, string(info.Key)
+		spliced := append(append(append([]byte(nil), body[:info.ModelStart]...), `"other"`...), body[info.ModelEnd:]...)
+		if e := s.Scan(spliced, ep, nil, &info); e != nil {
+			t.Fatalf("scan(%q) = %s after splicing into %q (model %q)", spliced, e.Message, body, model)
 		}
-		if string(info.model) != "other" || info.stream != stream || string(info.key) != key {
-			t.Fatalf("scan(%q): model %q stream %v key %q after splicing, want other %v %q", spliced, info.model, info.stream, info.key, stream, key)
+		if string(info.Model) != "other" || info.Stream != stream || string(info.Key) != key {
+			t.Fatalf("scan(%q): model %q stream %v key %q after splicing, want other %v %q", spliced, info.Model, info.Stream, info.Key, stream, key)
 		}
 	})
 }
@@ -151,7 +151,7 @@ type reference struct {
 	hasSession bool // prompt_cache_key is a string
 }
 
-func decodeReference(body []byte, ep endpoint) reference {
+func decodeReference(body []byte, ep Endpoint) reference {
 	dec := json.NewDecoder(bytes.NewReader(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -224,8 +224,8 @@ func decodeReference(body []byte, ep endpoint) reference {
 	}
 	userEnd := -1
 	switch ep {
-	case epChat, epMessages, epResponses:
-		if s, ok := prompt.(string); ok && ep == epResponses {
+	case Chat, Messages, Responses:
+		if s, ok := prompt.(string); ok && ep == Responses {
 			key = append(append(append(key, "user\x1f"...), s...), keyMsgEnd)
 			userEnd = len(key)
 			break
@@ -241,7 +241,7 @@ func decodeReference(body []byte, ep endpoint) reference {
 				userEnd = len(key)
 			}
 		}
-	case epCompletions, epEmbeddings:
+	case Completions, Embeddings:
 		key = referenceTexts(key, prompt)
 	}
 	r.opening = len(key)

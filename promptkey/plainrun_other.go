@@ -1,6 +1,6 @@
 //go:build !amd64
 
-package engine
+package promptkey
 
 // haveAVX2 is false where there is no vector version: plainRun's words do it all.
 var haveAVX2 = false

@@ -1,43 +1,18 @@
-package engine
+package promptkey
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
 )
 
-func TestParseTokenIDs(t *testing.T) {
-	f := func(in string, want []uint32, ok bool) {
-		t.Helper()
-		got, gotOK := parseTokenIDs(nil, []byte(in))
-		if gotOK != ok || (ok && fmt.Sprint(got) != fmt.Sprint(want)) {
-			t.Fatalf("parseTokenIDs(%q) = %v, %v; want %v, %v", in, got, gotOK, want, ok)
-		}
-	}
-	f("1,2,3", []uint32{1, 2, 3}, true)
-	f("0", []uint32{0}, true)
-	f("4294967295", []uint32{4294967295}, true)
-	f("4294967296", nil, false)
-	f("99999999999999999999999", nil, false)
-	f("", nil, false)
-	f("1,", nil, false)
-	f(",1", nil, false)
-	f("1,,2", nil, false)
-	f("1, 2", nil, false)
-	f("-1", nil, false)
-	f("+1", nil, false)
-	f("1;2", nil, false)
-	f("0x10", nil, false)
-}
-
 // scanJSONValid reports whether the scanner takes body as JSON: it may still refuse it as a request.
-func scanJSONValid(body string, ep endpoint) bool {
-	var s requestScanner
-	var info requestInfo
-	e := s.scan([]byte(body), ep, nil, &info)
-	return e == nil || e.code != "invalid_json"
+func scanJSONValid(body string, ep Endpoint) bool {
+	var s Scanner
+	var info Info
+	e := s.Scan([]byte(body), ep, nil, &info)
+	return e == nil || e.Code != "invalid_json"
 }
 
 // TestScanRequestJSON pins the JSON grammar to Python's json.loads on bytes (vLLM parses request bodies with
@@ -46,7 +21,7 @@ func scanJSONValid(body string, ep endpoint) bool {
 func TestScanRequestJSON(t *testing.T) {
 	f := func(body string, valid bool) {
 		t.Helper()
-		if got := scanJSONValid(body, epChat); got != valid {
+		if got := scanJSONValid(body, Chat); got != valid {
 			t.Fatalf("scan(%q): valid JSON = %v, want %v", body, got, valid)
 		}
 	}
@@ -178,7 +153,7 @@ func TestScanRequestJSON(t *testing.T) {
 func TestScanRequestPythonDifferences(t *testing.T) {
 	f := func(body string) {
 		t.Helper()
-		if scanJSONValid(body, epChat) {
+		if scanJSONValid(body, Chat) {
 			t.Fatalf("scan(%q) took a body it documents refusing", body)
 		}
 	}
@@ -196,7 +171,7 @@ func TestScanRequestPythonDifferences(t *testing.T) {
 // TestScanRequestDepth: 512 levels of nesting are taken and 513 refused on every path through the scanner
 // (the top-level object is level 1).
 func TestScanRequestDepth(t *testing.T) {
-	f := func(ep endpoint, prefix string, levels int, suffix string) {
+	f := func(ep Endpoint, prefix string, levels int, suffix string) {
 		t.Helper()
 		for _, n := range []int{levels, levels + 1} {
 			body := prefix + strings.Repeat("[", n) + strings.Repeat("]", n) + suffix
@@ -205,39 +180,39 @@ func TestScanRequestDepth(t *testing.T) {
 			}
 		}
 	}
-	f(epChat, ``, 512, ``)
-	f(epChat, `{"model":"m","x":`, 511, `}`)
-	f(epChat, `{"model":"m","messages":`, 511, `}`)
-	f(epChat, `{"model":"m","messages":[`, 510, `]}`)
-	f(epChat, `{"model":"m","messages":[{"role":`, 509, `}]}`)
-	f(epChat, `{"model":"m","messages":[{"role":"u","content":`, 509, `}]}`)
-	f(epChat, `{"model":"m","messages":[{"content":`, 509, `,"role":"u"}]}`)
-	f(epChat, `{"model":"m","messages":[{"role":"u","content":[`, 508, `]}]}`)
-	f(epChat, `{"model":"m","messages":[{"role":"u","content":[{"type":"text","text":`, 507, `}]}]}`)
-	f(epChat, `{"model":"m","messages":[{"role":"u","content":[{"type":`, 507, `,"text":"a"}]}]}`)
-	f(epCompletions, `{"model":"m","prompt":`, 511, `}`)
-	f(epCompletions, `{"model":"m","prompt":[1,"a",`, 510, `]}`)
-	f(epEmbeddings, `{"model":"m","input":[[{"a":`, 508, `}]]}`)
-	f(epResponses, `{"model":"m","instructions":`, 511, `}`)
-	f(epResponses, `{"model":"m","instructions":[`, 510, `]}`)
-	f(epResponses, `{"model":"m","instructions":[{"type":"input_text","text":`, 509, `}]}`)
-	f(epResponses, `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":`, 507, `}]}]}`)
-	f(epMessages, `{"model":"m","system":[{"type":`, 509, `,"text":"a"}]}`)
-	f(epMessages, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":`, 507, `}]}]}`)
-	f(epOther, `{"model":"m","messages":[{"role":"user","content":[`, 508, `]}]}`)
+	f(Chat, ``, 512, ``)
+	f(Chat, `{"model":"m","x":`, 511, `}`)
+	f(Chat, `{"model":"m","messages":`, 511, `}`)
+	f(Chat, `{"model":"m","messages":[`, 510, `]}`)
+	f(Chat, `{"model":"m","messages":[{"role":`, 509, `}]}`)
+	f(Chat, `{"model":"m","messages":[{"role":"u","content":`, 509, `}]}`)
+	f(Chat, `{"model":"m","messages":[{"content":`, 509, `,"role":"u"}]}`)
+	f(Chat, `{"model":"m","messages":[{"role":"u","content":[`, 508, `]}]}`)
+	f(Chat, `{"model":"m","messages":[{"role":"u","content":[{"type":"text","text":`, 507, `}]}]}`)
+	f(Chat, `{"model":"m","messages":[{"role":"u","content":[{"type":`, 507, `,"text":"a"}]}]}`)
+	f(Completions, `{"model":"m","prompt":`, 511, `}`)
+	f(Completions, `{"model":"m","prompt":[1,"a",`, 510, `]}`)
+	f(Embeddings, `{"model":"m","input":[[{"a":`, 508, `}]]}`)
+	f(Responses, `{"model":"m","instructions":`, 511, `}`)
+	f(Responses, `{"model":"m","instructions":[`, 510, `]}`)
+	f(Responses, `{"model":"m","instructions":[{"type":"input_text","text":`, 509, `}]}`)
+	f(Responses, `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":`, 507, `}]}]}`)
+	f(Messages, `{"model":"m","system":[{"type":`, 509, `,"text":"a"}]}`)
+	f(Messages, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":`, 507, `}]}]}`)
+	f(Other, `{"model":"m","messages":[{"role":"user","content":[`, 508, `]}]}`)
 }
 
 func TestScanRequestErrors(t *testing.T) {
 	f := func(body, code, message string) {
 		t.Helper()
-		var s requestScanner
-		var info requestInfo
-		e := s.scan([]byte(body), epChat, nil, &info)
+		var s Scanner
+		var info Info
+		e := s.Scan([]byte(body), Chat, nil, &info)
 		if e == nil {
 			t.Fatalf("scan(%q) = nil, want %s", body, code)
 		}
-		if e.code != code || e.message != message || e.status != 400 {
-			t.Fatalf("scan(%q) = %d %s %q, want 400 %s %q", body, e.status, e.code, e.message, code, message)
+		if e.Code != code || e.Message != message {
+			t.Fatalf("scan(%q) = %s %q, want %s %q", body, e.Code, e.Message, code, message)
 		}
 	}
 	const p = "cannot parse the request body as JSON: "
@@ -281,22 +256,22 @@ func TestScanRequestErrors(t *testing.T) {
 func TestScanRequestModel(t *testing.T) {
 	f := func(body, model, span string) {
 		t.Helper()
-		var s requestScanner
-		var info requestInfo
-		if e := s.scan([]byte(body), epChat, nil, &info); e != nil {
-			t.Fatalf("scan(%q): %s", body, e.message)
+		var s Scanner
+		var info Info
+		if e := s.Scan([]byte(body), Chat, nil, &info); e != nil {
+			t.Fatalf("scan(%q): %s", body, e.Message)
 		}
-		if string(info.model) != model || body[info.modelStart:info.modelEnd] != span {
-			t.Fatalf("scan(%q): model %q span %q, want %q %q", body, info.model, body[info.modelStart:info.modelEnd], model, span)
+		if string(info.Model) != model || body[info.ModelStart:info.ModelEnd] != span {
+			t.Fatalf("scan(%q): model %q span %q, want %q %q", body, info.Model, body[info.ModelStart:info.ModelEnd], model, span)
 		}
 		// Splicing another model into the span gives a valid body with that model and the same prompt key.
-		key := string(info.key)
-		spliced := body[:info.modelStart] + `"other"` + body[info.modelEnd:]
-		if e := s.scan([]byte(spliced), epChat, nil, &info); e != nil {
-			t.Fatalf("scan(%q): %s", spliced, e.message)
+		key := string(info.Key)
+		spliced := body[:info.ModelStart] + `"other"` + body[info.ModelEnd:]
+		if e := s.Scan([]byte(spliced), Chat, nil, &info); e != nil {
+			t.Fatalf("scan(%q): %s", spliced, e.Message)
 		}
-		if string(info.model) != "other" || string(info.key) != key || !json.Valid([]byte(strings.TrimPrefix(spliced, "\xef\xbb\xbf"))) {
-			t.Fatalf("spliced %q: model %q key %q, want other %q", spliced, info.model, info.key, key)
+		if string(info.Model) != "other" || string(info.Key) != key || !json.Valid([]byte(strings.TrimPrefix(spliced, "\xef\xbb\xbf"))) {
+			t.Fatalf("spliced %q: model %q key %q, want other %q", spliced, info.Model, info.Key, key)
 		}
 	}
 	f(`{"model":"m"}`, "m", `"m"`)
@@ -315,14 +290,14 @@ func TestScanRequestModel(t *testing.T) {
 func TestScanRequestShrink(t *testing.T) {
 	f := func(escaped, want string, kept bool) {
 		t.Helper()
-		var s requestScanner
-		var info requestInfo
-		if e := s.scan([]byte(`{"model":"`+escaped+`"}`), epChat, nil, &info); e != nil {
-			t.Fatal(e.message)
+		var s Scanner
+		var info Info
+		if e := s.Scan([]byte(`{"model":"`+escaped+`"}`), Chat, nil, &info); e != nil {
+			t.Fatal(e.Message)
 		}
-		s.shrink(1024)
-		if string(info.model) != want || (s.model != nil) != kept {
-			t.Fatalf("model %q, scratch kept %v; want %q, %v", info.model, s.model != nil, want, kept)
+		s.Shrink(1024)
+		if string(info.Model) != want || (s.model != nil) != kept {
+			t.Fatalf("model %q, scratch kept %v; want %q, %v", info.Model, s.model != nil, want, kept)
 		}
 	}
 	f(`caf\u00e9`, "café", true)
@@ -333,13 +308,13 @@ func TestScanRequestShrink(t *testing.T) {
 func TestScanRequestStream(t *testing.T) {
 	f := func(body string, want bool) {
 		t.Helper()
-		var s requestScanner
-		var info requestInfo
-		if e := s.scan([]byte(body), epChat, nil, &info); e != nil {
-			t.Fatalf("scan(%q): %s", body, e.message)
+		var s Scanner
+		var info Info
+		if e := s.Scan([]byte(body), Chat, nil, &info); e != nil {
+			t.Fatalf("scan(%q): %s", body, e.Message)
 		}
-		if info.stream != want {
-			t.Fatalf("scan(%q): stream %v, want %v", body, info.stream, want)
+		if info.Stream != want {
+			t.Fatalf("scan(%q): stream %v, want %v", body, info.Stream, want)
 		}
 	}
 	f(`{"model":"m"}`, false)
@@ -355,102 +330,102 @@ func TestScanRequestStream(t *testing.T) {
 
 // promptKeyCases are bodies with the prompt key each gives. The ones before "new:" are the cases the earlier
 // (fastjson-based) implementation was tested on; the key is unchanged on them.
-func promptKeyCases(f func(body string, ep endpoint, want string)) {
-	f(`{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`, epChat, "system\x1fbe brief\x1euser\x1fhi\x1e")
+func promptKeyCases(f func(body string, ep Endpoint, want string)) {
+	f(`{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`, Chat, "system\x1fbe brief\x1euser\x1fhi\x1e")
 	// Escaped and unescaped spellings give the same key.
-	f(`{"messages":[{"role":"user","content":"caf\u00e9 \"x\""}]}`, epChat, "user\x1fcafé \"x\"\x1e")
-	f(`{"messages":[{"role":"user","content":"café \"x\""}]}`, epChat, "user\x1fcafé \"x\"\x1e")
+	f(`{"messages":[{"role":"user","content":"caf\u00e9 \"x\""}]}`, Chat, "user\x1fcafé \"x\"\x1e")
+	f(`{"messages":[{"role":"user","content":"café \"x\""}]}`, Chat, "user\x1fcafé \"x\"\x1e")
 	// Text parts in order; images are not text.
-	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:x"}},{"type":"text","text":"b"}]}]}`, epChat, "user\x1fab\x1e")
+	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:x"}},{"type":"text","text":"b"}]}]}`, Chat, "user\x1fab\x1e")
 	// Assistant tool calls have null content.
-	f(`{"messages":[{"role":"assistant","content":null,"tool_calls":[]}]}`, epChat, "assistant\x1f\x1e")
-	f(`{"prompt":"once upon"}`, epCompletions, "once upon")
-	f(`{"prompt":["a","b"]}`, epCompletions, "a\x1eb\x1e")
-	f(`{"prompt":[1,2,3]}`, epCompletions, "1,2,3,")
-	f(`{"input":"embed me"}`, epEmbeddings, "embed me")
+	f(`{"messages":[{"role":"assistant","content":null,"tool_calls":[]}]}`, Chat, "assistant\x1f\x1e")
+	f(`{"prompt":"once upon"}`, Completions, "once upon")
+	f(`{"prompt":["a","b"]}`, Completions, "a\x1eb\x1e")
+	f(`{"prompt":[1,2,3]}`, Completions, "1,2,3,")
+	f(`{"input":"embed me"}`, Embeddings, "embed me")
 	// new: escaped spellings of keys and of the "text" type.
-	f(`{"m\u0065ssages":[{"\u0072ole":"us\u0065r","c\u006fntent":[{"\u0074ype":"t\u0065xt","t\u0065xt":"a\nb\/c"}]}]}`, epChat, "user\x1fa\nb/c\x1e")
-	f(`{"messages":[{"role":"user","content":"\ud83d\ude00\ud800\udc00 \ud800x \udfff"}]}`, epChat, "user\x1f😀\U00010000 \ufffdx \ufffd\x1e")
-	f(`{"messages":[{"role":"user","content":"\u0000\u001f\b\f\t"}]}`, epChat, "user\x1f\x00\x1f\b\f\t\x1e")
+	f(`{"m\u0065ssages":[{"\u0072ole":"us\u0065r","c\u006fntent":[{"\u0074ype":"t\u0065xt","t\u0065xt":"a\nb\/c"}]}]}`, Chat, "user\x1fa\nb/c\x1e")
+	f(`{"messages":[{"role":"user","content":"\ud83d\ude00\ud800\udc00 \ud800x \udfff"}]}`, Chat, "user\x1f😀\U00010000 \ufffdx \ufffd\x1e")
+	f(`{"messages":[{"role":"user","content":"\u0000\u001f\b\f\t"}]}`, Chat, "user\x1f\x00\x1f\b\f\t\x1e")
 	// The last "role" and "content" count, in whichever order.
-	f(`{"messages":[{"content":"hi","role":"user"}]}`, epChat, "user\x1fhi\x1e")
-	f(`{"messages":[{"content":[{"text":"a","type":"text"}],"name":"x","role":"user"}]}`, epChat, "user\x1fa\x1e")
-	f(`{"messages":[{"role":"user","content":"a","content":"b"}]}`, epChat, "user\x1fb\x1e")
-	f(`{"messages":[{"role":"user","content":"a","role":"tool"}]}`, epChat, "tool\x1fa\x1e")
-	f(`{"messages":[{"role":"user","role":"system","content":"a"}]}`, epChat, "system\x1fa\x1e")
-	f(`{"messages":[{"role":"user","content":"a","content":null}]}`, epChat, "user\x1f\x1e")
-	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}],"content":"b","role":"x"}]}`, epChat, "x\x1fb\x1e")
-	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"},{"type":"text","text":"c","type":"image_url"},{"type":"image_url","type":"text","text":"d"}]}]}`, epChat, "user\x1fbd\x1e")
-	f(`{"messages":[{"role":"user","content":[{"text":"a","type":"text","text":"b"},{"text":1,"type":"text"}]}]}`, epChat, "user\x1fb\x1e")
+	f(`{"messages":[{"content":"hi","role":"user"}]}`, Chat, "user\x1fhi\x1e")
+	f(`{"messages":[{"content":[{"text":"a","type":"text"}],"name":"x","role":"user"}]}`, Chat, "user\x1fa\x1e")
+	f(`{"messages":[{"role":"user","content":"a","content":"b"}]}`, Chat, "user\x1fb\x1e")
+	f(`{"messages":[{"role":"user","content":"a","role":"tool"}]}`, Chat, "tool\x1fa\x1e")
+	f(`{"messages":[{"role":"user","role":"system","content":"a"}]}`, Chat, "system\x1fa\x1e")
+	f(`{"messages":[{"role":"user","content":"a","content":null}]}`, Chat, "user\x1f\x1e")
+	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}],"content":"b","role":"x"}]}`, Chat, "x\x1fb\x1e")
+	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"},{"type":"text","text":"c","type":"image_url"},{"type":"image_url","type":"text","text":"d"}]}]}`, Chat, "user\x1fbd\x1e")
+	f(`{"messages":[{"role":"user","content":[{"text":"a","type":"text","text":"b"},{"text":1,"type":"text"}]}]}`, Chat, "user\x1fb\x1e")
 	// The last "messages" counts.
-	f(`{"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}]}`, epChat, "user\x1fb\x1e")
-	f(`{"messages":[{"role":"user","content":"a"}],"messages":null}`, epChat, "")
+	f(`{"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}]}`, Chat, "user\x1fb\x1e")
+	f(`{"messages":[{"role":"user","content":"a"}],"messages":null}`, Chat, "")
 	// Shapes that do not match add nothing, but each message still ends.
-	f(`{"messages":{"role":"user","content":"a"}}`, epChat, "")
-	f(`{"messages":[]}`, epChat, "")
-	f(`{"messages":[{}]}`, epChat, "\x1f\x1e")
-	f(`{"messages":[null,1,"x",[{"role":"user"}]]}`, epChat, "\x1f\x1e\x1f\x1e\x1f\x1e\x1f\x1e")
-	f(`{"messages":[{"role":1,"content":{"text":"a"}}]}`, epChat, "\x1f\x1e")
-	f(`{"messages":[{"role":"user"}]}`, epChat, "user\x1f\x1e")
-	f(`{"messages":[{"content":"a"}]}`, epChat, "\x1fa\x1e")
-	f(`{"messages":[{"role":"user","content":["a",null,{"type":"text"},{"type":"text","text":["b"]},{"type":["text"],"text":"c"}]}]}`, epChat, "user\x1f\x1e")
-	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"a","extra":{"text":"b","type":"text"}}]}]}`, epChat, "user\x1fa\x1e")
-	f(`{"prompt":"a","messages":[{"role":"user","content":"b"}],"input":"c"}`, epChat, "user\x1fb\x1e")
+	f(`{"messages":{"role":"user","content":"a"}}`, Chat, "")
+	f(`{"messages":[]}`, Chat, "")
+	f(`{"messages":[{}]}`, Chat, "\x1f\x1e")
+	f(`{"messages":[null,1,"x",[{"role":"user"}]]}`, Chat, "\x1f\x1e\x1f\x1e\x1f\x1e\x1f\x1e")
+	f(`{"messages":[{"role":1,"content":{"text":"a"}}]}`, Chat, "\x1f\x1e")
+	f(`{"messages":[{"role":"user"}]}`, Chat, "user\x1f\x1e")
+	f(`{"messages":[{"content":"a"}]}`, Chat, "\x1fa\x1e")
+	f(`{"messages":[{"role":"user","content":["a",null,{"type":"text"},{"type":"text","text":["b"]},{"type":["text"],"text":"c"}]}]}`, Chat, "user\x1f\x1e")
+	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"a","extra":{"text":"b","type":"text"}}]}]}`, Chat, "user\x1fa\x1e")
+	f(`{"prompt":"a","messages":[{"role":"user","content":"b"}],"input":"c"}`, Chat, "user\x1fb\x1e")
 	// Completions and embeddings.
-	f(`{"prompt":"a","messages":[{"role":"user","content":"b"}],"input":"c"}`, epCompletions, "a")
-	f(`{"prompt":"a","messages":[{"role":"user","content":"b"}],"input":"c"}`, epEmbeddings, "c")
-	f(`{"prompt":"a","prompt":["b"]}`, epCompletions, "b\x1e")
-	f(`{"prompt":["a\u00e9",[1,2],[["b"]],[],{"x":"y"},null,true]}`, epCompletions, "aé\x1e1,2,\x1eb\x1e\x1e\x1e\x1e\x1e\x1e\x1e")
-	f(`{"prompt":[-7,0,-0,9223372036854775807,-9223372036854775808,9223372036854775808,1.5,1e3,NaN,Infinity,-Infinity]}`, epCompletions,
+	f(`{"prompt":"a","messages":[{"role":"user","content":"b"}],"input":"c"}`, Completions, "a")
+	f(`{"prompt":"a","messages":[{"role":"user","content":"b"}],"input":"c"}`, Embeddings, "c")
+	f(`{"prompt":"a","prompt":["b"]}`, Completions, "b\x1e")
+	f(`{"prompt":["a\u00e9",[1,2],[["b"]],[],{"x":"y"},null,true]}`, Completions, "aé\x1e1,2,\x1eb\x1e\x1e\x1e\x1e\x1e\x1e\x1e")
+	f(`{"prompt":[-7,0,-0,9223372036854775807,-9223372036854775808,9223372036854775808,1.5,1e3,NaN,Infinity,-Infinity]}`, Completions,
 		"-7,0,0,9223372036854775807,-9223372036854775808,0,0,0,0,0,0,")
-	f(`{"prompt":{"text":"a"}}`, epCompletions, "")
-	f(`{"prompt":5}`, epCompletions, "")
-	f(`{"input":[[1,2],[3]]}`, epEmbeddings, "1,2,\x1e3,\x1e")
-	f(`{"input":[]}`, epEmbeddings, "")
+	f(`{"prompt":{"text":"a"}}`, Completions, "")
+	f(`{"prompt":5}`, Completions, "")
+	f(`{"input":[[1,2],[3]]}`, Embeddings, "1,2,\x1e3,\x1e")
+	f(`{"input":[]}`, Embeddings, "")
 	// Responses: instructions as a system message, then input - a string is a user message, items are
 	// messages (input_text and output_text parts are text; items without a role add an empty one).
 	const chatKey = "system\x1fbe brief\x1euser\x1fhi\x1e"
-	f(`{"instructions":"be brief","input":"hi"}`, epResponses, chatKey)
-	f(`{"input":"hi","instructions":"be brief"}`, epResponses, chatKey)
-	f(`{"instructions":"be brief","input":[{"role":"user","content":"hi"}]}`, epResponses, chatKey)
-	f(`{"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"h"},{"type":"input_image","image_url":"x"},{"type":"input_text","text":"i"}]}],"instructions":"be brief"}`, epResponses, chatKey)
-	f(`{"input":[{"role":"user","content":"q"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"}]},{"type":"function_call","call_id":"c","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}]}`, epResponses,
+	f(`{"instructions":"be brief","input":"hi"}`, Responses, chatKey)
+	f(`{"input":"hi","instructions":"be brief"}`, Responses, chatKey)
+	f(`{"instructions":"be brief","input":[{"role":"user","content":"hi"}]}`, Responses, chatKey)
+	f(`{"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"h"},{"type":"input_image","image_url":"x"},{"type":"input_text","text":"i"}]}],"instructions":"be brief"}`, Responses, chatKey)
+	f(`{"input":[{"role":"user","content":"q"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"}]},{"type":"function_call","call_id":"c","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}]}`, Responses,
 		"user\x1fq\x1eassistant\x1fa\x1e\x1f\x1e\x1f\x1e")
-	f(`{"instructions":null,"input":"hi","messages":[{"role":"user","content":"x"}],"system":"s"}`, epResponses, "user\x1fhi\x1e")
-	f(`{"instructions":"a","input":"b","instructions":"c","input":"d"}`, epResponses, "system\x1fc\x1euser\x1fd\x1e")
-	f(`{"input":"b","instructions":"a","input":"d","instructions":"c"}`, epResponses, "system\x1fc\x1euser\x1fd\x1e")
-	f(`{"instructions":"a","input":"b","instructions":null}`, epResponses, "user\x1fb\x1e")
-	f(`{"instructions":"be brief"}`, epResponses, "system\x1fbe brief\x1e")
-	f(`{"input":5,"instructions":{"text":"a"}}`, epResponses, "")
+	f(`{"instructions":null,"input":"hi","messages":[{"role":"user","content":"x"}],"system":"s"}`, Responses, "user\x1fhi\x1e")
+	f(`{"instructions":"a","input":"b","instructions":"c","input":"d"}`, Responses, "system\x1fc\x1euser\x1fd\x1e")
+	f(`{"input":"b","instructions":"a","input":"d","instructions":"c"}`, Responses, "system\x1fc\x1euser\x1fd\x1e")
+	f(`{"instructions":"a","input":"b","instructions":null}`, Responses, "user\x1fb\x1e")
+	f(`{"instructions":"be brief"}`, Responses, "system\x1fbe brief\x1e")
+	f(`{"input":5,"instructions":{"text":"a"}}`, Responses, "")
 	// Messages (Anthropic): system (a string or text blocks), then messages as chat.
-	f(`{"system":"be brief","messages":[{"role":"user","content":"hi"}]}`, epMessages, chatKey)
-	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"system":[{"type":"text","text":"be ","cache_control":{"type":"ephemeral"}},{"type":"text","text":"brief"}]}`, epMessages, chatKey)
-	f(`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"r"},{"type":"text","text":"q"}]}]}`, epMessages, "user\x1fq\x1e")
-	f(`{"system":"a","messages":[{"role":"user","content":"b"}],"system":"c","messages":[]}`, epMessages, "system\x1fc\x1e")
+	f(`{"system":"be brief","messages":[{"role":"user","content":"hi"}]}`, Messages, chatKey)
+	f(`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"system":[{"type":"text","text":"be ","cache_control":{"type":"ephemeral"}},{"type":"text","text":"brief"}]}`, Messages, chatKey)
+	f(`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"r"},{"type":"text","text":"q"}]}]}`, Messages, "user\x1fq\x1e")
+	f(`{"system":"a","messages":[{"role":"user","content":"b"}],"system":"c","messages":[]}`, Messages, "system\x1fc\x1e")
 	// Chat has no system field; other endpoints have no key.
-	f(`{"system":"s","instructions":"i","messages":[{"role":"user","content":"hi"}]}`, epChat, "user\x1fhi\x1e")
-	f(`{"messages":[{"role":"user","content":"a"}],"prompt":"b","input":"c","query":"d"}`, epOther, "")
+	f(`{"system":"s","instructions":"i","messages":[{"role":"user","content":"hi"}]}`, Chat, "user\x1fhi\x1e")
+	f(`{"messages":[{"role":"user","content":"a"}],"prompt":"b","input":"c","query":"d"}`, Other, "")
 }
 
 func TestPromptKey(t *testing.T) {
-	f := func(body string, ep endpoint, want string) {
+	f := func(body string, ep Endpoint, want string) {
 		t.Helper()
-		var s requestScanner
-		var info requestInfo
+		var s Scanner
+		var info Info
 		body = strings.Replace(body, "{", `{"model":"m",`, 1)
 		dst := []byte("prefix:")
-		if e := s.scan([]byte(body), ep, dst, &info); e != nil {
-			t.Fatalf("scan(%s): %s", body, e.message)
+		if e := s.Scan([]byte(body), ep, dst, &info); e != nil {
+			t.Fatalf("scan(%s): %s", body, e.Message)
 		}
-		if got := string(info.key); got != "prefix:"+want {
+		if got := string(info.Key); got != "prefix:"+want {
 			t.Fatalf("scan(%s): key %q, want %q", body, got, "prefix:"+want)
 		}
 		// The key does not depend on where "model" is or on the whitespace around values.
 		spaced := respace(strings.Replace(body, `"model":"m",`, "", 1))
 		spaced = strings.TrimRight(spaced, " \t\n")
 		spaced = spaced[:len(spaced)-1] + `, "model" : "m" }`
-		if e := s.scan([]byte(spaced), ep, nil, &info); e != nil || string(info.key) != want {
-			t.Fatalf("scan(%q): key %q, %v; want %q", spaced, info.key, e, want)
+		if e := s.Scan([]byte(spaced), ep, nil, &info); e != nil || string(info.Key) != want {
+			t.Fatalf("scan(%q): key %q, %v; want %q", spaced, info.Key, e, want)
 		}
 	}
 	promptKeyCases(f)
@@ -522,53 +497,53 @@ func TestScanPlainEnd(t *testing.T) {
 // TestScanOpening: the opening is the key up to the end of the first user message - system messages and
 // whatever came before it included - or the whole key without one.
 func TestScanOpening(t *testing.T) {
-	f := func(body string, ep endpoint, want string) {
+	f := func(body string, ep Endpoint, want string) {
 		t.Helper()
-		var s requestScanner
-		var info requestInfo
-		if e := s.scan([]byte(body), ep, []byte("dst:"), &info); e != nil {
-			t.Fatalf("scan(%s): %s", body, e.message)
+		var s Scanner
+		var info Info
+		if e := s.Scan([]byte(body), ep, []byte("dst:"), &info); e != nil {
+			t.Fatalf("scan(%s): %s", body, e.Message)
 		}
-		key := info.key[len("dst:"):]
-		if got := string(key[:info.opening]); got != want {
+		key := info.Key[len("dst:"):]
+		if got := string(key[:info.Opening]); got != want {
 			t.Fatalf("scan(%s): opening %q, want %q (key %q)", body, got, want, key)
 		}
 	}
-	f(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"q1"},{"role":"assistant","content":"a1"},{"role":"user","content":"q2"}]}`, epChat,
+	f(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"q1"},{"role":"assistant","content":"a1"},{"role":"user","content":"q2"}]}`, Chat,
 		"system\x1fs\x1euser\x1fq1\x1e")
-	f(`{"model":"m","messages":[{"role":"developer","content":"s"},{"role":"assistant","content":"hello"},{"content":"q1","role":"user"},{"role":"user","content":"q2"}]}`, epChat,
+	f(`{"model":"m","messages":[{"role":"developer","content":"s"},{"role":"assistant","content":"hello"},{"content":"q1","role":"user"},{"role":"user","content":"q2"}]}`, Chat,
 		"developer\x1fs\x1eassistant\x1fhello\x1euser\x1fq1\x1e")
-	f(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"users","content":"x"}]}`, epChat, "system\x1fs\x1eusers\x1fx\x1e")
-	f(`{"model":"m","messages":[{"role":"user","content":"a"}],"messages":[{"role":"system","content":"s"}]}`, epChat, "system\x1fs\x1e")
-	f(`{"model":"m","prompt":"a long prompt"}`, epCompletions, "a long prompt")
-	f(`{"model":"m","messages":[]}`, epChat, "")
-	f(`{"model":"m","input":"q","instructions":"s"}`, epResponses, "system\x1fs\x1euser\x1fq\x1e")
-	f(`{"model":"m","input":[{"role":"user","content":"q1"},{"role":"assistant","content":"a1"},{"role":"user","content":"q2"}],"instructions":"s"}`, epResponses,
+	f(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"users","content":"x"}]}`, Chat, "system\x1fs\x1eusers\x1fx\x1e")
+	f(`{"model":"m","messages":[{"role":"user","content":"a"}],"messages":[{"role":"system","content":"s"}]}`, Chat, "system\x1fs\x1e")
+	f(`{"model":"m","prompt":"a long prompt"}`, Completions, "a long prompt")
+	f(`{"model":"m","messages":[]}`, Chat, "")
+	f(`{"model":"m","input":"q","instructions":"s"}`, Responses, "system\x1fs\x1euser\x1fq\x1e")
+	f(`{"model":"m","input":[{"role":"user","content":"q1"},{"role":"assistant","content":"a1"},{"role":"user","content":"q2"}],"instructions":"s"}`, Responses,
 		"system\x1fs\x1euser\x1fq1\x1e")
-	f(`{"model":"m","messages":[{"role":"user","content":"q1"},{"role":"assistant","content":"a1"}],"system":"s"}`, epMessages, "system\x1fs\x1euser\x1fq1\x1e")
-	f(`{"model":"m","input":"q","instructions":"s","input":[{"role":"assistant","content":"a"}]}`, epResponses, "system\x1fs\x1eassistant\x1fa\x1e")
+	f(`{"model":"m","messages":[{"role":"user","content":"q1"},{"role":"assistant","content":"a1"}],"system":"s"}`, Messages, "system\x1fs\x1euser\x1fq1\x1e")
+	f(`{"model":"m","input":"q","instructions":"s","input":[{"role":"assistant","content":"a"}]}`, Responses, "system\x1fs\x1eassistant\x1fa\x1e")
 }
 
 // TestScanIdentity: the identity prefix - cache_salt and the key fields - keeps requests the engine caches
 // apart from sharing any prefix, and the ones it caches together sharing theirs; it does not depend on
 // spelling or order, and a body without a conversation gets no prefix (it would be a full match).
 func TestScanIdentity(t *testing.T) {
-	scan := func(body string, ep endpoint) (key []byte, opening int) {
+	scan := func(body string, ep Endpoint) (key []byte, opening int) {
 		t.Helper()
-		s := requestScanner{keyFields: []string{"user", "tenant"}}
-		var info requestInfo
-		if e := s.scan([]byte(body), ep, nil, &info); e != nil {
-			t.Fatalf("scan(%s): %s", body, e.message)
+		s := Scanner{KeyFields: []string{"user", "tenant"}}
+		var info Info
+		if e := s.Scan([]byte(body), ep, nil, &info); e != nil {
+			t.Fatalf("scan(%s): %s", body, e.Message)
 		}
-		return info.key, info.opening
+		return info.Key, info.Opening
 	}
 	const conv = `"messages":[{"role":"system","content":"s"},{"role":"user","content":"q"},{"role":"assistant","content":"a"}]`
 	const plain = "system\x1fs\x1euser\x1fq\x1eassistant\x1fa\x1e"
 	// same reports whether two bodies get the same key; either way the conversation follows the prefix.
 	same := func(a, b string) bool {
 		t.Helper()
-		ka, oa := scan(a, epChat)
-		kb, ob := scan(b, epChat)
+		ka, oa := scan(a, Chat)
+		kb, ob := scan(b, Chat)
 		for _, k := range [][]byte{ka, kb} {
 			if string(k) != plain && (len(k) != identityLen+len(plain) || k[0] != keyIdentity || string(k[identityLen:]) != plain) {
 				t.Fatalf("key %q: want the conversation after an identity prefix or none", k)
@@ -603,20 +578,20 @@ func TestScanIdentity(t *testing.T) {
 	f(`,"user":{"id":1}`, `,"user":{"id":1}`, true)
 	f(`,"User":"alice"`, ``, true)
 	// The identity goes first whatever the order of the body.
-	k1, _ := scan(`{"cache_salt":"s","model":"m",`+conv+`}`, epChat)
-	k2, _ := scan(`{"model":"m",`+conv+`,"cache_salt":"s"}`, epChat)
+	k1, _ := scan(`{"cache_salt":"s","model":"m",`+conv+`}`, Chat)
+	k2, _ := scan(`{"model":"m",`+conv+`,"cache_salt":"s"}`, Chat)
 	if string(k1) != string(k2) {
 		t.Fatalf("keys differ by field order: %q, %q", k1, k2)
 	}
 	// No conversation, no prefix.
-	if k, o := scan(`{"model":"m","cache_salt":"s","messages":[]}`, epChat); len(k) != 0 || o != 0 {
+	if k, o := scan(`{"model":"m","cache_salt":"s","messages":[]}`, Chat); len(k) != 0 || o != 0 {
 		t.Fatalf("empty conversation: key %q opening %d", k, o)
 	}
-	if k, _ := scan(`{"model":"m","cache_salt":"s","query":"q"}`, epOther); len(k) != 0 {
+	if k, _ := scan(`{"model":"m","cache_salt":"s","query":"q"}`, Other); len(k) != 0 {
 		t.Fatalf("other endpoint: key %q", k)
 	}
 	// Every shape takes the prefix, in front of its system message.
-	k, o := scan(`{"model":"m","input":"q","cache_salt":"s","instructions":"i"}`, epResponses)
+	k, o := scan(`{"model":"m","input":"q","cache_salt":"s","instructions":"i"}`, Responses)
 	if k[0] != keyIdentity || string(k[identityLen:]) != "system\x1fi\x1euser\x1fq\x1e" || o != len(k) {
 		t.Fatalf("responses: key %q opening %d", k, o)
 	}
@@ -626,13 +601,13 @@ func TestScanIdentity(t *testing.T) {
 func TestScanSession(t *testing.T) {
 	f := func(body string, want string, ok bool) {
 		t.Helper()
-		var s requestScanner
-		var info requestInfo
-		if e := s.scan([]byte(body), epChat, nil, &info); e != nil {
-			t.Fatalf("scan(%s): %s", body, e.message)
+		var s Scanner
+		var info Info
+		if e := s.Scan([]byte(body), Chat, nil, &info); e != nil {
+			t.Fatalf("scan(%s): %s", body, e.Message)
 		}
-		if string(info.session) != want || (info.session != nil) != ok {
-			t.Fatalf("scan(%s): session %q (%v), want %q (%v)", body, info.session, info.session != nil, want, ok)
+		if string(info.Session) != want || (info.Session != nil) != ok {
+			t.Fatalf("scan(%s): session %q (%v), want %q (%v)", body, info.Session, info.Session != nil, want, ok)
 		}
 	}
 	f(`{"model":"m"}`, "", false)
