@@ -311,6 +311,9 @@ func freshBuilt(t *testing.T, e *env, c *apiCloser) string {
 			continue
 		}
 		own := loopbackPort(t)
+		for taken, _ := json.Marshal(cfg); strings.Contains(string(taken), fmt.Sprintf(":%d", own)); {
+			own = loopbackPort(t) // a port of its own, so that only the binds are written back
+		}
 		old, err := strconv.Atoi(kv.Endpoint[strings.LastIndexByte(kv.Endpoint, ':')+1:])
 		if err != nil {
 			t.Fatal(err)

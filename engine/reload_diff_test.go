@@ -75,9 +75,15 @@ func diffCurveKeys(t *testing.T) curveKeys {
 // twin back in ps's ports.
 func (ps diffPorts) rebound(t *testing.T) diffPorts {
 	t.Helper()
-	o := newDiffPorts(t)
-	ps.bind, ps.bind2 = o.bind, o.bind2
-	return ps
+	taken := []int{ps.connect, ps.replay, ps.bind, ps.connect2, ps.replay2, ps.bind2}
+	for {
+		// Ports apart from every port ps names, so that mapBinds maps only the binds.
+		o := newDiffPorts(t)
+		if !slices.Contains(taken, o.bind) && !slices.Contains(taken, o.bind2) {
+			ps.bind, ps.bind2 = o.bind, o.bind2
+			return ps
+		}
+	}
 }
 
 func (ps diffPorts) mapBinds(desc string, twin diffPorts) string {
