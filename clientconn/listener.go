@@ -1,4 +1,4 @@
-package engine
+package clientconn
 
 import (
 	"bytes"
@@ -110,8 +110,8 @@ func raiseOpenFileLimit() openFileLimit {
 	return lim
 }
 
-// connLimiter admits client connections under [server] max_conns and max_conns_per_ip, and charges each one
-// unit of the socket budget it shares with upstream connections. One connLimiter serves every listener of a
+// Limiter admits client connections under [server] max_conns and max_conns_per_ip, and charges each one
+// unit of the socket budget it shares with upstream connections. One Limiter serves every listener of a
 // Gateway. Safe for concurrent use.
 //
 // It tracks every client connection through fasthttp's Server.ConnState hook and its own Read:
@@ -140,10 +140,10 @@ func raiseOpenFileLimit() openFileLimit {
 // previous one finished is not in the socket, so the peek cannot see it, and fasthttp may start serving it
 // on a connection just closed; its response is lost. (3) A TLS handshake in progress reads below this
 // wrapper; it is protected by the socket's receive time, not by activate.
-type connLimiter struct {
+type Limiter struct {
 	log    *slog.Logger
 	global *telemetry.Global
-	budget *connBudget
+	budget *Budget
 	max    int           // client connections
 	perIP  int           // per client address; 0: off
 	grace  time.Duration // freshGrace; tests shorten it
@@ -176,9 +176,9 @@ type connLimiter struct {
 	lastPerIP time.Time     // last max_conns_per_ip warning
 }
 
-// newConnLimiter raises the open-file limit, derives the socket budget and max_conns from it (connLimits),
+// NewLimiter raises the open-file limit, derives the socket budget and max_conns from it (connLimits),
 // and logs the outcome once.
-func newConnLimiter(s *config.ServerConfig, control int, log *slog.Logger, global *telemetry.Global) *connLimiter {
+func NewLimiter(s *config.ServerConfig, control int, log *slog.Logger, global *telemetry.Global, opts Options) *Limiter {
 	lim := raiseOpenFileLimit()
 	if lim.err != nil {
 		log.Warn("cannot adjust the open-file limit", "err", lim.err)
@@ -190,10 +190,10 @@ func newConnLimiter(s *config.ServerConfig, control int, log *slog.Logger, globa
 		log.Warn("server.max_conns is above the socket budget the open-file limit allows; the budget applies first",
 			"max_conns", clients, "socket_budget", budget)
 	}
-	return &connLimiter{
+	l := &Limiter{
 		log:       log,
 		global:    global,
-		budget:    &connBudget{limit: budget},
+		budget:    &Budget{limit: budget},
 		max:       clients,
 		perIP:     s.MaxConnsPerIP,
 		grace:     freshGrace,
@@ -201,17 +201,74 @@ func newConnLimiter(s *config.ServerConfig, control int, log *slog.Logger, globa
 		parkAfter: parkAfter,
 		headMax:   s.MaxHeaderBytes,
 	}
+	if opts.Linger > 0 {
+		l.linger = opts.Linger
+	}
+	if opts.ParkAfter > 0 {
+		l.parkAfter = opts.ParkAfter
+	}
+	return l
 }
 
-// listener wraps ln for fasthttp: see limitListener.
-func (l *connLimiter) listener(ln net.Listener) *limitListener {
+// Options changes a Limiter's timings; a zero field keeps the default.
+type Options struct {
+	// Linger is how long a closing connection waits for the client to close too (lingerGap).
+	Linger time.Duration
+	// ParkAfter is how long a keep-alive connection waits for its next request before it is parked
+	// (parkAfter).
+	ParkAfter time.Duration
+}
+
+// Budget returns the socket budget the limiter charges client connections to, which upstream connections
+// share.
+func (l *Limiter) Budget() *Budget { return l.budget }
+
+// Max returns the client connection cap: [server] max_conns, or the one derived from the budget.
+func (l *Limiter) Max() int { return l.max }
+
+// ParkAfter returns how long a keep-alive connection waits for its next request before it is parked.
+func (l *Limiter) ParkAfter() time.Duration { return l.parkAfter }
+
+// SetServe sets the function that serves a parked connection again once its next request arrives (the
+// server's ServeConn). It must be called before the first connection is accepted; without it connections
+// are never parked.
+func (l *Limiter) SetServe(serve func(net.Conn) error) { l.serve = serve }
+
+// Describe returns the limits the limiter was built with, as stable text for Gateway.Built.
+func (l *Limiter) Describe() string {
+	return fmt.Sprintf("max_conns=%d per_ip=%d head_max=%d", l.max, l.perIP, l.headMax)
+}
+
+// Stats is a snapshot of a limiter's counts, for tests and logs.
+type Stats struct {
+	Open      int   // connections admitted and not yet released
+	Parked    int   // idle connections parked now
+	Parks     int64 // times a connection was parked
+	Reclaimed int64 // idle or fresh connections closed at the cap
+}
+
+// Stats returns the limiter's counts now.
+func (l *Limiter) Stats() Stats {
+	l.mu.Lock()
+	st := Stats{Open: l.open, Parked: l.parked.n}
+	l.mu.Unlock()
+	st.Parks, st.Reclaimed = l.parks.Load(), l.reclaimed.Load()
+	return st
+}
+
+// Parkers returns the group of goroutines that watch parked connections: Shutdown waits for it after
+// CloseParked.
+func (l *Limiter) Parkers() *sync.WaitGroup { return &l.parkers }
+
+// Listener wraps ln for fasthttp: see limitListener.
+func (l *Limiter) Listener(ln net.Listener) *limitListener {
 	return &limitListener{Listener: ln, l: l, done: make(chan struct{})}
 }
 
 // admit registers nc, accepted a moment ago, once it fits under max_conns and the socket budget, reclaiming
-// an idle connection or waiting as needed (see connLimiter). It returns nil, having closed nc, when nc is
+// an idle connection or waiting as needed (see Limiter). It returns nil, having closed nc, when nc is
 // over max_conns_per_ip or done is closed first.
-func (l *connLimiter) admit(nc net.Conn, done <-chan struct{}) *clientConn {
+func (l *Limiter) admit(nc net.Conn, done <-chan struct{}) *clientConn {
 	var ip netip.Addr
 	if l.perIP > 0 {
 		if ip = remoteIP(nc); ip.IsValid() && !l.reserveIP(ip) {
@@ -222,7 +279,7 @@ func (l *connLimiter) admit(nc net.Conn, done <-chan struct{}) *clientConn {
 	for {
 		l.mu.Lock()
 		now := time.Now()
-		if l.open < l.max && l.budget.take() {
+		if l.open < l.max && l.budget.Take() {
 			l.open++
 			c := newClientConn(nc, l, ip, now)
 			l.fresh.pushBack(c)
@@ -256,7 +313,7 @@ func (l *connLimiter) admit(nc net.Conn, done <-chan struct{}) *clientConn {
 		l.mu.Unlock()
 		if warn {
 			l.log.Warn("client connections at the cap; new connections wait in the listen backlog",
-				"open", open, "max_conns", l.max, "sockets", l.budget.inUse(), "socket_budget", l.budget.limit)
+				"open", open, "max_conns", l.max, "sockets", l.budget.InUse(), "socket_budget", l.budget.limit)
 		}
 		l.waits.Add(1)
 		if !sleep(wake, wait, done) {
@@ -291,7 +348,7 @@ func sleep(wake <-chan struct{}, d time.Duration, done <-chan struct{}) bool {
 // victimLocked returns the connection idle longest: the oldest idle or parked one, or the oldest fresh one if
 // it has been quiet for the grace period and longer. The fresh list is in accept order, which is the order the
 // handshakes completed in (the accept queue is FIFO), so its head is the oldest.
-func (l *connLimiter) victimLocked(now time.Time) *clientConn {
+func (l *Limiter) victimLocked(now time.Time) *clientConn {
 	var v *clientConn
 	longest := time.Duration(-1)
 	if c := l.idle.head; c != nil {
@@ -310,7 +367,7 @@ func (l *connLimiter) victimLocked(now time.Time) *clientConn {
 
 // reclaim closes v, which admit took off its list and marked connReclaiming, unless a request got to it
 // first. It reports whether v was closed.
-func (l *connLimiter) reclaim(v *clientConn) bool {
+func (l *Limiter) reclaim(v *clientConn) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.state.Load() != connReclaiming {
@@ -334,7 +391,7 @@ func (l *connLimiter) reclaim(v *clientConn) bool {
 	return true
 }
 
-func (l *connLimiter) reserveIP(ip netip.Addr) bool {
+func (l *Limiter) reserveIP(ip netip.Addr) bool {
 	l.mu.Lock()
 	n := l.byIP[ip]
 	if n >= l.perIP {
@@ -359,7 +416,7 @@ func (l *connLimiter) reserveIP(ip netip.Addr) bool {
 	return true
 }
 
-func (l *connLimiter) unreserveIPLocked(ip netip.Addr) {
+func (l *Limiter) unreserveIPLocked(ip netip.Addr) {
 	if n := l.byIP[ip] - 1; n > 0 {
 		l.byIP[ip] = n
 	} else {
@@ -367,7 +424,7 @@ func (l *connLimiter) unreserveIPLocked(ip netip.Addr) {
 	}
 }
 
-func (l *connLimiter) unlinkLocked(c *clientConn) {
+func (l *Limiter) unlinkLocked(c *clientConn) {
 	if c.list == &l.parked {
 		l.global.ClientParked(-1)
 	}
@@ -376,16 +433,16 @@ func (l *connLimiter) unlinkLocked(c *clientConn) {
 	}
 }
 
-func (l *connLimiter) wakeLocked() {
+func (l *Limiter) wakeLocked() {
 	if l.wake != nil {
 		close(l.wake)
 		l.wake = nil
 	}
 }
 
-// connState is fasthttp's Server.ConnState hook. StateNew needs nothing (the listener registered the
+// ConnState is fasthttp's Server.ConnState hook. StateNew needs nothing (the listener registered the
 // connection as fresh) and neither does StateClosed (clientConn.Close released it).
-func (l *connLimiter) connState(nc net.Conn, st fasthttp.ConnState) {
+func (l *Limiter) ConnState(nc net.Conn, st fasthttp.ConnState) {
 	c := asClientConn(nc)
 	if c == nil {
 		return // served with ServeConn, not through the listener
@@ -423,18 +480,18 @@ const (
 )
 
 // clientConn is an admitted client connection. It takes one unit of the socket budget, gives it back on the
-// first Close, and tells the connLimiter when a request begins.
+// first Close, and tells the Limiter when a request begins.
 type clientConn struct {
 	net.Conn                 // as accepted: a *tls.Conn on a TLS listener
 	raw      net.Conn        // the socket: Conn, or the one under TLS
 	rc       syscall.RawConn // raw's, made once (the client watch asks for it on every request); nil if none
-	l        *connLimiter
+	l        *Limiter
 	ip       netip.Addr // counted against max_conns_per_ip; zero when not
 
 	state     atomic.Int32
 	released  atomic.Bool
 	lingering atomic.Bool // Close has decided whether to linger (linger)
-	// lingerWanted is set (closeAfter) when the server answers before having read the whole request.
+	// lingerWanted is set (CloseAfter) when the server answers before having read the whole request.
 	lingerWanted atomic.Bool
 	// mu orders the reader's "a request began" (activate) against reclaim's look-then-close.
 	mu sync.Mutex
@@ -456,7 +513,7 @@ type clientConn struct {
 	// byte, head holds the head's bytes read while the rest is awaited (what was received, not a buffer).
 	waitHead bool
 	head     []byte
-	// headErr is what the read after the head's bytes returns (errBareLF, errNotRequest), nil if it reads the
+	// headErr is what the read after the head's bytes returns (ErrBareLF, ErrNotRequest), nil if it reads the
 	// socket.
 	// inHead is set while a head read straight into fasthttp's buffer (watchHead) has not ended; headTail
 	// holds its last bytes, for line ends split across reads.
@@ -465,9 +522,9 @@ type clientConn struct {
 	headTail  [3]byte
 	headTailN int
 
-	// rd and wd arm the socket's deadlines coarsely (coarseDeadline): fasthttp asks for a read deadline
+	// rd and wd arm the socket's deadlines coarsely (CoarseDeadline): fasthttp asks for a read deadline
 	// twice per request.
-	rd, wd coarseDeadline
+	rd, wd CoarseDeadline
 
 	// Parking (parkIdle). idleRead is set while the reader waits in the socket for the next request;
 	// parkWanted once parkIdle has woken that wait, with idleDeadline (Unix ns, under mu) the read deadline
@@ -482,7 +539,7 @@ type clientConn struct {
 	idleDeadline int64
 }
 
-func newClientConn(nc net.Conn, l *connLimiter, ip netip.Addr, now time.Time) *clientConn {
+func newClientConn(nc net.Conn, l *Limiter, ip netip.Addr, now time.Time) *clientConn {
 	c := &clientConn{Conn: nc, raw: nc, l: l, ip: ip, since: now}
 	if tc, ok := nc.(*tls.Conn); ok {
 		c.raw = tc.NetConn()
@@ -529,8 +586,8 @@ func (c *clientConn) netConn() net.Conn {
 // nothing more - would hold it for up to read_timeout_secs. The bytes read meanwhile are held as received.
 //
 // A head whose lines end in a bare LF has no CRLF CRLF for fasthttp to wait for: its bytes are handed over
-// once its empty line came, and the read after them fails with errBareLF, which the server answers with 400
-// at once instead of at read_timeout_secs. So do bytes that cannot begin a request line (errNotRequest).
+// once its empty line came, and the read after them fails with ErrBareLF, which the server answers with 400
+// at once instead of at read_timeout_secs. So do bytes that cannot begin a request line (ErrNotRequest).
 //
 // A read that waits for the next request on an idle connection can be woken by parkIdle: it then reads as
 // the end of the connection, so that fasthttp lets go of the connection and its buffers.
@@ -660,23 +717,23 @@ func (c *clientConn) headWaits(b []byte, from int) bool {
 	case ended || len(b) >= c.headMax():
 		return false
 	case bare:
-		c.headErr = errBareLF
+		c.headErr = ErrBareLF
 		return false
 	case notRequestLine(b):
-		c.headErr = errNotRequest
+		c.headErr = ErrNotRequest
 		return false
 	}
 	return true
 }
 
-// errBareLF is the error of the read after a request head whose lines end in a bare LF (see Read).
+// ErrBareLF is the error of the read after a request head whose lines end in a bare LF (see Read).
 // RFC 9112 section 2.2 lets a server refuse them; a gateway that forwards the request refuses them rather
 // than guess where a line ends differently from what sits in front of it.
-var errBareLF = errors.New("request head lines end in a bare LF; HTTP/1.1 requires CRLF")
+var ErrBareLF = errors.New("request head lines end in a bare LF; HTTP/1.1 requires CRLF")
 
-// errNotRequest is the error of the read after bytes that cannot begin a request line (see Read): a TLS
+// ErrNotRequest is the error of the read after bytes that cannot begin a request line (see Read): a TLS
 // handshake sent to a plain-HTTP port, say. fasthttp would wait for their end of line, or CRLF CRLF.
-var errNotRequest = errors.New("the bytes received do not begin an HTTP request line")
+var ErrNotRequest = errors.New("the bytes received do not begin an HTTP request line")
 
 // notRequestLine reports whether b, the start of what came for a request, cannot begin a request line: a
 // byte that is no token character comes before the method's space. Empty lines before it are skipped, as
@@ -699,7 +756,7 @@ func notRequestLine(b []byte) bool {
 // watchHead looks at p, the bytes of a request head read straight into fasthttp's buffer: the next request
 // on a keep-alive connection (fasthttp keeps its buffer between requests with streamed bodies), or any
 // request over TLS. The watch ends at the head's CRLF CRLF; at an empty line ended by a bare LF, or at a first
-// read that cannot begin a request line, the next read fails (errBareLF, errNotRequest).
+// read that cannot begin a request line, the next read fails (ErrBareLF, ErrNotRequest).
 func (c *clientConn) watchHead(p []byte) {
 	first := !c.inHead
 	if first {
@@ -716,10 +773,10 @@ func (c *clientConn) watchHead(p []byte) {
 	case ended:
 		return
 	case bare:
-		c.headErr = errBareLF
+		c.headErr = ErrBareLF
 		return
 	case first && notRequestLine(p):
-		c.headErr = errNotRequest
+		c.headErr = ErrNotRequest
 		return
 	}
 	c.inHead = true
@@ -769,17 +826,17 @@ func (c *clientConn) dropAhead() {
 	}
 }
 
-// SetReadDeadline arms the read deadline, up to 1/deadlineSlack of the timeout late (coarseDeadline).
-func (c *clientConn) SetReadDeadline(t time.Time) error { return c.rd.set(t, c.Conn.SetReadDeadline) }
+// SetReadDeadline arms the read deadline, up to 1/deadlineSlack of the timeout late (CoarseDeadline).
+func (c *clientConn) SetReadDeadline(t time.Time) error { return c.rd.Set(t, c.Conn.SetReadDeadline) }
 
-// SetWriteDeadline arms the write deadline, up to 1/deadlineSlack of the timeout late (coarseDeadline).
-func (c *clientConn) SetWriteDeadline(t time.Time) error { return c.wd.set(t, c.Conn.SetWriteDeadline) }
+// SetWriteDeadline arms the write deadline, up to 1/deadlineSlack of the timeout late (CoarseDeadline).
+func (c *clientConn) SetWriteDeadline(t time.Time) error { return c.wd.Set(t, c.Conn.SetWriteDeadline) }
 
 // SetDeadline arms both deadlines exactly.
 func (c *clientConn) SetDeadline(t time.Time) error {
 	err := c.Conn.SetDeadline(t)
-	c.rd.forget(t)
-	c.wd.forget(t)
+	c.rd.Forget(t)
+	c.wd.Forget(t)
 	return err
 }
 
@@ -810,7 +867,7 @@ func (c *clientConn) activate() bool {
 }
 
 // Close closes the connection and returns its place, per-address count and budget unit, once. The server
-// closing a connection in the middle of a request - it answered before having read all of it (closeAfter),
+// closing a connection in the middle of a request - it answered before having read all of it (CloseAfter),
 // or request bytes wait unread - lingers (linger) rather than closing at once.
 //
 // The Close that follows a read woken by parkIdle parks the connection instead (park).
@@ -843,9 +900,9 @@ func (c *clientConn) closeNow() error {
 	return err
 }
 
-// closeAfter answers with Connection: close, and makes that close linger: the answer comes before the whole
+// CloseAfter answers with Connection: close, and makes that close linger: the answer comes before the whole
 // request was read (a 413 over max_body_bytes, a 431 over max_header_bytes, a timeout, a refused header).
-func closeAfter(ctx *fasthttp.RequestCtx) {
+func CloseAfter(ctx *fasthttp.RequestCtx) {
 	ctx.SetConnectionClose()
 	if c := asClientConn(ctx.Conn()); c != nil {
 		c.lingerWanted.Store(true)
@@ -876,8 +933,8 @@ func asClientConn(nc net.Conn) *clientConn {
 // the server's ServeConn again when it comes. A parked connection keeps its place, stays idle for max_conns
 // (reclaimed like any idle one), and is closed at the idle timeout, and at shutdown.
 
-// parkIdle parks the connections idle for parkAfter or longer. The gateway's janitor calls it.
-func (l *connLimiter) parkIdle(now time.Time) {
+// ParkIdle parks the connections idle for parkAfter or longer. The gateway's janitor calls it.
+func (l *Limiter) ParkIdle(now time.Time) {
 	if l.serve == nil {
 		return
 	}
@@ -915,14 +972,14 @@ func (c *clientConn) restoreReadDeadline() {
 	c.forceReadDeadline(t)
 }
 
-// forceReadDeadline arms t whatever the read deadline is recorded as (coarseDeadline).
+// forceReadDeadline arms t whatever the read deadline is recorded as (CoarseDeadline).
 func (c *clientConn) forceReadDeadline(t time.Time) {
 	_ = c.Conn.SetReadDeadline(t)
-	c.rd.forget(t)
+	c.rd.Forget(t)
 }
 
 // addParker counts a park goroutine about to start; false once shutdown began.
-func (l *connLimiter) addParker() bool {
+func (l *Limiter) addParker() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closing {
@@ -968,7 +1025,7 @@ func (c *clientConn) awaitRequest() bool {
 		c.restoreReadDeadline()
 	}
 	c.mu.Unlock()
-	if c.ahead == nil && peekSocket(c.rc) != peekData {
+	if c.ahead == nil && PeekSocket(c.rc) != PeekData {
 		return false
 	}
 	l.mu.Lock()
@@ -976,8 +1033,8 @@ func (c *clientConn) awaitRequest() bool {
 	return !l.closing
 }
 
-// closeParked begins shutdown for parked connections: each is closed, and none is parked or served again.
-func (l *connLimiter) closeParked() {
+// CloseParked begins shutdown for parked connections: each is closed, and none is parked or served again.
+func (l *Limiter) CloseParked() {
 	l.mu.Lock()
 	l.closing = true
 	var cs []*clientConn
@@ -1050,7 +1107,7 @@ func (c *clientConn) release() bool {
 	}
 	l.wakeLocked()
 	l.mu.Unlock()
-	l.budget.put()
+	l.budget.Put()
 	l.global.ClientConns(-1)
 	return true
 }
@@ -1058,7 +1115,7 @@ func (c *clientConn) release() bool {
 var errNotSocket = errors.New("the connection is not a socket")
 
 // SyscallConn returns the socket's raw connection (under TLS too), so that the client watch can peek at it
-// (rawConn in watch.go).
+// (RawConn).
 func (c *clientConn) SyscallConn() (syscall.RawConn, error) {
 	if c.rc == nil {
 		return nil, errNotSocket
@@ -1141,7 +1198,7 @@ func (c *clientTLSConn) Handshake() error                     { return c.tc.Hand
 func (c *clientTLSConn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
 func (c *clientTLSConn) NetConn() net.Conn                    { return c.raw }
 
-// connList is an intrusive list of clientConns, oldest first. Guarded by connLimiter.mu.
+// connList is an intrusive list of clientConns, oldest first. Guarded by Limiter.mu.
 type connList struct {
 	head, tail *clientConn
 	n          int
@@ -1176,12 +1233,12 @@ func (q *connList) remove(c *clientConn) {
 // limitListener is the listener Gateway.Serve hands fasthttp. Accept never returns an error fasthttp would
 // stop serving on: failed accepts (EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED, timeouts, and any other
 // error) are retried with a backoff of 5 ms doubling to 1 s, logged at most once a second with a count. It
-// returns only when the listener is closed. Accepted connections go through connLimiter.admit.
+// returns only when the listener is closed. Accepted connections go through Limiter.admit.
 //
 // Accept calls are serialized; Close may be called at any time and wakes a waiting Accept.
 type limitListener struct {
 	net.Listener
-	l    *connLimiter
+	l    *Limiter
 	done chan struct{}
 	once sync.Once
 
