@@ -26,9 +26,9 @@ func (g *Gateway) Built() string {
 	s := g.snap.Load()
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	w("listener: read=%s write=%s idle=%s read_buffer=%d max_conns=%d per_ip=%d head_max=%d",
+	w("listener: read=%s write=%s idle=%s read_buffer=%d %s",
 		g.server.ReadTimeout, g.server.WriteTimeout, g.server.IdleTimeout, g.server.ReadBufferSize,
-		g.clients.max, g.clients.perIP, g.clients.headMax)
+		g.clients.Describe())
 	w("config: %s", liveSections(s.cfg))
 	for _, p := range s.Providers {
 		describeProvider(w, p)

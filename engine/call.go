@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rolter-ai/rolter/accesslog"
+	"github.com/rolter-ai/rolter/clientconn"
 	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/promptkey"
@@ -184,7 +185,7 @@ func (c *call) readBody(ctx *fasthttp.RequestCtx) *apiError {
 	limit := c.snap.cfg.Server.MaxBodyBytes
 	cl := ctx.Request.Header.ContentLength() // -1: chunked
 	if cl > limit {
-		closeAfter(ctx)
+		clientconn.CloseAfter(ctx)
 		return tooLarge(limit)
 	}
 	buf := c.reqBody[:0]
@@ -223,7 +224,7 @@ func (c *call) readBody(ctx *fasthttp.RequestCtx) *apiError {
 		buf = buf[:len(buf)+n]
 		if len(buf) > limit {
 			c.reqBody = buf
-			closeAfter(ctx)
+			clientconn.CloseAfter(ctx)
 			return tooLarge(limit)
 		}
 		if err == io.EOF {
@@ -231,7 +232,7 @@ func (c *call) readBody(ctx *fasthttp.RequestCtx) *apiError {
 		}
 		if err != nil {
 			c.reqBody = buf
-			closeAfter(ctx)
+			clientconn.CloseAfter(ctx)
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				return &apiError{status: fasthttp.StatusRequestTimeout, typ: typeInvalidRequest, code: "request_timeout",
@@ -259,7 +260,7 @@ func (c *call) hold(n int) bool {
 }
 
 func (c *call) bodyMemoryFull(ctx *fasthttp.RequestCtx) *apiError {
-	closeAfter(ctx)
+	clientconn.CloseAfter(ctx)
 	c.g.global.Admission("body_memory")
 	return &apiError{status: fasthttp.StatusServiceUnavailable, typ: typeServer, code: "server_busy",
 		message: "the gateway holds server.max_body_memory_bytes of requests; retry later", retryAfterMs: 1000}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/clientconn"
 	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/promptkey"
@@ -58,12 +59,12 @@ type Gateway struct {
 	lnMu     sync.Mutex
 	lns      []net.Listener
 	global   *telemetry.Global
-	// conns is the socket budget client and upstream connections share (conns.go, derived from the
-	// open-file limit); clients admits client connections under it and [server] max_conns (listener.go).
-	conns *connBudget
+	// conns is the socket budget client and upstream connections share (clientconn.Budget, derived from the
+	// open-file limit); clients admits client connections under it and [server] max_conns (clientconn.Limiter).
+	conns *clientconn.Budget
 	// control is the control plane's connection cap, kept out of the socket budget (ControlListener).
 	control int
-	clients *connLimiter
+	clients *clientconn.Limiter
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -108,14 +109,9 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 
 	s := &cfg.Server
 	g.control = cfg.Control.ControlConns()
-	g.clients = newConnLimiter(s, g.control, g.log, g.global)
-	if opts.Linger > 0 {
-		g.clients.linger = opts.Linger
-	}
-	if opts.ParkAfter > 0 {
-		g.clients.parkAfter = opts.ParkAfter
-	}
-	g.conns = g.clients.budget // upstream sockets come out of the same budget as client connections
+	g.clients = clientconn.NewLimiter(s, g.control, g.log, g.global,
+		clientconn.Options{Linger: opts.Linger, ParkAfter: opts.ParkAfter})
+	g.conns = g.clients.Budget() // upstream sockets come out of the same budget as client connections
 	g.series = map[string]*series{}
 	g.reloadMu.Lock()
 	capw, err := openCapture(cfg.Trace, nil, g.log)
@@ -164,7 +160,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		// Bodies are read by the handler as they arrive (readBody), never reserved at their announced size.
 		StreamRequestBody: true,
 		// A connection's first request is waited for holding no buffer (with streamed bodies, later ones are
-		// not: connections idle for a while are parked for that, listener.go). It also flushes every
+		// not: connections idle for a while are parked for that, clientconn.Limiter). It also flushes every
 		// response before the next request is read, which the client watch relies on (it may write an
 		// interim response).
 		ReduceMemoryUsage: true,
@@ -174,12 +170,12 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		SecureErrorLogMessage: true,
 		ExpectHandler:         g.expect,
 		// Tracks fresh, active and idle client connections: idle ones are reclaimed at max_conns.
-		ConnState: g.clients.connState,
+		ConnState: g.clients.ConnState,
 		// The listener admits at most max_conns: fasthttp's own cap (256k by default) must not refuse one
 		// of them with its plain-text 503. Twice the cap covers connections still closing.
-		Concurrency: max(2*g.clients.max, fasthttp.DefaultConcurrency),
+		Concurrency: max(2*g.clients.Max(), fasthttp.DefaultConcurrency),
 	}
-	g.clients.serve = g.server.ServeConn
+	g.clients.SetServe(g.server.ServeConn)
 	g.wg.Add(1)
 	go g.janitor()
 	return g, nil
@@ -191,8 +187,8 @@ func (g *Gateway) Snapshot() *Snapshot { return g.snap.Load() }
 // Serve serves requests on ln until Shutdown. It returns nil after a clean shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
 	// Accept errors (EMFILE...) are retried rather than ending Serve, and client connections are admitted
-	// under [server] max_conns and the socket budget (listener.go).
-	ln = g.clients.listener(ln)
+	// under [server] max_conns and the socket budget (clientconn.Limiter).
+	ln = g.clients.Listener(ln)
 	g.lnMu.Lock()
 	if g.draining.Load() {
 		g.lnMu.Unlock()
@@ -226,9 +222,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		_ = ln.Close()
 	}
 	// Parked connections are idle ones fasthttp no longer tracks: closed here as it closes the others.
-	g.clients.closeParked()
+	g.clients.CloseParked()
 	err := g.server.ShutdownWithContext(ctx)
-	waitGroup(ctx, &g.clients.parkers)
+	waitGroup(ctx, g.clients.Parkers())
 	close(g.stop)
 	g.wg.Wait()
 	g.retiring.Wait()
@@ -366,14 +362,14 @@ func restartOnly(cur, next *config.ServerConfig) error {
 func (g *Gateway) janitor() {
 	defer g.wg.Done()
 	defer logPanic(g.log, "janitor")
-	t := time.NewTicker(min(time.Second, g.clients.parkAfter))
+	t := time.NewTicker(min(time.Second, g.clients.ParkAfter()))
 	defer t.Stop()
 	for {
 		select {
 		case <-g.stop:
 			return
 		case now := <-t.C:
-			g.clients.parkIdle(now)
+			g.clients.ParkIdle(now)
 			for _, p := range g.snap.Load().Providers {
 				p.up.closeIdle(false)
 			}
@@ -573,9 +569,9 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		e = &apiError{status: fasthttp.StatusRequestEntityTooLarge, typ: typeInvalidRequest, code: "request_too_large",
 			message: fmt.Sprintf("request body exceeds server.max_body_bytes (%d)", g.snap.Load().cfg.Server.MaxBodyBytes), noRetry: true}
-	case errors.Is(err, errBareLF):
+	case errors.Is(err, clientconn.ErrBareLF):
 		e = badRequest("bad_request", "", "request head lines must end in CRLF, not a bare LF (RFC 9112 section 2.2)")
-	case errors.Is(err, errNotRequest):
+	case errors.Is(err, clientconn.ErrNotRequest):
 		e = badRequest("bad_request", "", "the bytes received do not begin an HTTP/1.1 request line (TLS sent to a plain-HTTP port?)")
 	case errors.As(err, &small):
 		e = &apiError{status: fasthttp.StatusRequestHeaderFieldsTooLarge, typ: typeInvalidRequest, code: "header_too_large",
@@ -592,7 +588,7 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 		}
 	}
 	g.log.Debug("request refused by the HTTP parser", "client", ctx.RemoteAddr().String(), "error", err.Error())
-	closeAfter(ctx) // fasthttp closes the connection after this answer, with the rest of the request unread
+	clientconn.CloseAfter(ctx) // fasthttp closes the connection after this answer, with the rest of the request unread
 	g.reject(ctx, e)
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 
+	"github.com/rolter-ai/rolter/clientconn"
 	"github.com/valyala/fasthttp"
 )
 
@@ -50,50 +51,23 @@ func (hs *reqHeaders) add(k, v []byte) {
 func checkRequest(ctx *fasthttp.RequestCtx, hs *reqHeaders) *apiError {
 	h := &ctx.Request.Header
 	if p := h.Protocol(); string(p) != "HTTP/1.1" && string(p) != "HTTP/1.0" {
-		closeAfter(ctx)
+		clientconn.CloseAfter(ctx)
 		return &apiError{status: fasthttp.StatusHTTPVersionNotSupported, typ: typeInvalidRequest, code: "http_version_not_supported",
 			message: "only HTTP/1.0 and HTTP/1.1 are served", noRetry: true}
 	}
 	for k, v := range h.All() {
-		if !isToken(k) {
-			closeAfter(ctx)
+		if !clientconn.IsToken(k) {
+			clientconn.CloseAfter(ctx)
 			return badRequest("invalid_header", "", "a request header name is not a valid token")
 		}
 		hs.add(k, v)
 	}
 	if e := hs.expect; len(e) > 0 && !equalFold(e, "100-continue") {
-		closeAfter(ctx)
+		clientconn.CloseAfter(ctx)
 		return &apiError{status: fasthttp.StatusExpectationFailed, typ: typeInvalidRequest, code: "expectation_failed",
 			message: "the only expectation served is 100-continue", noRetry: true}
 	}
 	return nil
-}
-
-// tokenChars marks the bytes allowed in an HTTP token (RFC 9110 section 5.6.2).
-var tokenChars = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()
-
-func isToken(b []byte) bool {
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if !tokenChars[c] {
-			return false
-		}
-	}
-	return true
 }
 
 // rejectBusy answers a request over [queue] max_inflight.

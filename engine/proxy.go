@@ -98,7 +98,7 @@ func (c *call) attempt(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResult
 	for {
 		c.sent = time.Now()
 		// The headers deadline is set before the request is written: writeRequest waits for the answer.
-		_ = conn.rd.setAfter(c.sent, p.up.headersWait, conn.nc.SetReadDeadline)
+		_ = conn.rd.SetAfter(c.sent, p.up.headersWait, conn.nc.SetReadDeadline)
 		if c.route.recorder != nil && !c.recorded {
 			c.routedTarget = ti
 			conn.onSent = c.routedHook
@@ -447,7 +447,7 @@ func (c *call) routed() {
 // Authorization. X-Forwarded-For gets the client's address appended.
 func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) error {
 	p := t.Provider
-	_ = conn.wd.setAfter(c.sent, p.up.headersWait, conn.nc.SetWriteDeadline)
+	_ = conn.wd.SetAfter(c.sent, p.up.headersWait, conn.nc.SetWriteDeadline)
 	bw := conn.bw
 	c.path = p.up.requestPath(c.path[:0], ctx.Path())
 	if qs := ctx.URI().QueryString(); len(qs) > 0 {

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 
+	"github.com/rolter-ai/rolter/clientconn"
 	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
 	"github.com/rolter-ai/rolter/kvindex"
@@ -154,7 +155,7 @@ type buildEnv struct {
 	log    *slog.Logger
 	cfg    *config.Config
 	dial   dialFunc // tests: in-memory upstreams, no egress policy
-	budget *connBudget
+	budget *clientconn.Budget
 	// egress are the policy's dialers, one per use (useProxy, ...), each counting its own refusals.
 	egress [numUses]*egress.Dialer
 	// kv is the gateway's KV-event state and kvSources the sources of this snapshot, by provider name.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/rolter-ai/rolter/clientconn"
 	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/egress"
 )
@@ -48,7 +49,7 @@ type upstream struct {
 
 	open atomic.Int64
 	// budget is the gateway's socket budget, shared with client connections (nil: unlimited).
-	budget *connBudget
+	budget *clientconn.Budget
 
 	mu     sync.Mutex
 	idle   []*uconn // LIFO: the most recently used connection is hottest
@@ -131,7 +132,7 @@ func (u *upstream) dialConn() (*uconn, error) {
 		u.open.Add(-1)
 		return nil, errTooManyConns
 	}
-	if !u.budget.take() {
+	if !u.budget.Take() {
 		u.open.Add(-1)
 		return nil, errTooManyConns
 	}
@@ -144,7 +145,7 @@ func (u *upstream) dialConn() (*uconn, error) {
 	}
 	if err != nil {
 		u.open.Add(-1)
-		u.budget.put()
+		u.budget.Put()
 		kind := failConnect
 		var refused *egress.Refusal
 		if errors.As(err, &refused) {
@@ -158,13 +159,13 @@ func (u *upstream) dialConn() (*uconn, error) {
 		if err := tc.Handshake(); err != nil {
 			_ = nc.Close()
 			u.open.Add(-1)
-			u.budget.put()
+			u.budget.Put()
 			return nil, &upstreamError{kind: failConnect, err: fmt.Errorf("cannot complete TLS handshake: %w", err)}
 		}
 		_ = tc.SetDeadline(time.Time{})
 		nc = tc
 	}
-	c := &uconn{up: u, nc: nc, rc: rawConn(nc), fd: -1}
+	c := &uconn{up: u, nc: nc, rc: clientconn.RawConn(nc), fd: -1}
 	if c.rc != nil {
 		_ = c.rc.Control(func(fd uintptr) { c.fd = int(fd) })
 	}
@@ -246,9 +247,9 @@ type uconn struct {
 	onSent  func()
 	wrote   bool // bw wrote to the socket since the last flushAndWait (a request larger than bw)
 	// rd and wd arm nc's deadlines: rd switches between the headers and the body timeouts on every request
-	// (readDeadline); wd asks for the same timeout on every request (coarseDeadline).
-	rd        readDeadline
-	wd        coarseDeadline
+	// (clientconn.ReadDeadline); wd asks for the same timeout on every request (clientconn.CoarseDeadline).
+	rd        clientconn.ReadDeadline
+	wd        clientconn.CoarseDeadline
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
@@ -266,11 +267,11 @@ func (w writerFunc) Write(p []byte) (int, error) {
 func (r readerFunc) Read(p []byte) (int, error) {
 	c := r.c
 	n, err := c.nc.Read(p)
-	for n == 0 && err != nil && c.rd.early(err, c.nc.SetReadDeadline) {
+	for n == 0 && err != nil && c.rd.Early(err, c.nc.SetReadDeadline) {
 		n, err = c.nc.Read(p)
 	}
 	if n > 0 && c.gap > 0 {
-		_ = c.rd.setAfter(time.Now(), c.gap, c.nc.SetReadDeadline)
+		_ = c.rd.SetAfter(time.Now(), c.gap, c.nc.SetReadDeadline)
 	}
 	return n, err
 }
@@ -280,7 +281,7 @@ func (c *uconn) close() {
 		c.closed.Store(true)
 		_ = c.nc.Close()
 		c.up.open.Add(-1)
-		c.up.budget.put()
+		c.up.budget.Put()
 	})
 }
 
@@ -360,7 +361,7 @@ func (c *uconn) written() {
 // startBody switches the connection from the headers deadline to the idle gap between body reads.
 func (c *uconn) startBody() {
 	c.gap = c.up.idleGap
-	_ = c.rd.setAfter(time.Now(), c.gap, c.nc.SetReadDeadline)
+	_ = c.rd.SetAfter(time.Now(), c.gap, c.nc.SetReadDeadline)
 }
 
 // failKind classifies upstream failures for retries, cooldowns and metrics.

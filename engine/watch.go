@@ -1,12 +1,13 @@
 package engine
 
 import (
-	"crypto/tls"
 	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/rolter-ai/rolter/clientconn"
 )
 
 // clientWatch notices a client that goes away while the gateway works on its request - waiting in an
@@ -74,7 +75,7 @@ func (w *clientWatch) arm(conn net.Conn, delay time.Duration, victim *uconn, htt
 	if w.state.Load() != watchIdle {
 		return
 	}
-	rc := rawConn(conn)
+	rc := clientconn.RawConn(conn)
 	if rc == nil {
 		return
 	}
@@ -123,44 +124,6 @@ func (w *clientWatch) left() <-chan struct{} {
 	return w.goneC
 }
 
-// peek results.
-const (
-	peekNothing = iota // the wait was interrupted
-	peekData
-	peekEOF
-	peekReset
-)
-
-// peekSocket waits until the socket under rc is readable - or a deadline, its close, or a past deadline
-// set to interrupt it - and looks at it without consuming anything (MSG_PEEK): peekData, peekEOF (the peer
-// sent a FIN), peekReset (an error), or peekNothing when the wait ended without a look.
-func peekSocket(rc syscall.RawConn) int {
-	var buf [1]byte
-	res := peekNothing
-	err := rc.Read(func(fd uintptr) bool {
-		for {
-			n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err == syscall.EAGAIN:
-				return false // not readable yet: park until it is
-			case err != nil:
-				res = peekReset
-			case n == 0:
-				res = peekEOF
-			default:
-				res = peekData
-			}
-			return true
-		}
-	})
-	if err != nil {
-		return peekNothing
-	}
-	return res
-}
-
 // closed reports whether the client's connection is gone (reset, or torn down by the kernel).
 func (w *clientWatch) closed() bool {
 	closed := false
@@ -173,10 +136,10 @@ func (w *clientWatch) run() {
 		return
 	}
 	defer func() { w.done <- struct{}{} }()
-	switch peekSocket(w.rc) {
-	case peekReset:
+	switch clientconn.PeekSocket(w.rc) {
+	case clientconn.PeekReset:
 		w.leave()
-	case peekEOF:
+	case clientconn.PeekEOF:
 		if !w.canProbe {
 			return
 		}
@@ -245,19 +208,4 @@ func (w *clientWatch) disarm() bool {
 	}
 	w.conn, w.rc = nil, nil
 	return w.gone.Load()
-}
-
-func rawConn(c net.Conn) syscall.RawConn {
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return rc
 }

@@ -99,7 +99,7 @@ const (
 	mAccessLogLines = "rolter_access_log_lines_total" // {result} written | dropped (queue full) | write_failed
 	mTracingSpans   = "rolter_tracing_spans_total"    // {result} exported | dropped (queue full) | export_failed
 
-	// Client connections (engine/listener.go).
+	// Client connections (package clientconn).
 	mClientConns    = "rolter_client_connections"                // gauge, open
 	mClientParked   = "rolter_client_connections_parked"         // gauge, idle and holding no buffer
 	mClientRejected = "rolter_client_connections_rejected_total" // {reason} closed by the listener

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rolter-ai/rolter/clientconn"
 	"github.com/rolter-ai/rolter/cluster"
 	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/engine"
@@ -135,7 +136,7 @@ func serve(args []string, stderr io.Writer) int {
 		}
 		defer cp.stop()
 	}
-	ln, err := engine.Listen(cfg.Server.Listen)
+	ln, err := clientconn.Listen(cfg.Server.Listen)
 	if err != nil {
 		log.Error("cannot listen", "addr", cfg.Server.Listen, "err", err)
 		return 1

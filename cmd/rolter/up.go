@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rolter-ai/rolter/clientconn"
 	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/kvindex"
@@ -89,9 +90,9 @@ func up(args []string, stdout, stderr io.Writer) int {
 		sims = append(sims, e)
 	}
 
-	ln, err := engine.Listen(o.listen)
+	ln, err := clientconn.Listen(o.listen)
 	if err != nil {
-		ln, err = engine.Listen("127.0.0.1:0")
+		ln, err = clientconn.Listen("127.0.0.1:0")
 		if err != nil {
 			fmt.Fprintf(stderr, "rolter up: cannot listen: %s\n", err)
 			return 1

@@ -1,4 +1,4 @@
-package engine
+package clientconn
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 // and 127.5 s.
 const deadlineSlack = 16
 
-// coarseDeadline arms one direction of a socket's deadline, skipping the arm when the deadline already armed
+// CoarseDeadline arms one direction of a socket's deadline, skipping the arm when the deadline already armed
 // is at most 1/deadlineSlack of the timeout later than the one asked for. Arming moves the runtime's timer
 // under the poller's lock; the server asks for a read deadline twice per request, the upstream connection
 // for a write deadline once per request, nearly always microseconds after the last.
@@ -21,13 +21,13 @@ const deadlineSlack = 16
 // A deadline asked for in the past (to wake a parked read) and a cleared one are always applied, and one
 // asked earlier than the armed deadline by more than the slack is armed exactly, so a timeout never fires
 // early and at most 1/deadlineSlack of it late. Every arm of the direction must go through it (the
-// SetDeadline that arms both directions too, through forget), or it would trust a deadline no longer armed.
-type coarseDeadline struct {
+// SetDeadline that arms both directions too, through Forget), or it would trust a deadline no longer armed.
+type CoarseDeadline struct {
 	armed atomic.Int64 // Unix ns of the deadline armed; 0: none
 }
 
-// set arms t (zero: none) with arm unless the armed deadline is close enough after it.
-func (d *coarseDeadline) set(t time.Time, arm func(time.Time) error) error {
+// Set arms t (zero: none) with arm unless the armed deadline is close enough after it.
+func (d *CoarseDeadline) Set(t time.Time, arm func(time.Time) error) error {
 	if t.IsZero() {
 		if d.armed.Load() == 0 {
 			return nil
@@ -38,13 +38,13 @@ func (d *coarseDeadline) set(t time.Time, arm func(time.Time) error) error {
 	return d.armAt(t.UnixNano(), t.UnixNano()-time.Now().UnixNano(), arm)
 }
 
-// setAfter arms the deadline timeout after now (a time the caller has just read), like set.
-func (d *coarseDeadline) setAfter(now time.Time, timeout time.Duration, arm func(time.Time) error) error {
+// SetAfter arms the deadline timeout after now (a time the caller has just read), like Set.
+func (d *CoarseDeadline) SetAfter(now time.Time, timeout time.Duration, arm func(time.Time) error) error {
 	return d.armAt(now.UnixNano()+int64(timeout), int64(timeout), arm)
 }
 
 // armAt arms the deadline want (Unix ns), ahead ns from now, unless the armed one is close enough after it.
-func (d *coarseDeadline) armAt(want, ahead int64, arm func(time.Time) error) error {
+func (d *CoarseDeadline) armAt(want, ahead int64, arm func(time.Time) error) error {
 	t := time.Unix(0, want)
 	if ahead > 0 {
 		slack := ahead / deadlineSlack
@@ -63,8 +63,8 @@ func (d *coarseDeadline) armAt(want, ahead int64, arm func(time.Time) error) err
 	return nil
 }
 
-// forget records that the direction was armed at t by other means.
-func (d *coarseDeadline) forget(t time.Time) {
+// Forget records that the direction was armed at t by other means.
+func (d *CoarseDeadline) Forget(t time.Time) {
 	if t.IsZero() {
 		d.armed.Store(0)
 		return
@@ -72,24 +72,24 @@ func (d *coarseDeadline) forget(t time.Time) {
 	d.armed.Store(t.UnixNano())
 }
 
-// readDeadline is the upstream connection's read deadline, which switches between two timeouts on every
+// ReadDeadline is the upstream connection's read deadline, which switches between two timeouts on every
 // request: the wait for the answer's headers (timeouts.headers_secs) and the gap between body reads
-// (timeouts.idle_secs). A coarseDeadline would move the socket's timer twice per request, at each switch.
-// readDeadline also keeps a socket deadline that comes before the one asked for: the read that times out
+// (timeouts.idle_secs). A CoarseDeadline would move the socket's timer twice per request, at each switch.
+// ReadDeadline also keeps a socket deadline that comes before the one asked for: the read that times out
 // then asks early, which tells a real timeout from an early one and, for an early one, arms the socket
 // at the deadline asked for, so that the reader reads again. A timeout is thus never reported early and at
 // most 1/deadlineSlack of it late, and a switch moves no timer unless the socket's deadline has passed or
 // lies more than the slack beyond the one asked for.
 //
 // It is used by one goroutine at a time, like the connection.
-type readDeadline struct {
+type ReadDeadline struct {
 	want  int64 // Unix ns of the deadline asked for; 0: none
 	late  int64 // want plus its slack: where the socket is armed when it must be
 	armed int64 // Unix ns of the socket's deadline; 0: none or unknown
 }
 
-// setAfter asks for the deadline timeout after now (a time the caller has just read).
-func (d *readDeadline) setAfter(now time.Time, timeout time.Duration, arm func(time.Time) error) error {
+// SetAfter asks for the deadline timeout after now (a time the caller has just read).
+func (d *ReadDeadline) SetAfter(now time.Time, timeout time.Duration, arm func(time.Time) error) error {
 	n := now.UnixNano()
 	d.want = n + int64(timeout)
 	d.late = d.want + int64(timeout)/deadlineSlack
@@ -99,7 +99,7 @@ func (d *readDeadline) setAfter(now time.Time, timeout time.Duration, arm func(t
 	return d.arm(arm)
 }
 
-func (d *readDeadline) arm(arm func(time.Time) error) error {
+func (d *ReadDeadline) arm(arm func(time.Time) error) error {
 	if err := arm(time.Unix(0, d.late)); err != nil {
 		d.armed = 0
 		return err
@@ -108,10 +108,10 @@ func (d *readDeadline) arm(arm func(time.Time) error) error {
 	return nil
 }
 
-// early reports whether err, returned by a read, is the timeout of a socket deadline armed before the
+// Early reports whether err, returned by a read, is the timeout of a socket deadline armed before the
 // deadline asked for, and then arms the socket at that one: the caller reads again. A timeout of the
 // deadline asked for, or any other error, is the read's to report.
-func (d *readDeadline) early(err error, arm func(time.Time) error) bool {
+func (d *ReadDeadline) Early(err error, arm func(time.Time) error) bool {
 	if !errors.Is(err, os.ErrDeadlineExceeded) || d.want == 0 || time.Now().UnixNano() >= d.want {
 		return false
 	}

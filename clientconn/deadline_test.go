@@ -1,4 +1,4 @@
-package engine
+package clientconn
 
 import (
 	"io"
@@ -12,39 +12,39 @@ import (
 // the one asked for is kept; an earlier one, or one much later, is re-armed; past and zero deadlines are
 // always applied; a deadline is never armed before the one asked for.
 func TestCoarseDeadline(t *testing.T) {
-	var d coarseDeadline
+	var d CoarseDeadline
 	var armed []time.Time
 	arm := func(t time.Time) error { armed = append(armed, t); return nil }
 	now := time.Now()
 	const timeout = 16 * time.Second
 
-	_ = d.set(now.Add(timeout), arm)
+	_ = d.Set(now.Add(timeout), arm)
 	if len(armed) != 1 || armed[0].Before(now.Add(timeout)) || armed[0].After(now.Add(timeout+time.Second+50*time.Millisecond)) {
 		t.Fatalf("first arm %v, want within [now+16s, now+17s]", armed)
 	}
-	_ = d.set(now.Add(timeout+500*time.Millisecond), arm) // the armed one is at most 1/16 later: kept
+	_ = d.Set(now.Add(timeout+500*time.Millisecond), arm) // the armed one is at most 1/16 later: kept
 	if len(armed) != 1 {
 		t.Fatalf("re-armed %v within the slack", armed[1:])
 	}
-	_ = d.set(now.Add(timeout+2*time.Second), arm) // later than the armed one: re-armed
+	_ = d.Set(now.Add(timeout+2*time.Second), arm) // later than the armed one: re-armed
 	if len(armed) != 2 || armed[1].Before(now.Add(timeout+2*time.Second)) {
 		t.Fatalf("arms %v, want a second one no earlier than asked", armed)
 	}
-	_ = d.set(now.Add(time.Second), arm) // much earlier than the armed one: re-armed, never late by more than 1/16
+	_ = d.Set(now.Add(time.Second), arm) // much earlier than the armed one: re-armed, never late by more than 1/16
 	if len(armed) != 3 || armed[2].Before(now.Add(time.Second)) || armed[2].After(now.Add(time.Second+time.Second/16+50*time.Millisecond)) {
 		t.Fatalf("arms %v, want a third one within [now+1s, now+1.0625s]", armed)
 	}
-	_ = d.set(time.Unix(1, 0), arm) // in the past (a wake-up): applied exactly
+	_ = d.Set(time.Unix(1, 0), arm) // in the past (a wake-up): applied exactly
 	if len(armed) != 4 || !armed[3].Equal(time.Unix(1, 0)) {
 		t.Fatalf("arms %v, want the past deadline applied", armed)
 	}
-	_ = d.set(time.Time{}, arm)
-	_ = d.set(time.Time{}, arm) // cleared once; the second clear has nothing to do
+	_ = d.Set(time.Time{}, arm)
+	_ = d.Set(time.Time{}, arm) // cleared once; the second clear has nothing to do
 	if len(armed) != 5 || !armed[4].IsZero() {
 		t.Fatalf("arms %v, want one clear", armed)
 	}
-	d.forget(now.Add(time.Hour)) // SetDeadline armed both directions
-	_ = d.set(now.Add(timeout), arm)
+	d.Forget(now.Add(time.Hour)) // SetDeadline armed both directions
+	_ = d.Set(now.Add(timeout), arm)
 	if len(armed) != 6 {
 		t.Fatalf("arms %v: a deadline far before the forgotten one must be armed", armed)
 	}
@@ -80,60 +80,41 @@ func TestClientConnCoarseDeadline(t *testing.T) {
 // moves the socket's deadline only when it lies beyond the slack of the one asked for or has passed; an
 // earlier one is kept, and its timeout is early - re-armed at the deadline asked for - until that one passes.
 func TestReadDeadline(t *testing.T) {
-	var d readDeadline
+	var d ReadDeadline
 	var armed []time.Time
 	arm := func(t time.Time) error { armed = append(armed, t); return nil }
 	now := time.Now()
 	const headers, gap = 16 * time.Second, 4 * time.Second
 
-	_ = d.setAfter(now, headers, arm)
+	_ = d.SetAfter(now, headers, arm)
 	if len(armed) != 1 || !armed[0].Equal(now.Add(headers+headers/16)) {
 		t.Fatalf("first arm %v, want now+17s", armed)
 	}
-	_ = d.setAfter(now, gap, arm) // the armed deadline is beyond the slack: armed earlier
+	_ = d.SetAfter(now, gap, arm) // the armed deadline is beyond the slack: armed earlier
 	if len(armed) != 2 || !armed[1].Equal(now.Add(gap+gap/16)) {
 		t.Fatalf("arms %v, want a second one at now+4.25s", armed)
 	}
 	for i := range 3 { // the next requests: headers, gap, headers... no arm while the socket's is ahead
-		_ = d.setAfter(now.Add(time.Duration(i)*time.Millisecond), headers, arm)
-		_ = d.setAfter(now.Add(time.Duration(i)*time.Millisecond), gap, arm)
+		_ = d.SetAfter(now.Add(time.Duration(i)*time.Millisecond), headers, arm)
+		_ = d.SetAfter(now.Add(time.Duration(i)*time.Millisecond), gap, arm)
 	}
 	if len(armed) != 2 {
 		t.Fatalf("switches armed %v", armed[2:])
 	}
-	_ = d.setAfter(now, headers, arm)
+	_ = d.SetAfter(now, headers, arm)
 	timeout := &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}
-	if !d.early(timeout, arm) || len(armed) != 3 || !armed[2].Equal(now.Add(headers+headers/16)) {
+	if !d.Early(timeout, arm) || len(armed) != 3 || !armed[2].Equal(now.Add(headers+headers/16)) {
 		t.Fatalf("early timeout: arms %v, want the asked deadline armed", armed)
 	}
-	if d.early(io.EOF, arm) || len(armed) != 3 {
+	if d.Early(io.EOF, arm) || len(armed) != 3 {
 		t.Fatal("another error counted as an early timeout")
 	}
-	_ = d.setAfter(now.Add(-time.Minute), time.Second, arm) // asked for a deadline that has passed
-	if d.early(timeout, arm) {
+	_ = d.SetAfter(now.Add(-time.Minute), time.Second, arm) // asked for a deadline that has passed
+	if d.Early(timeout, arm) {
 		t.Fatal("the timeout of the deadline asked for counted as early")
 	}
 	if len(armed) != 4 {
 		t.Fatalf("arms %v: a socket deadline that has passed must be re-armed", armed)
-	}
-}
-
-// TestReadDeadlineSocket: over a real socket, the upstream connection's read keeps waiting through the
-// timeout of a socket deadline armed before the one asked for, and times out no earlier than that one.
-func TestReadDeadlineSocket(t *testing.T) {
-	nc := silentPeer(t)
-	c := &uconn{nc: nc}
-	start := time.Now()
-	_ = c.rd.setAfter(start, 100*time.Millisecond, nc.SetReadDeadline)
-	_ = c.rd.setAfter(start, 400*time.Millisecond, nc.SetReadDeadline) // kept: the socket times out at 106 ms
-	var b [1]byte
-	_, err := readerFunc{c}.Read(b[:])
-	waited := time.Since(start)
-	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
-		t.Fatalf("read: %v, want a timeout", err)
-	}
-	if waited < 400*time.Millisecond {
-		t.Fatalf("timed out after %v, before the 400ms asked for", waited)
 	}
 }
 

@@ -1,13 +1,13 @@
-package engine
+package clientconn
 
 import "sync/atomic"
 
-// connBudget counts the sockets the gateway holds - client connections and upstream connections together -
+// Budget counts the sockets the gateway holds - client connections and upstream connections together -
 // against one limit derived from the process's open-file limit, so that neither side can starve the other
 // into accept4 or connect failing with EMFILE.
 //
-// connBudget is safe for concurrent use.
-type connBudget struct {
+// Budget is safe for concurrent use.
+type Budget struct {
 	limit int64 // <= 0: unlimited
 
 	_    [64]byte
@@ -15,8 +15,8 @@ type connBudget struct {
 	_    [56]byte
 }
 
-// take reserves one socket. It reports false, reserving nothing, when the budget is spent.
-func (b *connBudget) take() bool {
+// Take reserves one socket. It reports false, reserving nothing, when the budget is spent.
+func (b *Budget) Take() bool {
 	if b == nil {
 		return true
 	}
@@ -27,15 +27,15 @@ func (b *connBudget) take() bool {
 	return true
 }
 
-// put returns a socket reserved by take.
-func (b *connBudget) put() {
+// Put returns a socket reserved by Take.
+func (b *Budget) Put() {
 	if b != nil {
 		b.open.Add(-1)
 	}
 }
 
-// inUse returns the sockets reserved now.
-func (b *connBudget) inUse() int64 {
+// InUse returns the sockets reserved now.
+func (b *Budget) InUse() int64 {
 	if b == nil {
 		return 0
 	}
