@@ -3,6 +3,7 @@ package fleet
 import (
 	"bufio"
 	"bytes"
+	"net"
 	"strconv"
 	"time"
 
@@ -95,4 +96,16 @@ func maxTokens(body []byte) int {
 	}
 	n, _ := strconv.Atoi(string(rest[:j]))
 	return n
+}
+
+// ServeFakeUpstream serves NewFakeUpstream(cfg) on a loopback port and returns its address and the
+// function that stops it.
+func ServeFakeUpstream(cfg UpstreamConfig) (addr string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &fasthttp.Server{Handler: NewFakeUpstream(cfg), CloseOnShutdown: true}
+	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr().String(), func() { _ = srv.Shutdown() }, nil
 }

@@ -25,14 +25,12 @@ import (
 // startUpstream serves NewFakeUpstream on loopback for a test.
 func startUpstream(t *testing.T, cfg fleet.UpstreamConfig) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, stop, err := fleet.ServeFakeUpstream(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &fasthttp.Server{Handler: fleet.NewFakeUpstream(cfg), CloseOnShutdown: true}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
-	return ln.Addr().String()
+	t.Cleanup(stop)
+	return addr
 }
 
 // TestFakeUpstreamStream: the paced stream arrives whole, each delta no earlier than its send
