@@ -6,6 +6,10 @@ SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
+# bash, so that a pipeline fails when go test does (pipefail).
+SHELL       := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+
 # staticcheck serves the lint step, not the gateway: `go install pkg@version` builds the pinned release into
 # TOOLS, outside the repository and go.mod, once per Go version (a binary built by an older Go refuses newer
 # code), and every later `make lint` on the machine reuses it.
@@ -19,22 +23,32 @@ export ROLTER_REQUIRE_POSTGRES := 1
 export ROLTER_REQUIRE_HAPROXY := 1
 export ROLTER_REQUIRE_NATS := 1
 
-.PHONY: all deps build run test test-unit test-race test-nocgo test-valgrind valgrind bench bench-routing bench-overhead bench-instructions bench-ab bench-scaleout fuzz-short lint fmt vet clean bench-pressure
+.PHONY: all deps deps-build deps-test test-modules FORCE build run test test-unit test-race test-nocgo test-valgrind valgrind bench bench-routing bench-overhead bench-instructions bench-ab bench-scaleout fuzz-short lint fmt vet clean bench-pressure
 
 all: build
 
-# deps installs what a fresh Debian machine lacks: libzmq (cgo, for KV events), the OpenAI Node SDK used
-# by the real-client test, Chromium for the dashboard's browser test, HAProxy for the scale-out test, and
-# PostgreSQL's server for the shared-store tests (they start their own servers; the package's own cluster
-# is not used).
-deps:
+# APT installs Debian packages, as root or with sudo.
+APT := $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq
+
+# deps installs what a fresh Debian machine lacks: deps-build what the gateway's build needs, deps-test the
+# tools only the tests use.
+deps: deps-build deps-test
+
+# deps-build: libzmq and pkg-config, for the cgo binding of the KV-event subscriber.
+deps-build:
 	@if ! pkg-config --exists libzmq 2>/dev/null; then \
 		echo "deps: installing libzmq3-dev and pkg-config with apt"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq libzmq3-dev pkg-config >/dev/null; \
+		$(APT) libzmq3-dev pkg-config >/dev/null; \
 	fi
+
+# deps-test: Node.js, npm and the openai npm package for the real-client test, Chromium for the
+# dashboard's browser test, HAProxy for the scale-out test, nats-server for the cluster tests, PostgreSQL's
+# server for the shared-store tests (they start their own servers; the package's own cluster is not used)
+# and valgrind for the instruction count's test.
+deps-test:
 	@if ! command -v node >/dev/null 2>&1; then \
 		echo "deps: installing nodejs and npm with apt"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm >/dev/null; \
+		$(APT) nodejs npm >/dev/null; \
 	fi
 	@if [ ! -d engine/testdata/sdk/node_modules/openai ]; then \
 		echo "deps: installing the openai npm package for the SDK test"; \
@@ -42,50 +56,70 @@ deps:
 	fi
 	@if [ ! -x /usr/bin/chromium ]; then \
 		echo "deps: installing chromium with apt for the dashboard's browser test"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; \
+		$(APT) chromium >/dev/null; \
 	fi
 	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then \
 		echo "deps: installing haproxy with apt for the scale-out test"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq haproxy >/dev/null; \
+		$(APT) haproxy >/dev/null; \
 	fi
 	@if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then \
 		echo "deps: installing nats-server with apt for the cluster tests"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nats-server >/dev/null; \
+		$(APT) nats-server >/dev/null; \
 	fi
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		echo "deps: installing postgresql with apt for the PostgreSQL store tests"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; \
+		$(APT) postgresql >/dev/null; \
 	fi
+	@$(MAKE) --no-print-directory valgrind
 
-build: deps
+build: deps-build
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
 
 run: build
 	./bin/rolter up
 
-# test is what CI runs (.ci/run): vet, formatting, the race-enabled suite, the no-cgo build, and the
-# instruction count's test, which runs the gateway under valgrind and so cannot run under the race detector.
-test: deps lint test-race test-nocgo test-valgrind
+# test is what CI runs (.ci/run): vet, formatting and staticcheck, the race-enabled suite, the no-cgo
+# build, the instruction count's test (it runs the gateway under valgrind and so cannot run under the race
+# detector), and the nested modules' tests (deploy/: the chart, the image), whose tools stay out of the
+# gateway's go.mod. Each package's line shows as it finishes (bin/testprogress reads go test -json).
+NESTED := deploy/helm
+test: deps
+	@echo "== make test: lint"; $(MAKE) --no-print-directory lint
+	@echo "== make test: the suite with the race detector"; $(MAKE) --no-print-directory test-race
+	@echo "== make test: without cgo"; $(MAKE) --no-print-directory test-nocgo
+	@echo "== make test: instructions under valgrind"; $(MAKE) --no-print-directory test-valgrind
+	@echo "== make test: nested modules"; $(MAKE) --no-print-directory test-modules
 
-test-valgrind: valgrind
-	$(GO) test -count=1 -run '^TestInstructions' ./bench/instructions
+bin/testprogress: FORCE
+	@$(GO) build -o $@ ./internal/cmd/testprogress
+
+FORCE:
+
+test-valgrind: valgrind bin/testprogress
+	$(GO) test -count=1 -json -run '^TestInstructions' ./bench/instructions | bin/testprogress
 
 valgrind:
 	@if ! command -v valgrind >/dev/null 2>&1 || ! command -v cg_diff >/dev/null 2>&1; then \
 		echo "installing valgrind with apt"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq valgrind >/dev/null; \
+		$(APT) valgrind >/dev/null; \
 	fi
 
-test-unit:
-	$(GO) test -count=1 -timeout 10m $(PKGS)
+test-unit: bin/testprogress
+	$(GO) test -count=1 -timeout 10m -json $(PKGS) | bin/testprogress
 
-test-race:
-	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+test-race: bin/testprogress
+	$(GO) test -race -count=1 -timeout 12m -json $(PKGS) | bin/testprogress
 
 # Without cgo there is no ZMQ: everything else must still build and pass, and kv_events configs are refused.
-test-nocgo:
+test-nocgo: bin/testprogress
 	CGO_ENABLED=0 $(GO) build ./...
-	CGO_ENABLED=0 $(GO) test -count=1 -short -timeout 10m $(PKGS)
+	CGO_ENABLED=0 $(GO) test -count=1 -short -timeout 10m -json $(PKGS) | bin/testprogress
+
+test-modules: bin/testprogress
+	@for m in $(NESTED); do \
+		echo "== $$m"; \
+		(cd $$m && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m -json ./... | $(CURDIR)/bin/testprogress) || exit 1; \
+	done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
@@ -99,7 +133,7 @@ bench-routing:
 bench-overhead:
 	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then \
 		echo "bench-overhead: installing haproxy with apt"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq haproxy >/dev/null; \
+		$(APT) haproxy >/dev/null; \
 	fi
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
 	$(GO) build -o bin/fakeupstream ./bench/cmd/fakeupstream
@@ -134,11 +168,11 @@ bench-pressure:
 bench-scaleout:
 	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then \
 		echo "bench-scaleout: installing haproxy with apt"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq haproxy >/dev/null; \
+		$(APT) haproxy >/dev/null; \
 	fi
 	@if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then \
 		echo "bench-scaleout: installing nats-server with apt"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nats-server >/dev/null; \
+		$(APT) nats-server >/dev/null; \
 	fi
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
 	$(GO) run ./bench/cmd/scaleout -rolter bin/rolter -out bench/results

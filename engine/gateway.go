@@ -474,8 +474,14 @@ func notFound() *apiError {
 		message: "unknown path", noRetry: true}
 }
 
-// ready answers /readyz: ready unless draining or no target of any route can take a request (all down,
-// cooling or circuit-open): a load balancer should then prefer another gateway.
+// ready answers /readyz, what a load balancer or the kubelet asks before it sends this replica requests:
+//   - 503 "draining" once SIGTERM started the drain: new requests belong to another replica;
+//   - 200 "ready: no routes yet" when the config has no route: the gateway is up and can take its first
+//     routes and providers (the control plane's API, or a reload); answering 503 here would keep an
+//     empty gateway out of its Service forever, so no one could configure it through that Service;
+//   - 503 "no target can take requests" when there are routes but every target of every route is down,
+//     cooling or circuit-open: another replica may still reach the fleet;
+//   - 200 "ready" otherwise.
 func (g *Gateway) ready(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/plain; charset=utf-8")
 	if g.draining.Load() {
@@ -484,6 +490,10 @@ func (g *Gateway) ready(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	snap := g.snap.Load()
+	if len(snap.Routes) == 0 {
+		ctx.SetBodyString("ready: no routes yet\n")
+		return
+	}
 	now := time.Now().UnixNano()
 	for _, r := range snap.Routes {
 		for _, t := range r.Targets {

@@ -539,6 +539,37 @@ func TestInfoEndpoints(t *testing.T) {
 	}
 }
 
+// TestReadyzEmptyGateway: a gateway without routes is ready (it can take its first routes through the
+// control plane or a reload); once it has routes, readiness is about them.
+func TestReadyzEmptyGateway(t *testing.T) {
+	gw := startGateway(t, "[server]\nlisten = \"127.0.0.1:0\"\n")
+	readyz := func() (int, string) {
+		t.Helper()
+		resp, err := testClient.Get(gw.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	if code, body := readyz(); code != 200 || body != "ready: no routes yet\n" {
+		t.Fatalf("/readyz of an empty gateway: %d %q, want 200", code, body)
+	}
+	// Its first route, whose only target cannot be reached: still ready until health says otherwise,
+	// and no longer "no routes".
+	cfg, err := config.Parse([]byte(gatewayConfig("round_robin", "", "http://127.0.0.1:1")), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.g.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := readyz(); code != 200 || body != "ready\n" {
+		t.Fatalf("/readyz with a route: %d %q, want 200 ready", code, body)
+	}
+}
+
 // TestDrain: Shutdown lets an in-flight stream finish and refuses new connections.
 func TestDrain(t *testing.T) {
 	up := newFakeUpstream(t, sseEvents(10, 50*time.Millisecond))

@@ -45,6 +45,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* More than one gateway must share a PostgreSQL store: separate SQLite files would drift apart. */}}
 {{- define "rolter.check" -}}
+{{- include "rolter.checkToml" . }}
 {{- if and .Values.control.enabled (not (include "rolter.postgres" .)) }}
 {{- if or (gt (int .Values.replicaCount) 1) .Values.autoscaling.enabled }}
 {{- fail "replicaCount > 1 or autoscaling needs control.store = \"postgres://...\": gateways with their own SQLite files would drift apart" }}
@@ -55,6 +56,35 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- if and (include "rolter.postgres" .) (regexMatch "://[^/@]*:[^/@]*@" .Values.control.store) }}
 {{- fail "control.store must not hold the password: put it in a Secret named by control.database.passwordSecret" }}
+{{- end }}
+{{- end }}
+
+{{/* rolter.toml as the ConfigMap holds it: [server] and [control] from the values, then config. */}}
+{{- define "rolter.toml" -}}
+# Written by the rolter Helm chart: [server] and [control] come from values.yaml, the rest is config.
+[server]
+listen = ":{{ .Values.server.port }}"
+drain_secs = {{ .Values.server.drainSecs }}
+{{- range $k, $v := .Values.server.settings }}
+{{ $k }} = {{ toJson $v }}
+{{- end }}
+
+[control]
+enabled = {{ .Values.control.enabled }}
+listen = ":{{ .Values.control.port }}"
+store = {{ include "rolter.store" . | toJson }}
+admin_token_env = "ROLTER_ADMIN_TOKEN"
+{{ with .Values.config }}
+{{ . }}
+{{- end }}
+{{- end }}
+
+{{/* A rolter.toml that is not TOML (a typo in config, or a [server] or [control] table of its own, which
+the chart writes) fails the render instead of a pod that cannot start. */}}
+{{- define "rolter.checkToml" -}}
+{{- $parsed := fromToml (include "rolter.toml" .) }}
+{{- if hasKey $parsed "Error" }}
+{{- fail (printf "rolter.toml is not valid TOML (check config; [server] and [control] come from values): %s" (get $parsed "Error")) }}
 {{- end }}
 {{- end }}
 
