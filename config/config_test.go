@@ -535,7 +535,7 @@ func TestRouteTargetsDistinctProviders(t *testing.T) {
 func TestControlValidation(t *testing.T) {
 	f := func(ctl, want string) {
 		t.Helper()
-		_, err := Parse([]byte("[control]\n"+ctl), "ctl.toml")
+		_, err := Parse([]byte("[control]\nenabled = false\n"+ctl), "ctl.toml")
 		if want == "" {
 			if err != nil {
 				t.Fatalf("%q: unexpected error: %s", ctl, err)
@@ -548,10 +548,10 @@ func TestControlValidation(t *testing.T) {
 	}
 	f(`hosts = ["rolter.example.com", "gw:8443", "10.0.0.5", "[fd00::1]:8081"]`, "")
 	f("max_conns = 1\nread_timeout_secs = 0.5", "")
-	f(`hosts = ["http://evil.example"]`, `ctl.toml:2: control.hosts: cannot use "http://evil.example"`)
+	f(`hosts = ["http://evil.example"]`, `ctl.toml:3: control.hosts: cannot use "http://evil.example"`)
 	f(`hosts = ["a..b"]`, `control.hosts: cannot use "a..b"`)
 	f(`hosts = ["gw:0"]`, `control.hosts: cannot use "gw:0"`)
-	f(`max_conns = 0`, "ctl.toml:2: control.max_conns: must be between 1 and 65536, got 0")
+	f(`max_conns = 0`, "ctl.toml:3: control.max_conns: must be between 1 and 65536, got 0")
 	f(`read_timeout_secs = 0`, "control.read_timeout_secs: must be > 0, got 0")
 	f(`write_timeout_secs = -1`, "control.write_timeout_secs: must be > 0, got -1")
 	f(`idle_timeout_secs = 0`, "control.idle_timeout_secs: must be > 0, got 0")
@@ -568,5 +568,19 @@ func TestControlValidation(t *testing.T) {
 	b.MaxConns++
 	if a.Equal(&b) {
 		t.Fatal("[control] max_conns changed but equal reports no change")
+	}
+}
+
+// TestControlWithoutEnabled: a [control] table that does not say enabled is refused rather than silently
+// off; enabled = false keeps it off on purpose.
+func TestControlWithoutEnabled(t *testing.T) {
+	_, err := Parse([]byte("[server]\nlisten = \"127.0.0.1:8080\"\n\n[control]\nlisten = \"127.0.0.1:9090\"\n"), "t.toml")
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) != 1 || errs[0].Key != "control.enabled" || errs[0].Line != 4 ||
+		!strings.Contains(errs[0].Msg, "enabled = true") {
+		t.Fatalf("[control] without enabled: %v", err)
+	}
+	if _, err := Parse([]byte("[control]\nenabled = false\nlisten = \"127.0.0.1:9090\"\n"), "t.toml"); err != nil {
+		t.Fatalf("[control] enabled = false: %v", err)
 	}
 }

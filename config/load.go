@@ -44,6 +44,11 @@ func Parse(data []byte, file string) (*Config, error) {
 		seen[plain]++
 		v.errs = append(v.errs, &Error{File: file, Line: line, Key: plain, Msg: "unknown key"})
 	}
+	if md.IsDefined("control") && !md.IsDefined("control", "enabled") {
+		// A [control] table without enabled would be silently off: its listen, store and token unused.
+		v.errs = append(v.errs, &Error{File: file, Line: lines.lineOf("control"), Key: "control.enabled",
+			Msg: "[control] is set but not enabled: the control plane starts only with enabled = true (write enabled = false to keep it off)"})
+	}
 	cfg.SetDefaults()
 	v.validate(cfg)
 	if len(v.errs) > 0 {

@@ -376,6 +376,7 @@ func TestAPIReloadDifferential(t *testing.T) {
 	connect, bind, connect2, bind2 := loopbackPort(t), loopbackPort(t), loopbackPort(t), loopbackPort(t)
 	// The operator lets orgs read the test's variables and bind the test's ports, and keeps secrets.
 	e := newEnvWith(t, filepath.Join(t.TempDir(), "rolter.db"), fmt.Sprintf(`[control]
+enabled = true
 provider_env = ["ROLTER_API_DIFF_KEY", "ROLTER_API_DIFF_KEY2", "ROLTER_API_DIFF_CURVE"]
 [egress]
 kv_bind_ports = [%d, %d]

@@ -118,7 +118,7 @@ func TestAPIOrgProviderEnvSideChannel(t *testing.T) {
 // provider: its value goes upstream as the bearer token.
 func TestAPIOrgProviderEnvAllowed(t *testing.T) {
 	t.Setenv("TEST_ORG_VLLM_KEY", "sk-vllm-for-orgs")
-	e := newEnvWith(t, filepath.Join(t.TempDir(), "rolter.db"), "[control]\nprovider_env = [\"TEST_ORG_VLLM_KEY\"]\n", nil)
+	e := newEnvWith(t, filepath.Join(t.TempDir(), "rolter.db"), "[control]\nenabled = true\nprovider_env = [\"TEST_ORG_VLLM_KEY\"]\n", nil)
 	rec := newRecorder(t)
 	org := e.mkOrg("tenant")
 	base := "/api/v1/orgs/" + org

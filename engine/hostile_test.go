@@ -133,7 +133,7 @@ func TestOwnListenersRefused(t *testing.T) {
 	f("127.0.0.1:18080", "", "http://engine.test:18080", "", "", "") // names are not resolved: the hop header's
 	f("127.0.0.1:18080", "127.0.0.1:18081", "http://127.0.0.1:18083", "", "", "")
 	// [control] off: its listen address is no listener.
-	text := "[server]\nlisten = \"127.0.0.1:18080\"\n[control]\nlisten = \"127.0.0.1:18081\"\n[[providers]]\nname = \"a\"\napi_base = \"http://127.0.0.1:18081\"\n[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"a\"\n"
+	text := "[server]\nlisten = \"127.0.0.1:18080\"\n[control]\nenabled = false\nlisten = \"127.0.0.1:18081\"\n[[providers]]\nname = \"a\"\napi_base = \"http://127.0.0.1:18081\"\n[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nprovider = \"a\"\n"
 	if _, err := config.Parse([]byte(text), "s.toml"); err != nil {
 		t.Fatalf("[control] off: %s", err)
 	}

@@ -254,7 +254,7 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 	if err := gw.g.Reload(cfg); err == nil || !strings.Contains(err.Error(), "[cluster] changed") {
 		t.Fatalf("reload adding [cluster]: %v", err)
 	}
-	control := strings.Replace(text, "[server]\n", "[control]\nhosts = [\"gw.example\"]\n[server]\n", 1)
+	control := strings.Replace(text, "[server]\n", "[control]\nenabled = false\nhosts = [\"gw.example\"]\n[server]\n", 1)
 	if cfg, err = config.Parse([]byte(control), "ctl.toml"); err != nil {
 		t.Fatal(err)
 	}

@@ -36,8 +36,9 @@ Usage:
                                        validate a config; print every problem; exit 1 on any;
                                        -print: print the effective config, every default filled in
   rolter sim [flags]                   run one simulated vLLM engine (rolter sim -h)
-  rolter up [-n 4] [-strategy cache_aware]
-                                       start simulated engines and a gateway in front of them
+  rolter up [-n 4] [-strategy pipeline] [-control]
+                                       start simulated engines and a gateway in front of them;
+                                       -control: the control plane and dashboard too
   rolter loadtest [flags]              drive an OpenAI-compatible endpoint with a workload (rolter loadtest -h)
   rolter replay -trace F [flags]       replay a captured or Mooncake trace through every strategy on a
                                        simulated fleet; print the routing table (rolter replay -h)
@@ -51,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "serve":
-		return serve(args[1:], stderr)
+		return serve(args[1:], stdout, stderr)
 	case "check":
 		return check(args[1:], stdout, stderr)
 	case "sim":
@@ -82,13 +83,37 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
+// parseFlags parses a subcommand's flags. -h is asked for: the usage goes to stdout and the exit code is 0;
+// a bad flag is reported with the usage on stderr and exit code 2. ok is false when the command stops here.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(stderr)
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" || a == "--h" {
+			fs.SetOutput(stdout)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "rolter %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, false
+	}
+	return 0, true
+}
+
 func check(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("config", "rolter.toml", "config file to validate")
 	print := fs.Bool("print", false, "print the effective config, every default filled in")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
@@ -111,13 +136,12 @@ func check(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func serve(args []string, stderr io.Writer) int {
+func serve(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("config", "rolter.toml", "config file")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	log := newLogger(stderr, *level)
 	cfg, err := config.Load(*path)

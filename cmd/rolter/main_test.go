@@ -37,6 +37,18 @@ func TestCheckAndVersion(t *testing.T) {
 	f([]string{"version"}, 0, "rolter ")
 	f([]string{"frobnicate"}, 2, "unknown command")
 	f([]string{"check", "-config", filepath.Join(dir, "none.toml")}, 1, "cannot read config")
+	f([]string{"check", "extra"}, 2, `unexpected argument "extra"`)
+	f([]string{"serve", "-nope"}, 2, "flag provided but not defined")
+
+	// -h is asked for: every subcommand prints its flags on stdout and exits 0.
+	for _, cmd := range []string{"check", "serve", "sim", "up", "loadtest", "replay"} {
+		for _, h := range []string{"-h", "--help"} {
+			var out, errb bytes.Buffer
+			if code := run([]string{cmd, h}, &out, &errb); code != 0 || !strings.Contains(out.String(), "-") {
+				t.Errorf("rolter %s %s: exit %d, stdout %q, stderr %q", cmd, h, code, out.String(), errb.String())
+			}
+		}
+	}
 }
 
 // TestUp runs `rolter up`, sends a request to the gateway it prints, and stops it with SIGINT.
@@ -45,7 +57,8 @@ func TestUp(t *testing.T) {
 	done := make(chan int, 1)
 	cfgPath := filepath.Join(t.TempDir(), "up.toml")
 	go func() {
-		done <- up([]string{"-n", "2", "-listen", "127.0.0.1:0", "-config-out", cfgPath}, pw, io.Discard)
+		done <- up([]string{"-n", "2", "-listen", "127.0.0.1:0", "-config-out", cfgPath, "-control", "-control-listen", "127.0.0.1:0",
+			"-shadow", "pipeline,round_robin"}, pw, io.Discard)
 		pw.Close()
 	}()
 	br := bufio.NewReader(pr)
@@ -68,7 +81,12 @@ func TestUp(t *testing.T) {
 	if _, err := os.Stat(cfgPath); err != nil || !strings.Contains(banner.String(), cfgPath) {
 		t.Fatalf("config not written or not shown: %v\n%s", err, banner.String())
 	}
-	body := `{"model":"sim-model","messages":[{"role":"user","content":"hello"}]}`
+	// The prompt the banner suggests: its second send finds whole KV blocks cached.
+	prompt, _ := json.Marshal(TryItPrompt)
+	if !strings.Contains(banner.String(), string(prompt)) {
+		t.Fatalf("the banner does not suggest TryItPrompt:\n%s", banner.String())
+	}
+	body := `{"model":"sim-model","messages":[{"role":"user","content":` + string(prompt) + `}]}`
 	for i := 0; i < 2; i++ {
 		resp, err := http.Post(url[1]+"/v1/chat/completions", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -82,6 +100,39 @@ func TestUp(t *testing.T) {
 		// up runs pipeline: the second identical request is scored onto the engine holding the whole prompt.
 		if i == 1 && (resp.Header.Get("X-Rolter-Decision") != "score" || resp.Header.Get("X-Rolter-Prefix-Match") != "1.0000") {
 			t.Fatalf("second identical request decided %s with prefix match %s", resp.Header.Get("X-Rolter-Decision"), resp.Header.Get("X-Rolter-Prefix-Match"))
+		}
+		var answer struct {
+			Usage struct {
+				PromptTokensDetails struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			}
+		}
+		if err := json.Unmarshal(b, &answer); err != nil {
+			t.Fatal(err)
+		}
+		if cached := answer.Usage.PromptTokensDetails.CachedTokens; (i == 1) != (cached > 0) {
+			t.Fatalf("send %d: cached_tokens %d\n%s", i+1, cached, b)
+		}
+	}
+	// -control: the dashboard and the API, with the token the banner shows.
+	ctl := regexp.MustCompile(`dashboard\s+(http://\S+)/dashboard/\s+\(admin token (\w+)\)`).FindStringSubmatch(banner.String())
+	if ctl == nil {
+		t.Fatalf("no dashboard in:\n%s", banner.String())
+	}
+	for path, token := range map[string]string{"/dashboard/": "", "/api/v1/info": ctl[2], "/api/v1/state": ctl[2]} {
+		req, _ := http.NewRequest("GET", ctl[1]+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || path == "/api/v1/state" && !strings.Contains(string(b), `"sim-model"`) {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
 		}
 	}
 	syscall.Kill(os.Getpid(), syscall.SIGINT)

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,6 +36,9 @@ type upOptions struct {
 	decodeUs   float64
 	maxNumSeqs int
 	logLevel   string
+	// control starts the control plane and the dashboard on controlListen.
+	control       bool
+	controlListen string
 }
 
 // up starts n simulated engines and a gateway in front of them with a generated config (one route, every
@@ -41,7 +47,6 @@ type upOptions struct {
 func up(args []string, stdout, stderr io.Writer) int {
 	var o upOptions
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.IntVar(&o.n, "n", 4, "number of simulated engines")
 	fs.StringVar(&o.strategy, "strategy", "pipeline", "routing strategy of the route (pipeline: the best measured, README \"Routing quality\")")
 	fs.StringVar(&o.shadow, "shadow", "", "shadow strategies of the route, comma-separated (README \"Routing evidence\")")
@@ -52,9 +57,12 @@ func up(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.decodeUs, "decode-us-per-token", 2000, "engine time per output token, µs")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 8, "requests each engine runs at once")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "gateway log level: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs.BoolVar(&o.control, "control", false, "also start the control plane (/api/v1) and the dashboard, with a store in the temp dir")
+	fs.StringVar(&o.controlListen, "control-listen", "127.0.0.1:8081", "control plane address with -control (a free port is used if this one is taken)")
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
+	o.shadow = shadowOf(o.strategy, o.shadow, stderr)
 	if o.n < 1 || o.n > 64 {
 		fmt.Fprintln(stderr, "rolter up: -n must be between 1 and 64")
 		return 2
@@ -103,6 +111,14 @@ func up(args []string, stdout, stderr io.Writer) int {
 	if path == "" {
 		path = filepath.Join(os.TempDir(), fmt.Sprintf("rolter-up-%d.toml", os.Getpid()))
 	}
+	var token string
+	if o.control {
+		token = upAdminToken()
+		os.Setenv(upTokenEnv, token)
+		store := strings.TrimSuffix(path, ".toml") + ".db"
+		defer removeStore(store)
+		text += upControlConfig(freeOr(o.controlListen), store)
+	}
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		fmt.Fprintf(stderr, "rolter up: cannot write the config: %s\n", err)
 		return 1
@@ -112,10 +128,27 @@ func up(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rolter up: the generated config is invalid (check -strategy and -shadow):\n%s\n", err)
 		return 2
 	}
-	g, err := engine.New(cfg, engine.Options{Logger: log, Version: version})
+	run := cfg
+	var cp *controlPlane
+	if o.control {
+		if cp, run, err = openControl(cfg, log); err != nil {
+			fmt.Fprintf(stderr, "rolter up: cannot open the control plane: %s\n", err)
+			return 1
+		}
+		defer cp.stop()
+	}
+	g, err := engine.New(run, engine.Options{Logger: log, Version: version})
 	if err != nil {
 		fmt.Fprintf(stderr, "rolter up: cannot start the gateway: %s\n", err)
 		return 1
+	}
+	reload := func() { _ = g.ReloadFile(path) }
+	if cp != nil {
+		if err := cp.start(g); err != nil {
+			fmt.Fprintf(stderr, "rolter up: cannot start the control plane: %s\n", err)
+			return 1
+		}
+		reload = func() { cp.reload(g, path) }
 	}
 
 	url := "http://" + ln.Addr().String()
@@ -123,18 +156,78 @@ func up(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "\nRolter %s is up: %d simulated vLLM engines behind one gateway (strategy %s).\n\n", version, o.n, o.strategy)
 	fmt.Fprintf(stdout, "  gateway   %s/v1   (OpenAI-compatible; model %q)\n", url, model)
 	fmt.Fprintf(stdout, "  metrics   %s/metrics\n", url)
+	if cp != nil {
+		ctl := "http://" + cp.ln.Addr().String()
+		fmt.Fprintf(stdout, "  dashboard %s/dashboard/   (admin token %s)\n", ctl, token)
+		fmt.Fprintf(stdout, "  api       %s/api/v1   (Authorization: Bearer $%s)\n", ctl, upTokenEnv)
+	}
 	fmt.Fprintf(stdout, "  config    %s\n", path)
 	for i, e := range sims {
 		fmt.Fprintf(stdout, "  engine %-2d %s\n", i+1, e.URL())
 	}
-	fmt.Fprintf(stdout, "\nTry it (send it twice: the second lands on the same engine, its prompt cached):\n\n")
+	fmt.Fprintf(stdout, "\nTry it (send it twice: the second lands on the same engine, its prompt cached, usage.prompt_tokens_details.cached_tokens > 0):\n\n")
 	fmt.Fprintf(stdout, "  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -D - \\\n", url)
-	fmt.Fprintf(stdout, "    -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":\"Hello, Rolter!\"}]}'\n\n", model)
+	fmt.Fprintf(stdout, "    -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":%q}]}'\n\n", model, TryItPrompt)
 	fmt.Fprintf(stdout, "Ctrl-C stops everything.\n")
 
-	code := serveUntilSignal(g, ln, 5*time.Second, func() { _ = g.ReloadFile(path) }, log)
+	code := serveUntilSignal(g, ln, 5*time.Second, reload, log)
 	fmt.Fprintln(stdout, "stopped.")
 	return code
+}
+
+// TryItPrompt is the prompt `rolter up` suggests: longer than one KV block of the simulator (16 tokens), so
+// that the second send finds whole blocks cached.
+const TryItPrompt = "You are a concise assistant for a team that runs vLLM fleets. In two sentences, explain why " +
+	"sending a request to the replica that already holds its prompt prefix in its KV cache cuts the time to first token."
+
+// upTokenEnv is the variable `rolter up -control` keeps its generated admin token in, for the control plane
+// to read as [control] admin_token_env.
+const upTokenEnv = "ROLTER_UP_ADMIN_TOKEN"
+
+// upAdminToken is a new random admin token.
+func upAdminToken() string {
+	b := make([]byte, 24)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// freeOr returns addr if it can be listened on now, else a free port on loopback.
+func freeOr(addr string) string {
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		ln.Close()
+		return addr
+	}
+	return "127.0.0.1:0"
+}
+
+// upControlConfig is the [control] section of `rolter up -control`: a SQLite store beside the config.
+func upControlConfig(listen, store string) string {
+	return fmt.Sprintf("\n[control]\nenabled = true\nlisten = %q\nstore = %q\nadmin_token_env = %q\n", listen, store, upTokenEnv)
+}
+
+// removeStore removes a SQLite store and its journal files.
+func removeStore(path string) {
+	for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
+		os.Remove(path + suffix)
+	}
+}
+
+// shadowOf returns the -shadow list without the route's own strategy, which cannot shadow itself; it says
+// so on stderr when it leaves one out.
+func shadowOf(strategy, shadow string, stderr io.Writer) string {
+	if shadow == "" {
+		return ""
+	}
+	var keep []string
+	for _, n := range strings.Split(shadow, ",") {
+		n = strings.TrimSpace(n)
+		if n == strategy {
+			fmt.Fprintf(stderr, "rolter up: -shadow %s left out: it is the route's strategy (-strategy)\n", n)
+			continue
+		}
+		keep = append(keep, n)
+	}
+	return strings.Join(keep, ",")
 }
 
 // upConfig renders the config of `rolter up`: one route over every engine, health checks and engine-metrics
