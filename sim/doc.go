@@ -38,6 +38,11 @@
 //	                                             flush each, "data: [DONE]\n\n" last;
 //	                                             stream_options.include_usage adds a usage
 //	                                             event with "choices": [] before [DONE])
+//	POST /v1/responses    OpenAI's Responses API (responses.go): input and instructions under the
+//	                      chat template; SSE of its typed events (event: + data:), no [DONE]
+//	POST /v1/messages     Anthropic's Messages API (messages.go): system and messages under the chat
+//	                      template, max_tokens required; Anthropic's events and error shape
+//	POST /v1/embeddings   one L2-normalised vector per input, floats or base64 (embeddings.go)
 //	POST /tokenize        {"model","prompt"} or {"model","messages","add_generation_prompt"}
 //	                      -> {"count","max_model_len","tokens","token_strs":null}
 //	GET  /v1/models, /health, /version

@@ -16,12 +16,27 @@ func (e *Engine) serveHTTP(ctx *fasthttp.RequestCtx) {
 	switch string(path) {
 	case "/v1/chat/completions":
 		if post {
-			e.serveCompletion(ctx, true)
+			e.serveCompletion(ctx, apiChat)
 			return
 		}
 	case "/v1/completions":
 		if post {
-			e.serveCompletion(ctx, false)
+			e.serveCompletion(ctx, apiCompletions)
+			return
+		}
+	case "/v1/responses":
+		if post {
+			e.serveCompletion(ctx, apiResponses)
+			return
+		}
+	case "/v1/messages":
+		if post {
+			e.serveCompletion(ctx, apiMessages)
+			return
+		}
+	case "/v1/embeddings":
+		if post {
+			e.serveEmbeddings(ctx)
 			return
 		}
 	case "/tokenize":
@@ -74,30 +89,38 @@ func writeError(ctx *fasthttp.RequestCtx, e *apiError) {
 	ctx.SetBody(appendErrorBody(nil, e))
 }
 
+// writeErrorFor writes e in the shape of the endpoint that was asked: Anthropic's for /v1/messages,
+// vLLM's OpenAI shape for the others.
+func writeErrorFor(ctx *fasthttp.RequestCtx, a api, e *apiError) {
+	if a != apiMessages {
+		writeError(ctx, e)
+		return
+	}
+	ctx.SetStatusCode(e.status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(appendAnthropicError(nil, e))
+}
+
 var errStopping = &apiError{status: 503, typ: "ServiceUnavailableError", msg: "the engine is shutting down"}
 
-func (e *Engine) serveCompletion(ctx *fasthttp.RequestCtx, chat bool) {
+func (e *Engine) serveCompletion(ctx *fasthttp.RequestCtx, a api) {
 	e.requests.Add(1)
 	if e.stopped() {
 		ctx.SetConnectionClose()
-		writeError(ctx, errStopping)
+		writeErrorFor(ctx, a, errStopping)
 		return
 	}
 	r := e.getRequest()
-	if ae := r.parseCompletion(ctx.PostBody(), chat, &e.cfg); ae != nil {
+	if ae := r.parse(ctx.PostBody(), a, &e.cfg); ae != nil {
 		e.putRequest(r)
-		writeError(ctx, ae)
+		writeErrorFor(ctx, a, ae)
 		return
 	}
 	requestID := ctx.Request.Header.Peek("X-Request-Id")
 	if len(requestID) > 0 {
 		ctx.Response.Header.SetBytesV("X-Request-Id", requestID)
 	}
-	if chat {
-		e.newID(r, "chatcmpl-", requestID)
-	} else {
-		e.newID(r, "cmpl-", requestID)
-	}
+	e.newID(r, a.idPrefix(), requestID)
 	r.created = time.Now().Unix()
 	r.conn = ctx.Conn()
 	e.hashPrompt(r)
@@ -110,7 +133,7 @@ func (e *Engine) serveCompletion(ctx *fasthttp.RequestCtx, chat bool) {
 	if e.injectError(f.ErrorRate) {
 		e.errorsSent.Add(1)
 		e.putRequest(r)
-		writeError(ctx, &apiError{status: 500, typ: "InternalServerError", msg: "simulated engine failure (fault injection)"})
+		writeErrorFor(ctx, a, &apiError{status: 500, typ: "InternalServerError", msg: "simulated engine failure (fault injection)"})
 		return
 	}
 	if f.HangBeforeHeaders {
@@ -195,8 +218,7 @@ func (r *request) nextEvent() error {
 		}
 		e.prefilled(r)
 		r.phase = phTokens
-		if r.chat {
-			r.out = r.appendRoleEvent(r.out)
+		if r.out = r.appendOpening(r.out); len(r.out) > 0 {
 			break
 		}
 		return r.nextEvent()
@@ -210,16 +232,17 @@ func (r *request) nextEvent() error {
 			e.finish(r)
 			e.completed.Add(1)
 			r.phase = phUsage
-			if !r.includeUsage {
-				r.phase = phDone
-			}
 		}
 	case phUsage:
-		r.out = r.appendUsageEvent(r.out)
 		r.phase = phDone
+		if r.out = r.appendClosing(r.out); len(r.out) == 0 {
+			return r.nextEvent()
+		}
 	case phDone:
-		r.out = append(r.out, doneEvent...)
 		r.phase = phEOF
+		if r.out = r.appendDone(r.out); len(r.out) == 0 {
+			return io.EOF
+		}
 	default:
 		return io.EOF
 	}

@@ -15,7 +15,7 @@ import (
 type request struct {
 	e *Engine
 
-	chat         bool
+	api          api // which endpoint asked: the shape of the answer
 	stream       bool
 	includeUsage bool
 	maxTokens    int
@@ -47,6 +47,7 @@ type request struct {
 	tokenIdx   int
 	chunks     int
 	abortAfter int
+	seq        int // the next sequence_number of a Responses stream event
 	gone       bool
 }
 
@@ -66,7 +67,7 @@ func newRequest(e *Engine) *request {
 }
 
 func (r *request) reset() {
-	r.chat, r.stream, r.includeUsage, r.explicitMax = false, false, false, false
+	r.api, r.stream, r.includeUsage, r.explicitMax = apiCompletions, false, false, false
 	r.maxTokens = 0
 	r.tokens = r.tokens[:0]
 	r.hashes = r.hashes[:0]
@@ -80,7 +81,7 @@ func (r *request) reset() {
 	r.private, r.hit, r.prefill = 0, 0, 0
 	r.phase = 0
 	r.out = r.out[:0]
-	r.outPos, r.tokenIdx, r.chunks, r.abortAfter = 0, 0, 0, 0
+	r.outPos, r.tokenIdx, r.chunks, r.abortAfter, r.seq = 0, 0, 0, 0, 0
 	r.gone = false
 	select {
 	case <-r.ready:
@@ -101,25 +102,82 @@ func badRequest(msg string) *apiError {
 
 var parserPool fastjson.ParserPool
 
+// api is the endpoint of a generation request; each answers in its own shape.
+type api uint8
+
+const (
+	apiCompletions api = iota // POST /v1/completions
+	apiChat                   // POST /v1/chat/completions
+	apiResponses              // POST /v1/responses (OpenAI's Responses API)
+	apiMessages               // POST /v1/messages (Anthropic's Messages API)
+)
+
+// idPrefix is the start of the answer's id, as vLLM names them.
+func (a api) idPrefix() string {
+	switch a {
+	case apiChat:
+		return "chatcmpl-"
+	case apiResponses:
+		return "resp_"
+	case apiMessages:
+		return "msg_"
+	}
+	return "cmpl-"
+}
+
+// parse reads the body of a generation request of kind a and tokenizes its prompt.
+func (r *request) parse(body []byte, a api, cfg *Config) *apiError {
+	switch a {
+	case apiResponses:
+		return r.parseResponses(body, cfg)
+	case apiMessages:
+		return r.parseMessages(body, cfg)
+	}
+	return r.parseCompletion(body, a == apiChat, cfg)
+}
+
 // parseCompletion reads a chat or completions body and tokenizes its prompt.
 func (r *request) parseCompletion(body []byte, chat bool, cfg *Config) *apiError {
 	p := parserPool.Get()
 	defer parserPool.Put(p)
-	v, err := p.ParseBytes(body)
-	if err != nil {
-		return badRequest("cannot parse request body as JSON: " + err.Error())
-	}
-	if v.Type() != fastjson.TypeObject {
-		return badRequest("request body must be a JSON object")
-	}
-	if e := checkModel(v, cfg); e != nil {
+	v, e := parseObject(p, body, cfg)
+	if e != nil {
 		return e
 	}
-	r.chat = chat
+	r.api = apiCompletions
+	if chat {
+		r.api = apiChat
+	}
 	r.stream = v.GetBool("stream")
 	r.includeUsage = v.GetBool("stream_options", "include_usage")
+	if e := r.readMaxTokens(v, cfg, "max_completion_tokens", "max_tokens"); e != nil {
+		return e
+	}
+	if chat {
+		if e := r.tokenizeMessages(v, true); e != nil {
+			return e
+		}
+	} else if e := r.tokenizePrompt(v); e != nil {
+		return e
+	}
+	return r.checkLength(cfg)
+}
+
+// checkLength refuses a prompt whose tokens and max_tokens exceed the model's context, as vLLM does.
+func (r *request) checkLength(cfg *Config) *apiError {
+	if total := len(r.tokens) + r.maxTokens; total > cfg.MaxModelLen {
+		return badRequest("This model's maximum context length is " + strconv.Itoa(cfg.MaxModelLen) +
+			" tokens. However, you requested " + strconv.Itoa(total) + " tokens (" + strconv.Itoa(len(r.tokens)) +
+			" in the messages, " + strconv.Itoa(r.maxTokens) + " in the completion). Please reduce the length of the messages or completion.")
+	}
+	return nil
+}
+
+// readMaxTokens sets maxTokens from the first of keys the body sets (at least 1; explicitMax then), else
+// the engine's default output length.
+func (r *request) readMaxTokens(v *fastjson.Value, cfg *Config, keys ...string) *apiError {
 	r.maxTokens = cfg.MaxTokens
-	for _, key := range [...]string{"max_completion_tokens", "max_tokens"} {
+	for _, key := range keys {
 		mv := v.Get(key)
 		if mv == nil || mv.Type() == fastjson.TypeNull {
 			continue
@@ -132,19 +190,22 @@ func (r *request) parseCompletion(body []byte, chat bool, cfg *Config) *apiError
 		r.explicitMax = true
 		break
 	}
-	if chat {
-		if e := r.tokenizeMessages(v, true); e != nil {
-			return e
-		}
-	} else if e := r.tokenizePrompt(v); e != nil {
-		return e
-	}
-	if total := len(r.tokens) + r.maxTokens; total > cfg.MaxModelLen {
-		return badRequest("This model's maximum context length is " + strconv.Itoa(cfg.MaxModelLen) +
-			" tokens. However, you requested " + strconv.Itoa(total) + " tokens (" + strconv.Itoa(len(r.tokens)) +
-			" in the messages, " + strconv.Itoa(r.maxTokens) + " in the completion). Please reduce the length of the messages or completion.")
-	}
 	return nil
+}
+
+// parseObject parses body as a JSON object naming the engine's model (or none) with p.
+func parseObject(p *fastjson.Parser, body []byte, cfg *Config) (*fastjson.Value, *apiError) {
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return nil, badRequest("cannot parse request body as JSON: " + err.Error())
+	}
+	if v.Type() != fastjson.TypeObject {
+		return nil, badRequest("request body must be a JSON object")
+	}
+	if e := checkModel(v, cfg); e != nil {
+		return nil, e
+	}
+	return v, nil
 }
 
 func checkModel(v *fastjson.Value, cfg *Config) *apiError {
@@ -249,8 +310,8 @@ func (r *request) messageContent(cv *fastjson.Value) ([]byte, *apiError) {
 		r.partsBuf = r.partsBuf[:0]
 		n := 0
 		for _, p := range parts {
-			if string(p.GetStringBytes("type")) != "text" {
-				continue // images and audio take no tokens in the sim
+			if !textPart(p.GetStringBytes("type")) {
+				continue // images, audio and tool blocks take no tokens in the sim
 			}
 			if n > 0 {
 				r.partsBuf = append(r.partsBuf, '\n')
@@ -261,6 +322,16 @@ func (r *request) messageContent(cv *fastjson.Value) ([]byte, *apiError) {
 		return r.partsBuf, nil
 	}
 	return nil, badRequest("message content must be a string or a list of parts")
+}
+
+// textPart reports whether a content part of this type holds text: "text" in chat completions and
+// Anthropic's messages, "input_text" and "output_text" in the Responses API.
+func textPart(typ []byte) bool {
+	switch string(typ) {
+	case "text", "input_text", "output_text":
+		return true
+	}
+	return false
 }
 
 // parseTokenize reads a /tokenize body: {"model", "prompt"} or {"model", "messages",

@@ -54,6 +54,27 @@ func appendErrorBody(dst []byte, e *apiError) []byte {
 	return append(dst, "}}"...)
 }
 
+// appendAnthropicError appends Anthropic's error shape, {"type":"error","error":{"type","message"}}, with
+// the error type Anthropic's API gives the status.
+func appendAnthropicError(dst []byte, e *apiError) []byte {
+	typ := "api_error"
+	switch e.status {
+	case 400:
+		typ = "invalid_request_error"
+	case 404:
+		typ = "not_found_error"
+	case 429:
+		typ = "rate_limit_error"
+	case 503:
+		typ = "overloaded_error"
+	}
+	dst = append(dst, `{"type":"error","error":{"type":"`...)
+	dst = append(dst, typ...)
+	dst = append(dst, `","message":`...)
+	dst = appendJSONString(dst, e.msg)
+	return append(dst, "}}"...)
+}
+
 // appendHead appends the fields every response object starts with.
 func (r *request) appendHead(dst []byte, object string) []byte {
 	dst = append(dst, `{"id":"`...)
@@ -98,7 +119,13 @@ func (r *request) appendText(dst []byte) []byte {
 
 // appendFull appends the non-stream response.
 func (r *request) appendFull(dst []byte) []byte {
-	if r.chat {
+	switch r.api {
+	case apiResponses:
+		return r.appendResponse(dst, true)
+	case apiMessages:
+		return r.appendMessage(dst, true)
+	}
+	if r.api == apiChat {
 		dst = r.appendHead(dst, "chat.completion")
 		dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
 		dst = r.appendText(dst)
@@ -126,11 +153,46 @@ func (r *request) appendRoleEvent(dst []byte) []byte {
 	return append(dst, "\n\n"...)
 }
 
+// appendOpening appends the stream events before the first token: the chat role event, the Responses
+// and Messages APIs' opening events, nothing for completions.
+func (r *request) appendOpening(dst []byte) []byte {
+	switch r.api {
+	case apiChat:
+		return r.appendRoleEvent(dst)
+	case apiResponses:
+		return r.appendResponsesOpening(dst)
+	case apiMessages:
+		return r.appendMessagesOpening(dst)
+	}
+	return dst
+}
+
+// appendClosing appends the stream events after the last token: the include_usage event of chat and
+// completions (when asked for), the Responses and Messages APIs' closing events.
+func (r *request) appendClosing(dst []byte) []byte {
+	switch r.api {
+	case apiResponses:
+		return r.appendResponsesClosing(dst)
+	case apiMessages:
+		return r.appendMessagesClosing(dst)
+	}
+	if r.includeUsage {
+		return r.appendUsageEvent(dst)
+	}
+	return dst
+}
+
 // appendTokenEvent appends the stream event of output token i.
 func (r *request) appendTokenEvent(dst []byte, i int) []byte {
+	switch r.api {
+	case apiResponses:
+		return r.appendResponsesDelta(dst, i)
+	case apiMessages:
+		return r.appendMessagesDelta(dst, i)
+	}
 	last := i == r.maxTokens-1
 	dst = append(dst, "data: "...)
-	if r.chat {
+	if r.api == apiChat {
 		dst = r.appendHead(dst, "chat.completion.chunk")
 		dst = append(dst, `,"choices":[{"index":0,"delta":{"content":`...)
 		dst = appendJSONString(dst, fillerWord(i))
@@ -152,7 +214,7 @@ func (r *request) appendTokenEvent(dst []byte, i int) []byte {
 // appendUsageEvent appends the stream_options.include_usage event: no choices, only usage.
 func (r *request) appendUsageEvent(dst []byte) []byte {
 	dst = append(dst, "data: "...)
-	if r.chat {
+	if r.api == apiChat {
 		dst = r.appendHead(dst, "chat.completion.chunk")
 	} else {
 		dst = r.appendHead(dst, "text_completion")
@@ -163,3 +225,12 @@ func (r *request) appendUsageEvent(dst []byte) []byte {
 }
 
 const doneEvent = "data: [DONE]\n\n"
+
+// appendDone appends the end of a chat or completions stream, [DONE]; the Responses and Messages APIs end
+// with their last typed event.
+func (r *request) appendDone(dst []byte) []byte {
+	if r.api == apiChat || r.api == apiCompletions {
+		return append(dst, doneEvent...)
+	}
+	return dst
+}
