@@ -358,7 +358,8 @@ func restartOnly(cur, next *config.ServerConfig) error {
 	return nil
 }
 
-// janitor closes upstream connections idle past their keep-alive, once a second.
+// janitor closes upstream connections idle past their keep-alive and watches for silent KV-event streams,
+// once a second.
 func (g *Gateway) janitor() {
 	defer g.wg.Done()
 	defer logPanic(g.log, "janitor")
@@ -370,9 +371,11 @@ func (g *Gateway) janitor() {
 			return
 		case now := <-t.C:
 			g.clients.ParkIdle(now)
-			for _, p := range g.snap.Load().Providers {
+			snap := g.snap.Load()
+			for _, p := range snap.Providers {
 				p.up.closeIdle(false)
 			}
+			g.watchKVSilence(snap)
 		}
 	}
 }

@@ -136,7 +136,10 @@ func startGatewayConfig(t *testing.T, cfg *config.Config, opts Options) *testGat
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	opts.Logger, opts.Version, opts.WatchDelay = log, "test", 20*time.Millisecond
+	if opts.Logger == nil {
+		opts.Logger = log
+	}
+	opts.Version, opts.WatchDelay = "test", 20*time.Millisecond
 	g, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,9 @@ type kvSource struct {
 	holds int // published snapshots holding it, as Provider.holds
 	// registered says whether set is registered.
 	registered bool
+	// busyTicks and silenceDone are the silence watch's (kvsilence.go), touched by the janitor only.
+	busyTicks   int
+	silenceDone bool
 }
 
 func newKVState(log *slog.Logger) (*kvState, error) {
