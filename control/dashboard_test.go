@@ -15,6 +15,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -454,6 +455,18 @@ const sum = `((col) => [...document.querySelectorAll('tr[data-route="chat"] td[d
 // narrow window; the routes list and the audit log; an open control plane (no token) entered without the
 // form; and the banner once the control plane is gone. The page must throw nothing, violate no CSP and
 // fetch nothing from another origin. A screenshot of each page goes to $ROLTER_SCREENSHOTS.
+// wholeHeaders is true when the page has table headers and none breaks inside a word: a header's text
+// takes no more lines than it has words.
+const wholeHeaders = `(() => {
+	const ths = [...document.querySelectorAll("main thead th")];
+	return ths.length > 0 && ths.every((th) => {
+		const r = document.createRange();
+		r.selectNodeContents(th);
+		const lines = new Set([...r.getClientRects()].map((c) => Math.round(c.top))).size;
+		return lines <= th.textContent.trim().split(/\s+/).length;
+	});
+})()`
+
 func TestDashboardBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the browser test is not short")
@@ -561,14 +574,18 @@ func TestDashboardBrowser(t *testing.T) {
 	// A route through the sheet: two targets, a weight the API refuses beside its field, then accepted.
 	p.do("open the new route sheet", chromedp.Click(chromedp.CSS(`#nav a[data-page="routes"]`)))
 	p.wait("the routes page", `document.getElementById("new-route")`)
+	p.do("open the route sheet", chromedp.Click(chromedp.ID("new-route")), chromedp.WaitVisible(chromedp.ID("r-model")))
+	// A target picks its provider from the org's (and, for the superadmin, rolter.toml's shared ones).
+	if got := eval[[]any](p, `[...document.querySelector('#r-targets [data-col="provider"]').options].map((o) => o.value)`); len(got) < 4 ||
+		!slices.Contains(got, "gpu-a") || !slices.Contains(got, "gpu-b") || !slices.Contains(got, any("\u0000other")) {
+		t.Fatalf("the target's provider picker offers %q; want gpu-a, gpu-b, the shared providers and other", got)
+	}
 	p.do("fill the route",
-		chromedp.Click(chromedp.ID("new-route")),
-		chromedp.WaitVisible(chromedp.ID("r-model")),
 		chromedp.SendKeys(chromedp.ID("r-model"), "chat"),
 		chromedp.Evaluate[chromedp.Void](`(() => { const s = document.getElementById("r-strategy"); s.value = "cache_aware"; s.dispatchEvent(new Event("change")); })()`),
-		chromedp.SendKeys(chromedp.CSS(`#r-targets .target:nth-child(1) [data-col="provider"]`), "gpu-a"),
+		chromedp.SetValue(chromedp.CSS(`#r-targets .target:nth-child(1) [data-col="provider"]`), "gpu-a"),
 		chromedp.Click(chromedp.ID("r-add-target")),
-		chromedp.SendKeys(chromedp.CSS(`#r-targets .target:nth-child(2) [data-col="provider"]`), "gpu-b"),
+		chromedp.SetValue(chromedp.CSS(`#r-targets .target:nth-child(2) [data-col="provider"]`), "gpu-b"),
 		chromedp.SendKeys(chromedp.CSS(`#r-targets .target:nth-child(2) [data-col="weight"]`), "0"),
 		chromedp.Click(chromedp.ID("r-save")),
 	)
@@ -701,21 +718,34 @@ func TestDashboardBrowser(t *testing.T) {
 		sum+`("trie") > 0 && !document.querySelector('.route-state[data-route="chat"] .decisions').textContent.includes("none yet")`)
 	p.shot("fleet")
 
+	// The generation the Fleet page names is the store's, the one the Audit page lists.
+	var info struct{ Generation int64 }
+	r = e.su("GET", "/api/v1/info", nil)
+	want(t, r, 200, "")
+	r.json(t, &info)
+	p.wait("the store generation", `document.getElementById("fleet-status").textContent.includes("store generation `+strconv.FormatInt(info.Generation, 10)+`")`)
+
 	// A narrow window: the tables become cards, nothing scrolls sideways.
 	p.do("a narrow window", chromedp.EmulateViewport(390, 844))
 	p.wait("no horizontal scrolling", `innerWidth === 390 && document.documentElement.scrollWidth <= innerWidth`)
 	p.shot("fleet-narrow")
-	p.do("a wide window", chromedp.EmulateViewport(1280, 900))
+	// Just wider than the cards' breakpoint, the tables are at their tightest; and at 1400 px.
+	p.do("a window just wider than the cards", chromedp.EmulateViewport(780, 900))
+	p.wait("whole table headers on Fleet at 780 px", wholeHeaders)
+	p.do("a wide window", chromedp.EmulateViewport(1400, 900))
+	p.wait("whole table headers on Fleet", wholeHeaders)
 
 	// The routes list and the audit log.
 	p.do("open Routes", chromedp.Click(chromedp.CSS(`#nav a[data-page="routes"]`)))
 	p.wait("the route listed", `[...document.querySelectorAll("main tbody tr")].some((r) => r.textContent.includes("chat") && r.textContent.includes("cache_aware"))`)
+	p.wait("whole table headers on Routes", wholeHeaders)
 	p.shot("routes")
 	p.do("open the audit log", chromedp.Click(chromedp.CSS(`#nav a[data-page="audit"]`)))
 	p.wait("the changes", `(() => {
 		const rows = [...document.querySelectorAll("main tbody tr")].map((r) => r.textContent);
 		return rows.some((r) => r.includes("provider") && r.includes("gpu-a")) && rows.some((r) => r.includes("revoke"));
 	})()`)
+	p.wait("whole table headers on Audit", wholeHeaders)
 	p.shot("audit")
 
 	// A control plane without a token (open, on loopback) lets the dashboard in without the sign-in form.

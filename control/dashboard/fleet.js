@@ -71,7 +71,8 @@ export function fleetPage(ctx) {
       failingSince = null;
       content.classList.remove("stale");
       status.classList.remove("error");
-      status.textContent = `Updated ${clock(lastOK)} · config generation ${data.generation}`;
+      // The store's generation, as the Audit page numbers changes; the gateway's own reload count apart.
+      status.textContent = `Updated ${clock(lastOK)} · store generation ${data.store_generation} · gateway config ${data.generation}`;
       render(ctx, content, data, now);
     } catch (err) {
       if (stopped || (err instanceof APIError && err.status === 401)) return;

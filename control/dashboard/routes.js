@@ -60,8 +60,9 @@ export async function routeSheet(ctx, model) {
   const params = h("div", { class: "params", id: "r-params" });
   f.strategy.setAttribute("aria-describedby", "r-strategy-summary strategy-caveat strategy-docs");
 
-  // The providers a target may name: the org's, and (for the superadmin, who can list them) the file's.
-  const providers = h("datalist", { id: "r-providers" });
+  // The providers a target may name: the org's, and (for the superadmin, who can list them) the file's,
+  // loaded before the rows are drawn; a target picks one of them.
+  const providers = await listProviders(ctx);
   const targets = h("div", { class: "rows targets", id: "r-targets" });
   const renumber = () => {
     [...targets.children].forEach((row, i) => {
@@ -83,12 +84,13 @@ export async function routeSheet(ctx, model) {
       return h("div", { class: "cell" }, h("span", { class: "cell-label", "aria-hidden": "true" }, label), input, err);
     };
     targetSeq++;
-    const prov = text({ list: "r-providers", value: t.provider || "" });
+    const prov = providerPicker(providers, t.provider || "");
     const up = text({ value: t.model && t.model !== (model || f.model.value) ? t.model : "", placeholder: "blank: the route's model" });
     const weight = number({ value: show(t.weight), placeholder: "blank: 1" });
     const row = h("div", { class: "row target" },
       cell("provider", "provider", prov), cell("model", "upstream model", up), cell("weight", "weight", weight),
       ctx.readOnly ? null : h("button", { type: "button", onclick: () => { row.remove(); renumber(); addBtn.focus(); } }, "Remove"));
+    prov.after(prov.other);
     targets.append(row);
     renumber();
     return prov;
@@ -127,7 +129,7 @@ export async function routeSheet(ctx, model) {
       summary, caveat, docs),
     h("fieldset", {}, h("legend", {}, "Targets"),
       h("p", { class: "hint" }, "Each target is a provider (the org's, or a shared one of rolter.toml) and the model it serves."),
-      targetsErr, targets, providers, ctx.readOnly ? null : addBtn),
+      targetsErr, targets, ctx.readOnly ? null : addBtn),
     h("fieldset", {}, h("legend", {}, "Parameters"), paramsErr, params),
     actions, s.status);
 
@@ -149,7 +151,7 @@ export async function routeSheet(ctx, model) {
     const r = prune({ model: model === undefined ? stringValue(f.model) : undefined, strategy: f.strategy.value });
     r.targets = [...targets.children].map((row) => {
       const get = (col) => row.querySelector(`[data-col="${col}"]`);
-      return prune({ provider: get("provider").value.trim(), model: stringValue(get("model")), weight: numberValue(get("weight")) });
+      return prune({ provider: pickedProvider(get("provider")), model: stringValue(get("model")), weight: numberValue(get("weight")) });
     });
     const ps = {};
     for (const input of params.querySelectorAll("input")) {
@@ -197,7 +199,6 @@ export async function routeSheet(ctx, model) {
   });
 
   ctx.show(h("section", {}, h("p", { class: "crumbs" }, h("a", { href: "#/routes" }, "Routes")), s.form));
-  listProviders(ctx, providers);
   if (model === undefined) {
     fill({ strategy: "round_robin", targets: [{}] });
     f.model.focus();
@@ -219,18 +220,46 @@ export async function routeSheet(ctx, model) {
   }
 }
 
-// listProviders fills the datalist of the target rows: the org's providers, then rolter.toml's shared
-// ones (listed only to the superadmin; an org admin types a shared provider's name).
-async function listProviders(ctx, datalist) {
+// OTHER is the picker's choice of a provider it does not list: a shared provider of rolter.toml, which an
+// org admin cannot list, typed in the field it reveals.
+const OTHER = "\u0000other";
+
+// listProviders returns the providers a target may pick, [{name, from}]: the org's, then rolter.toml's
+// shared ones (listed only to the superadmin). A list that cannot be read is left out: the picker still
+// offers "other", and the API checks every name.
+async function listProviders(ctx) {
   const orgs = ctx.org === "file" ? ["file"] : ctx.superadmin ? [ctx.org, "file"] : [ctx.org];
+  const out = [];
   for (const org of orgs) {
     try {
       const { data } = await api("GET", path("orgs", org, "providers"));
-      for (const p of data.data) {
-        datalist.append(h("option", { value: p.name }, org === "file" && ctx.org !== "file" ? "rolter.toml (shared)" : "this org"));
-      }
+      for (const p of data.data) out.push({ name: p.name, from: org === "file" && ctx.org !== "file" ? "rolter.toml, shared" : "this org" });
     } catch {
-      // The list only helps typing: without it the field still takes any name, and the API checks it.
+      // Listed or not, the route is checked by the API when it is saved.
     }
   }
+  return out;
+}
+
+// providerPicker is a target's provider field: a select of the providers, the current name kept even when
+// the list lacks it, and "other" revealing a text field for a name the list cannot show.
+function providerPicker(providers, current) {
+  const select = h("select", {},
+    h("option", { value: "", disabled: true }, "choose a provider"),
+    providers.map((p) => h("option", { value: p.name }, `${p.name} (${p.from})`)),
+    current && !providers.some((p) => p.name === current) ? h("option", { value: current }, current) : null,
+    h("option", { value: OTHER }, "other: a shared provider of rolter.toml…"));
+  select.value = current;
+  const other = text({ placeholder: "provider name", hidden: true, "aria-label": "Provider name" });
+  select.addEventListener("change", () => {
+    other.hidden = select.value !== OTHER;
+    if (!other.hidden) other.focus();
+  });
+  select.other = other; // placed after the select by addTarget
+  return select;
+}
+
+// pickedProvider is the provider a target's picker names.
+function pickedProvider(select) {
+  return select.value === OTHER ? select.other.value.trim() : select.value;
 }
