@@ -131,20 +131,21 @@ export function send(messages) {
   return reply;
 }
 
-// summary is the scripts' handleSummary: latency percentiles, failures, the token hit rate and
-// the per-target share on stdout, and the whole summary as JSON when SUMMARY_JSON names a file.
+// summary is the scripts' handleSummary. It adds to k6's own end-of-test summary instead of replacing it:
+// the Rolter lines (latency percentiles, failures, the token hit rate and the per-target share) go to the
+// console, and handleSummary returns nothing, which makes k6 print its default summary as without one
+// (and write --summary-export, when given, as usual).
 export function summary(data) {
   const d = data.metrics['http_req_duration{name:chat}'] || data.metrics.http_req_duration;
   const v = (d && d.values) || {};
   const fmt = (x) => (typeof x === 'number' ? x.toFixed(1) + ' ms' : 'n/a');
-  let text = '\nrolter k6 summary (' + cfg.url + ')\n';
+  let text = 'rolter k6 summary (' + cfg.url + ')\n';
   text += 'chat latency: p50 ' + fmt(v.med) + ', p90 ' + fmt(v['p(90)']) + ', p95 ' + fmt(v['p(95)']) + ', max ' + fmt(v.max) + '\n';
   const failed = data.metrics.rolter_failed_requests;
   text += 'failed requests: ' + ((failed && failed.values.count) || 0) + '\n';
   text += hitRateSummary(data);
-  const out = { stdout: text };
-  if (__ENV.SUMMARY_JSON) {
-    out[__ENV.SUMMARY_JSON] = JSON.stringify(data, null, 2);
+  for (const line of text.trimEnd().split('\n')) {
+    console.log(line);
   }
-  return out;
+  return undefined;
 }
