@@ -23,7 +23,7 @@ export ROLTER_REQUIRE_POSTGRES := 1
 export ROLTER_REQUIRE_HAPROXY := 1
 export ROLTER_REQUIRE_NATS := 1
 
-.PHONY: all deps deps-build deps-test test-modules FORCE build run test test-unit test-race test-nocgo test-valgrind valgrind bench bench-routing bench-overhead bench-instructions bench-ab bench-scaleout fuzz-short lint fmt vet clean bench-pressure
+.PHONY: all deps deps-build deps-test test-modules FORCE build image run test test-unit test-race test-nocgo test-valgrind valgrind bench bench-routing bench-overhead bench-instructions bench-ab bench-scaleout fuzz-short lint fmt vet clean bench-pressure
 
 all: build
 
@@ -78,11 +78,17 @@ build: deps-build
 run: build
 	./bin/rolter up
 
+# image assembles the container image from bin/rolter without a registry or a container engine
+# (deploy/image): an OCI layout in bin/image and a docker archive, bin/rolter-image.tar, tagged
+# rolter:$(VERSION). Load it with `podman load -i`, `docker load -i` or `kind load image-archive`.
+image: build
+	cd deploy/image && $(GO) run . -binary $(CURDIR)/bin/rolter -version $(VERSION) -layout $(CURDIR)/bin/image -tar $(CURDIR)/bin/rolter-image.tar
+
 # test is what CI runs (.ci/run): vet, formatting and staticcheck, the race-enabled suite, the no-cgo
 # build, the instruction count's test (it runs the gateway under valgrind and so cannot run under the race
 # detector), and the nested modules' tests (deploy/: the chart, the image), whose tools stay out of the
 # gateway's go.mod. Each package's line shows as it finishes (bin/testprogress reads go test -json).
-NESTED := deploy/helm
+NESTED := deploy/helm deploy/image
 test: deps
 	@echo "== make test: lint"; $(MAKE) --no-print-directory lint
 	@echo "== make test: the suite with the race detector"; $(MAKE) --no-print-directory test-race
