@@ -20,7 +20,10 @@ import (
 // script). Table alignment is an align attribute, not a style one, so the pages need no inline style
 // under the Content-Security-Policy.
 var markdown = goldmark.New(
-	goldmark.WithExtensions(extension.GFM, extension.NewTable(extension.WithTableCellAlignMethod(extension.TableCellAlignAttribute))),
+	goldmark.WithExtensions(
+		extension.NewTable(extension.WithTableCellAlignMethod(extension.TableCellAlignAttribute)),
+		extension.Strikethrough, extension.Linkify, extension.TaskList, // the rest of extension.GFM
+	),
 	goldmark.WithParserOptions(parser.WithAutoHeadingID(), parser.WithASTTransformers(util.Prioritized(linkRewriter{}, 100))),
 )
 

@@ -203,8 +203,11 @@ func (s *Site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if to := s.redirect(p); to != "" {
-		// Relative to the request's own folder, so the redirect holds under any mount prefix.
-		http.Redirect(w, r, relativeTo(p, to), http.StatusMovedPermanently)
+		// Relative to the request's own folder, so the redirect holds under any mount prefix; set by hand,
+		// because http.Redirect makes a relative reference absolute from the stripped path.
+		h.Set("Location", relativeTo(p, to))
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusMovedPermanently)
 		return
 	}
 	http.NotFound(w, r)
