@@ -205,8 +205,9 @@ type ClusterConfig struct {
 // MinClusterKeyBytes is the shortest [cluster] key accepted.
 const MinClusterKeyBytes = 32
 
-// DocsConfig is [docs]: where the product's documentation is served, for the dashboard's links ("" =
-// no links).
+// DocsConfig is [docs]: where the product's documentation is served, for the dashboard's links: an
+// http(s) URL, or a path on the control plane's own origin starting with "/"; "" is the control plane's
+// own /docs (docs/deployment/documentation-links.md).
 type DocsConfig struct {
 	BaseURL string `toml:"base_url" json:"base_url"`
 }

@@ -584,3 +584,26 @@ func TestControlWithoutEnabled(t *testing.T) {
 		t.Fatalf("[control] enabled = false: %v", err)
 	}
 }
+
+// TestDocsBaseURL: [docs] base_url takes a path on the control plane or an http(s) address.
+func TestDocsBaseURL(t *testing.T) {
+	f := func(base string, ok bool) {
+		t.Helper()
+		_, err := Parse([]byte("[docs]\nbase_url = \""+base+"\"\n"), "docs.toml")
+		if (err == nil) != ok {
+			t.Fatalf("base_url %q: got %v, want ok %v", base, err, ok)
+		}
+		if !ok && !strings.Contains(err.Error(), "docs.toml:2: docs.base_url") {
+			t.Fatalf("base_url %q: got %v, want the key and line", base, err)
+		}
+	}
+	f("", true)
+	f("/docs", true)
+	f("/manual/v2/", true)
+	f("https://docs.rolter.test/v1", true)
+	f("//evil.test/docs", false)
+	f("/docs/../admin", false)
+	f("/docs?x=1", false)
+	f("docs", false)
+	f("ftp://docs.rolter.test", false)
+}

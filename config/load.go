@@ -44,10 +44,10 @@ func Parse(data []byte, file string) (*Config, error) {
 		seen[plain]++
 		v.errs = append(v.errs, &Error{File: file, Line: line, Key: plain, Msg: "unknown key"})
 	}
-	if md.IsDefined("control") && !md.IsDefined("control", "enabled") {
+	if k := controlWithoutEnabled(md); k != "" {
 		// A [control] table without enabled would be silently off: its listen, store and token unused.
 		v.errs = append(v.errs, &Error{File: file, Line: lines.lineOf("control"), Key: "control.enabled",
-			Msg: "[control] is set but not enabled: the control plane starts only with enabled = true (write enabled = false to keep it off)"})
+			Msg: "[control] sets " + k + " but not enabled: the control plane starts only with enabled = true (write enabled = false to keep it off)"})
 	}
 	cfg.SetDefaults()
 	v.validate(cfg)
@@ -66,4 +66,19 @@ func Validate(cfg *Config) Errors {
 	cfg.SetDefaults()
 	v.validate(cfg)
 	return v.errs
+}
+
+// controlWithoutEnabled returns a key of [control] itself (listen, store...) that the file sets while it
+// does not set enabled, or "". [control.quotas] alone is not one: quotas apply to orgs whichever way the
+// control plane runs.
+func controlWithoutEnabled(md toml.MetaData) string {
+	if md.IsDefined("control", "enabled") {
+		return ""
+	}
+	for _, k := range md.Keys() {
+		if len(k) == 2 && k[0] == "control" && k[1] != "quotas" {
+			return k[1]
+		}
+	}
+	return ""
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -53,7 +54,7 @@ func (v *validator) validate(cfg *Config) {
 	v.trace(&cfg.Trace)
 	v.observers(&cfg.Log, &cfg.Tracing)
 	if b := cfg.Docs.BaseURL; b != "" {
-		if err := checkHTTPURL(b); err != nil {
+		if err := checkDocsBase(b); err != nil {
 			v.addf("docs.base_url", "%s", err)
 		}
 	}
@@ -421,6 +422,18 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+// checkDocsBase checks [docs] base_url: an http(s) URL, or a clean path on the control plane's origin
+// ("/docs", "/manual/v2"), never "//host" (a URL of another host without a scheme).
+func checkDocsBase(s string) error {
+	if !strings.HasPrefix(s, "/") {
+		return checkHTTPURL(s)
+	}
+	if strings.HasPrefix(s, "//") || strings.ContainsAny(s, "?#\\ ") || path.Clean(s) != strings.TrimSuffix(s, "/") && s != "/" {
+		return fmt.Errorf("path %q must be a clean path starting with one \"/\", without a query or fragment", s)
+	}
+	return nil
 }
 
 func checkHTTPURL(s string) error {

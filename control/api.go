@@ -20,6 +20,7 @@ import (
 	"github.com/rolter-ai/rolter/control/store"
 
 	"github.com/rolter-ai/rolter/config"
+	"github.com/rolter-ai/rolter/docs"
 	"github.com/rolter-ai/rolter/engine"
 )
 
@@ -143,6 +144,10 @@ func NewServer(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.dashboard = d
+	site, err := docs.NewSite()
+	if err != nil {
+		return nil, err
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -158,7 +163,7 @@ func NewServer(opts Options) (*Server, error) {
 	}
 	s.hosts = newHostSet(opts.Listen, opts.Hosts)
 	s.routes()
-	s.handler = s.guard(s.mux)
+	s.handler = s.guard(withDocs(site, s.mux))
 	return s, nil
 }
 
@@ -176,7 +181,8 @@ func isLoopback(listen string) bool {
 	return err == nil && a.IsLoopback()
 }
 
-// Handler returns the control plane's handler: the API under /api/v1/ and the dashboard under /dashboard/.
+// Handler returns the control plane's handler: the API under /api/v1/, the dashboard under /dashboard/ and
+// the documentation under /docs/.
 // Every request first passes the guard: the control plane's own names and origin only, JSON writes only.
 func (s *Server) Handler() http.Handler { return s.handler }
 
@@ -445,13 +451,14 @@ type infoView struct {
 }
 
 // getInfo tells a client (the dashboard) what it talks to: the version, the store's generation, and the
-// live file's [docs] base_url, which it links the strategies' documentation to.
+// live file's [docs] base_url (the control plane's own /docs when unset), which it links the strategies'
+// documentation to.
 func (s *Server) getInfo(w http.ResponseWriter, r *http.Request, c *caller) error {
 	gen, err := s.store.Generation(r.Context())
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, infoView{Version: s.version, Generation: gen, DocsBaseURL: s.file().Docs.BaseURL, Superadmin: c.super})
+	writeJSON(w, http.StatusOK, infoView{Version: s.version, Generation: gen, DocsBaseURL: docsBaseURL(s.file().Docs.BaseURL), Superadmin: c.super})
 	return nil
 }
 

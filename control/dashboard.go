@@ -18,8 +18,9 @@ import (
 // (it holds no data); the admin token a user types is kept in the tab's sessionStorage and sent as
 // Authorization: Bearer to the API, never in a URL.
 //
-// Documentation links: when the live rolter.toml sets [docs] base_url (GET /api/v1/info), the route sheet
-// links the chosen strategy to <base_url>/routing/<strategy with "-" for "_">, e.g.
+// Documentation links: the route sheet links the chosen strategy, and the footer the documentation's
+// home, under [docs] base_url (GET /api/v1/info; the control plane's own /docs when rolter.toml sets none,
+// docs.go): the strategy to <base_url>/routing/<strategy with "-" for "_">, e.g.
 // <base_url>/routing/precise-cache-aware; the paths are the "docs" of dashboard/strategies.json, and a
 // documentation site keeps them stable.
 //

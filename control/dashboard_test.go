@@ -202,10 +202,10 @@ func TestAPIInfo(t *testing.T) {
 			t.Fatalf("info %+v, want version dev, generation %d, docs %q, superadmin %v", v, gen, docs, super)
 		}
 	}
-	f(rootToken, true, "", 0)
+	f(rootToken, true, "/docs", 0)
 	a := e.mkOrg("a")
 	tok, _ := e.mkToken(a)
-	f(tok, false, "", 2)
+	f(tok, false, "/docs", 2)
 	want(t, e.api.do("GET", "/api/v1/info", "", nil), 401, "unauthorized")
 	e.file.Store(parseFile(t, fileConfigText(e.S.URL)+"[docs]\nbase_url = \"https://docs.rolter.test\"\n"))
 	if err := e.srv.Reload(); err != nil {
@@ -607,19 +607,22 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatalf("the API has the route %+v", rv)
 	}
 
-	// The strategy picker: the caveat under the two strategies that read a source, and no documentation
-	// link without [docs] base_url.
+	// The strategy picker: the caveat under the two strategies that read a source, and without [docs]
+	// base_url the documentation links go to the control plane's own /docs/.
 	const caveat = `(() => { const c = document.getElementById("strategy-caveat"); return !c.hidden && c.textContent === "A provider with no source routes by least load."; })()`
 	const noCaveat = `document.getElementById("strategy-caveat").hidden`
-	const noDocs = `document.getElementById("strategy-docs").hidden && !document.getElementById("strategy-docs-link") && !document.getElementById("docs-home")`
+	ownDocs := func(page string) string {
+		return `!document.getElementById("strategy-docs").hidden && document.getElementById("strategy-docs-link")?.getAttribute("href") === "/docs/routing/` + page +
+			`" && document.getElementById("docs-home")?.getAttribute("href") === "/docs/"`
+	}
 	pick := func(s string) chromedp.Action[chromedp.Void] {
 		return chromedp.Evaluate[chromedp.Void](`(() => { const s = document.getElementById("r-strategy"); s.value = ` + strconv.Quote(s) + `; s.dispatchEvent(new Event("change")); })()`)
 	}
 	p.wait("no caveat under cache_aware", noCaveat)
 	p.do("pick precise_cache_aware", pick("precise_cache_aware"))
-	p.wait("the caveat under precise_cache_aware, no docs link", caveat+" && "+noDocs)
+	p.wait("the caveat under precise_cache_aware, the link to its own docs page", caveat+" && "+ownDocs("precise-cache-aware"))
 	p.do("the next strategy, by keyboard", chromedp.Focus(chromedp.ID("r-strategy")), chromedp.KeyEvent(kb.ArrowDown))
-	p.wait("the caveat under lmcache_aware", `document.getElementById("r-strategy").value === "lmcache_aware" && `+caveat+" && "+noDocs)
+	p.wait("the caveat under lmcache_aware", `document.getElementById("r-strategy").value === "lmcache_aware" && `+caveat+" && "+ownDocs("lmcache-aware"))
 	p.do("the next strategy, by keyboard", chromedp.KeyEvent(kb.ArrowDown))
 	p.wait("no caveat under consistent_hash", `document.getElementById("r-strategy").value === "consistent_hash" && `+noCaveat)
 
@@ -631,7 +634,7 @@ func TestDashboardBrowser(t *testing.T) {
 	p.do("reload the page", chromedp.Reload())
 	p.wait("the route sheet again, signed in from sessionStorage", `location.hash === "#/routes/edit/chat" && document.getElementById("r-strategy")?.value === "cache_aware" && document.getElementById("docs-home")`)
 	p.do("pick precise_cache_aware", pick("precise_cache_aware"))
-	p.wait("the caveat and the docs link", caveat+` && !document.getElementById("strategy-docs").hidden && document.getElementById("strategy-docs-link")?.getAttribute("href") === "https://docs.rolter.test/v1/routing/precise-cache-aware"`)
+	p.wait("the caveat and the docs link", caveat+` && !document.getElementById("strategy-docs").hidden && document.getElementById("strategy-docs-link")?.getAttribute("href") === "https://docs.rolter.test/v1/routing/precise-cache-aware" && document.getElementById("docs-home")?.getAttribute("href") === "https://docs.rolter.test/v1/"`)
 	p.shot("route-sheet")
 	p.do("cache_aware again, unsaved", pick("cache_aware"))
 

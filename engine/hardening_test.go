@@ -583,7 +583,7 @@ func heapInUse() int64 {
 }
 
 // TestAnnouncedBodiesAreNotReserved pins finding 3: connections that announce the largest body and send a
-// few bytes hold a few kilobytes each, not the announced size. The bound (docs/security.md): a request holds
+// few bytes hold a few kilobytes each, not the announced size. The bound (docs/deployment/security.md): a request holds
 // what it received, rounded up to at most twice that, at least 16 KiB, plus the connection's read buffer
 // (server.max_header_bytes) while it is being read.
 func TestAnnouncedBodiesAreNotReserved(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/rolter-ai/rolter/trie"
 )
 
-// Default pipeline factors, chosen with the routing benchmark (docs/routing-quality.md, pipeline sweep) and
+// Default pipeline factors, chosen with the routing benchmark (docs/benchmarks/routing-quality.md, pipeline sweep) and
 // the KV-pressure report (bench/results/pressure.md): load_factor must exceed cache_factor, or a
 // replica holding a hot prefix can never lose it to an idle one and the rest of the fleet sits idle
 // (hot-prefix, multi-turn). At 2.5 : 2 a holder lost a prefix as soon as its load passed ~4.6x the idlest

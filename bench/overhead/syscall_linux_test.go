@@ -8,7 +8,7 @@ import (
 )
 
 // BenchmarkSystemCall is what one system call costs on this machine, the unit the overhead report's ratios
-// depend on most: HAProxy makes about 4 per proxied request, Rolter about 6 (docs/overhead.md).
+// depend on most: HAProxy makes about 4 per proxied request, Rolter about 6 (docs/benchmarks/overhead.md).
 // getpid is the bare entry and exit; peek is the recv(MSG_PEEK|MSG_DONTWAIT) that finds an idle loopback
 // socket empty, the check Rolter makes before reusing a pooled upstream connection. On bare metal a system
 // call takes a fraction of a microsecond; in a virtual machine whose guest kernel is entered through the

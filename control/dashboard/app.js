@@ -5,7 +5,7 @@
 import { api, session, on, APIError, Unreachable, describe } from "./api.js";
 import { h, replace, clock } from "./dom.js";
 import { providersList, providerSheet } from "./providers.js";
-import { routesList, routeSheet } from "./routes.js";
+import { routesList, routeSheet, docsBase } from "./routes.js";
 import { fleetPage } from "./fleet.js";
 import { keysPage } from "./keys.js";
 import { auditPage } from "./audit.js";
@@ -156,7 +156,8 @@ function renderShell() {
 }
 
 function renderFooter() {
-  const docs = /^https?:\/\//i.test(state.info.docs_base_url || "") ? state.info.docs_base_url : "";
+  const base = docsBase(state.info);
+  const docs = base ? base + "/" : "";
   replace($("footer"), `Rolter ${state.info.version}`,
     docs ? [" · ", h("a", { href: docs, id: "docs-home" }, "documentation")] : null);
 }

@@ -10,13 +10,22 @@ import { Sheet, text, number, numberValue, stringValue, prune, show } from "./fo
 // (KV events, LMCache), and a target without one is ranked as least_load ranks it.
 export const CAVEAT = "A provider with no source routes by least load.";
 
+// docsBase returns [docs] base_url without its trailing slashes when it is an http(s) URL or a path on
+// this origin ("/docs", the control plane's own documentation, when rolter.toml sets none); "" for
+// anything else ("//host" included), so a link never takes another scheme such as javascript:.
+export function docsBase(info) {
+  const base = (info && info.docs_base_url) || "";
+  if (!/^https?:\/\//i.test(base) && !/^\/(?!\/)/.test(base)) return "";
+  return base.replace(/\/+$/, "");
+}
+
 // docsLink returns the documentation address of a strategy: <[docs] base_url>/routing/<page>, the page
 // being strategies.json's "docs" (e.g. /routing/precise-cache-aware; control/dashboard.go says why these
 // paths stay stable), or "" when no documentation host is configured. Only http(s) addresses are linked.
 export function docsLink(info, spec) {
-  const base = (info && info.docs_base_url) || "";
-  if (!/^https?:\/\//i.test(base) || !spec || !spec.docs) return "";
-  return base.replace(/\/+$/, "") + spec.docs;
+  const base = docsBase(info);
+  if (!base || !spec || !spec.docs) return "";
+  return base + spec.docs;
 }
 
 export async function routesList(ctx) {
