@@ -75,28 +75,57 @@ func TestAllocsCacheRequestCycle(t *testing.T) {
 	}
 }
 
+// TestAllocsServeCompletion: every endpoint's non-stream handler, and every stream's event builders,
+// allocate nothing once warm.
 func TestAllocsServeCompletion(t *testing.T) {
 	e, err := New(testConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := []byte(`{"model":"sim-model","messages":[{"role":"user","content":"` + words("hot", 300) + `"}],"max_tokens":8}`)
-	var req fasthttp.Request
-	req.Header.SetMethod("POST")
-	req.SetRequestURI("/v1/chat/completions")
-	req.SetBody(body)
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&req, nil, nil) // allocates its fake connection once
-	serve := func() {
-		req.CopyTo(&ctx.Request)
-		ctx.Response.Reset()
-		e.serveHTTP(&ctx)
-		if ctx.Response.StatusCode() != 200 {
-			t.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	prompt := words("hot", 300)
+	for path, body := range map[string]string{
+		"/v1/chat/completions": `{"model":"sim-model","messages":[{"role":"user","content":"` + prompt + `"}],"max_tokens":8}`,
+		"/v1/completions":      `{"model":"sim-model","prompt":"` + prompt + `","max_tokens":8}`,
+		"/v1/responses":        `{"model":"sim-model","instructions":"be brief","input":"` + prompt + `","max_output_tokens":8}`,
+		"/v1/messages":         `{"model":"sim-model","system":"be brief","messages":[{"role":"user","content":"` + prompt + `"}],"max_tokens":8}`,
+		"/v1/embeddings":       `{"model":"sim-model","input":["` + prompt + `","` + prompt + `"],"encoding_format":"base64"}`,
+	} {
+		var req fasthttp.Request
+		req.Header.SetMethod("POST")
+		req.SetRequestURI(path)
+		req.SetBodyString(body)
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&req, nil, nil) // allocates its fake connection once
+		serve := func() {
+			req.CopyTo(&ctx.Request)
+			ctx.Response.Reset()
+			e.serveHTTP(&ctx)
+			if ctx.Response.StatusCode() != 200 {
+				t.Fatalf("%s: status %d: %s", path, ctx.Response.StatusCode(), ctx.Response.Body())
+			}
+		}
+		serve()
+		if n := testing.AllocsPerRun(100, serve); n != 0 {
+			t.Errorf("%s handler: %v allocs/op", path, n)
 		}
 	}
-	serve()
-	if n := testing.AllocsPerRun(100, serve); n != 0 {
-		t.Fatalf("chat completion handler: %v allocs/op", n)
+
+	r := newRequest(e)
+	r.tokens = AppendTokens(r.tokens, []byte(prompt))
+	r.maxTokens, r.includeUsage = 8, true
+	for _, a := range []api{apiChat, apiCompletions, apiResponses, apiMessages} {
+		r.api = a
+		e.newID(r, a.idPrefix(), nil)
+		build := func() {
+			r.out = r.appendOpening(r.out[:0])
+			for i := range r.maxTokens {
+				r.out = r.appendTokenEvent(r.out, i)
+			}
+			r.out = r.appendDone(r.appendClosing(r.out))
+		}
+		build()
+		if n := testing.AllocsPerRun(100, build); n != 0 {
+			t.Errorf("api %d stream events: %v allocs/op", a, n)
+		}
 	}
 }

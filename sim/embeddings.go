@@ -29,13 +29,7 @@ func (e *Engine) serveEmbeddings(ctx *fasthttp.RequestCtx) {
 	}
 	r := e.getRequest()
 	defer e.putRequest(r)
-	p := parserPool.Get()
-	defer parserPool.Put(p)
-	v, ae := parseObject(p, ctx.PostBody(), &e.cfg)
-	if ae == nil {
-		ae = r.parseEmbeddings(v, &e.cfg)
-	}
-	if ae != nil {
+	if ae := r.parseEmbeddings(ctx.PostBody(), &e.cfg); ae != nil {
 		writeError(ctx, ae)
 		return
 	}
@@ -46,54 +40,58 @@ func (e *Engine) serveEmbeddings(ctx *fasthttp.RequestCtx) {
 	}
 	e.newID(r, "embd-", nil)
 	r.created = time.Now().Unix()
+	r.out = r.appendEmbeddings(r.out[:0])
 	ctx.SetContentType("application/json")
-	ctx.SetBody(r.appendEmbeddings(r.out[:0], v))
+	ctx.SetBody(r.out)
 }
 
-// parseEmbeddings checks an embeddings body and tokenizes all its inputs into r.tokens (for usage and the
-// prefill time); the vectors are computed per input when the answer is written.
-func (r *request) parseEmbeddings(v *fastjson.Value, cfg *Config) *apiError {
-	inputs, ae := embeddingInputs(v)
+// parseEmbeddings reads an embeddings body: every input's tokens into r.tokens (r.inputEnds marks where
+// each ends), the vector length and the encoding.
+func (r *request) parseEmbeddings(body []byte, cfg *Config) *apiError {
+	p := parserPool.Get()
+	defer parserPool.Put(p)
+	v, ae := parseObject(p, body, cfg)
 	if ae != nil {
 		return ae
 	}
-	if f := string(v.GetStringBytes("encoding_format")); f != "" && f != "float" && f != "base64" {
+	switch f := string(v.GetStringBytes("encoding_format")); f {
+	case "", "float":
+	case "base64":
+		r.base64 = true
+	default:
 		return badRequest(`encoding_format must be "float" or "base64"`)
 	}
+	r.dims = embeddingDims
 	if dv := v.Get("dimensions"); dv != nil && dv.Type() != fastjson.TypeNull {
-		if n, err := dv.Int(); err != nil || n < 1 || n > 4096 {
+		n, err := dv.Int()
+		if err != nil || n < 1 || n > 4096 {
 			return badRequest("dimensions must be between 1 and 4096")
 		}
+		r.dims = n
+	}
+	in := v.Get("input")
+	if in == nil {
+		return badRequest("input is required")
+	}
+	inputs := []*fastjson.Value{in}
+	if a, _ := in.Array(); in.Type() == fastjson.TypeArray && (len(a) == 0 || a[0].Type() != fastjson.TypeNumber) {
+		inputs = a // a list of inputs, not one input of token ids
+	}
+	if len(inputs) == 0 {
+		return badRequest("input must not be empty")
 	}
 	for _, in := range inputs {
-		var ae *apiError
+		start := len(r.tokens)
 		if r.tokens, ae = appendInputTokens(r.tokens, in); ae != nil {
 			return ae
 		}
-	}
-	if len(r.tokens) > cfg.MaxModelLen*len(inputs) {
-		return badRequest("This model's maximum context length is " + strconv.Itoa(cfg.MaxModelLen) + " tokens.")
+		if len(r.tokens)-start > cfg.MaxModelLen {
+			return badRequest("This model's maximum context length is " + strconv.Itoa(cfg.MaxModelLen) +
+				" tokens. However, an input has " + strconv.Itoa(len(r.tokens)-start) + " tokens.")
+		}
+		r.inputEnds = append(r.inputEnds, len(r.tokens))
 	}
 	return nil
-}
-
-// embeddingInputs returns the inputs of an embeddings body: one per string or token-id list.
-func embeddingInputs(v *fastjson.Value) ([]*fastjson.Value, *apiError) {
-	in := v.Get("input")
-	if in == nil {
-		return nil, badRequest("input is required")
-	}
-	if in.Type() != fastjson.TypeArray {
-		return []*fastjson.Value{in}, nil
-	}
-	a, _ := in.Array()
-	if len(a) == 0 {
-		return nil, badRequest("input must not be empty")
-	}
-	if a[0].Type() == fastjson.TypeNumber {
-		return []*fastjson.Value{in}, nil // one input of token ids
-	}
-	return a, nil
 }
 
 // appendInputTokens appends the tokens of one input: a string or a list of token ids.
@@ -123,13 +121,7 @@ func appendInputTokens(dst []uint32, in *fastjson.Value) ([]uint32, *apiError) {
 }
 
 // appendEmbeddings appends the answer: a list of one embedding per input, then usage.
-func (r *request) appendEmbeddings(dst []byte, v *fastjson.Value) []byte {
-	inputs, _ := embeddingInputs(v)
-	dims := embeddingDims
-	if n := v.GetInt("dimensions"); n > 0 {
-		dims = n
-	}
-	base64Format := string(v.GetStringBytes("encoding_format")) == "base64"
+func (r *request) appendEmbeddings(dst []byte) []byte {
 	dst = append(dst, `{"id":"`...)
 	dst = append(dst, r.id...)
 	dst = append(dst, `","object":"list","created":`...)
@@ -137,18 +129,17 @@ func (r *request) appendEmbeddings(dst []byte, v *fastjson.Value) []byte {
 	dst = append(dst, `,"model":`...)
 	dst = append(dst, r.e.modelJSON...)
 	dst = append(dst, `,"data":[`...)
-	vec := make([]float32, dims)
-	var toks []uint32
-	for i, in := range inputs {
-		toks, _ = appendInputTokens(toks[:0], in)
-		embed(vec, toks)
+	start := 0
+	for i, end := range r.inputEnds {
+		r.vec = embed(r.vec[:0], r.dims, r.tokens[start:end])
+		start = end
 		if i > 0 {
 			dst = append(dst, ',')
 		}
 		dst = append(dst, `{"index":`...)
 		dst = strconv.AppendInt(dst, int64(i), 10)
 		dst = append(dst, `,"object":"embedding","embedding":`...)
-		dst = appendVector(dst, vec, base64Format)
+		dst = r.appendVector(dst)
 		dst = append(dst, '}')
 	}
 	dst = append(dst, `],"usage":{"prompt_tokens":`...)
@@ -158,26 +149,28 @@ func (r *request) appendEmbeddings(dst []byte, v *fastjson.Value) []byte {
 	return append(dst, `,"completion_tokens":0,"prompt_tokens_details":null}}`...)
 }
 
-// embed writes the unit vector of tokens into vec: each token adds a pseudo-random direction of its own.
-func embed(vec []float32, tokens []uint32) {
-	sum := make([]float64, len(vec))
+// embed appends the unit vector of tokens, dims long, to vec: each token adds a pseudo-random direction
+// of its own.
+func embed(vec []float64, dims int, tokens []uint32) []float64 {
+	for range dims {
+		vec = append(vec, 0)
+	}
 	for _, t := range tokens {
-		for k := range sum {
+		for k := range vec {
 			x := splitmix(uint64(t)<<32 | uint64(k))
-			sum[k] += float64(int64(x>>11))/float64(1<<52) - 1
+			vec[k] += float64(int64(x>>11))/float64(1<<52) - 1
 		}
 	}
 	var norm float64
-	for _, x := range sum {
+	for _, x := range vec {
 		norm += x * x
 	}
-	norm = math.Sqrt(norm)
-	for k, x := range sum {
-		if norm > 0 {
-			x /= norm
+	if norm = math.Sqrt(norm); norm > 0 {
+		for k := range vec {
+			vec[k] /= norm
 		}
-		vec[k] = float32(x)
 	}
+	return vec
 }
 
 // splitmix is SplitMix64's output function: a well-mixed 64-bit value of x.
@@ -188,23 +181,25 @@ func splitmix(x uint64) uint64 {
 	return x ^ x>>31
 }
 
-// appendVector appends vec as a JSON list of floats, or as a base64 string of little-endian float32.
-func appendVector(dst []byte, vec []float32, base64Format bool) []byte {
-	if base64Format {
-		raw := make([]byte, 4*len(vec))
-		for i, x := range vec {
-			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
+// appendVector appends r.vec as float32s: a JSON list, or with base64 a string of their little-endian bytes
+// (built in r.partsBuf).
+func (r *request) appendVector(dst []byte) []byte {
+	if r.base64 {
+		raw := r.partsBuf[:0]
+		for _, x := range r.vec {
+			raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(float32(x)))
 		}
+		r.partsBuf = raw
 		dst = append(dst, '"')
 		dst = base64.StdEncoding.AppendEncode(dst, raw)
 		return append(dst, '"')
 	}
 	dst = append(dst, '[')
-	for i, x := range vec {
+	for i, x := range r.vec {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = strconv.AppendFloat(dst, float64(x), 'g', -1, 32)
+		dst = strconv.AppendFloat(dst, float64(float32(x)), 'g', -1, 32)
 	}
 	return append(dst, ']')
 }

@@ -83,27 +83,18 @@ func (r *request) appendMessage(dst []byte, done bool) []byte {
 	return append(dst, "}}"...)
 }
 
-// appendMessageEvent appends one event: its name, and data that starts with the same type.
-func appendMessageEvent(dst []byte, typ string) []byte {
-	dst = append(dst, "event: "...)
-	dst = append(dst, typ...)
-	dst = append(dst, "\ndata: {\"type\":\""...)
-	dst = append(dst, typ...)
-	return append(dst, `"`...)
-}
-
 // appendMessagesOpening appends message_start and content_block_start.
 func (r *request) appendMessagesOpening(dst []byte) []byte {
-	dst = appendMessageEvent(dst, "message_start")
+	dst = appendTypedEvent(dst, "message_start")
 	dst = r.appendMessage(append(dst, `,"message":`...), false)
-	dst = append(dst, "}\n\n"...)
-	dst = appendMessageEvent(dst, "content_block_start")
+	dst = append(dst, eventEnd...)
+	dst = appendTypedEvent(dst, "content_block_start")
 	return append(dst, `,"index":0,"content_block":{"type":"text","text":""}}`+"\n\n"...)
 }
 
 // appendMessagesDelta appends the text delta of output token i.
 func (r *request) appendMessagesDelta(dst []byte, i int) []byte {
-	dst = appendMessageEvent(dst, "content_block_delta")
+	dst = appendTypedEvent(dst, "content_block_delta")
 	dst = append(dst, `,"index":0,"delta":{"type":"text_delta","text":`...)
 	dst = appendJSONString(dst, fillerWord(i))
 	return append(dst, "}}\n\n"...)
@@ -111,14 +102,14 @@ func (r *request) appendMessagesDelta(dst []byte, i int) []byte {
 
 // appendMessagesClosing appends content_block_stop, message_delta and message_stop.
 func (r *request) appendMessagesClosing(dst []byte) []byte {
-	dst = appendMessageEvent(dst, "content_block_stop")
+	dst = appendTypedEvent(dst, "content_block_stop")
 	dst = append(dst, `,"index":0}`+"\n\n"...)
-	dst = appendMessageEvent(dst, "message_delta")
+	dst = appendTypedEvent(dst, "message_delta")
 	dst = append(dst, `,"delta":{"stop_reason":`...)
 	dst = append(dst, r.stopReason()...)
 	dst = append(dst, `,"stop_sequence":null},"usage":{"output_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(r.maxTokens), 10)
 	dst = append(dst, "}}\n\n"...)
-	dst = appendMessageEvent(dst, "message_stop")
-	return append(dst, "}\n\n"...)
+	dst = appendTypedEvent(dst, "message_stop")
+	return append(dst, eventEnd...)
 }

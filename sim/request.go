@@ -49,6 +49,13 @@ type request struct {
 	abortAfter int
 	seq        int // the next sequence_number of a Responses stream event
 	gone       bool
+
+	// An embeddings request: where each input's tokens end in tokens, the vector length, the encoding,
+	// and the vector being written.
+	inputEnds []int
+	dims      int
+	base64    bool
+	vec       []float64
 }
 
 type reqState uint8
@@ -83,6 +90,7 @@ func (r *request) reset() {
 	r.out = r.out[:0]
 	r.outPos, r.tokenIdx, r.chunks, r.abortAfter, r.seq = 0, 0, 0, 0, 0
 	r.gone = false
+	r.inputEnds, r.dims, r.base64, r.vec = r.inputEnds[:0], 0, false, r.vec[:0]
 	select {
 	case <-r.ready:
 	default:
@@ -339,14 +347,8 @@ func textPart(typ []byte) bool {
 func (r *request) parseTokenize(body []byte, cfg *Config) *apiError {
 	p := parserPool.Get()
 	defer parserPool.Put(p)
-	v, err := p.ParseBytes(body)
-	if err != nil {
-		return badRequest("cannot parse request body as JSON: " + err.Error())
-	}
-	if v.Type() != fastjson.TypeObject {
-		return badRequest("request body must be a JSON object")
-	}
-	if e := checkModel(v, cfg); e != nil {
+	v, e := parseObject(p, body, cfg)
+	if e != nil {
 		return e
 	}
 	if v.Exists("messages") {

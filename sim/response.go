@@ -226,6 +226,20 @@ func (r *request) appendUsageEvent(dst []byte) []byte {
 
 const doneEvent = "data: [DONE]\n\n"
 
+// appendTypedEvent appends the start of a typed SSE event, as the Responses and Messages APIs stream them:
+// its name, and a data object that opens with the same type; the caller appends the rest of the object
+// and eventEnd.
+func appendTypedEvent(dst []byte, typ string) []byte {
+	dst = append(dst, "event: "...)
+	dst = append(dst, typ...)
+	dst = append(dst, "\ndata: {\"type\":\""...)
+	dst = append(dst, typ...)
+	return append(dst, '"')
+}
+
+// eventEnd closes a typed event's data object and the event.
+const eventEnd = "}\n\n"
+
 // appendDone appends the end of a chat or completions stream, [DONE]; the Responses and Messages APIs end
 // with their last typed event.
 func (r *request) appendDone(dst []byte) []byte {

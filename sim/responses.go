@@ -101,7 +101,7 @@ func (r *request) appendResponse(dst []byte, done bool) []byte {
 // appendResponseItem appends the assistant message item: complete with its text, or in progress and empty.
 func (r *request) appendResponseItem(dst []byte, done bool) []byte {
 	dst = append(dst, `{"type":"message","id":"msg_`...)
-	dst = append(dst, r.id[len("resp_"):]...)
+	dst = append(dst, r.id[len(apiResponses.idPrefix()):]...)
 	if !done {
 		return append(dst, `","status":"in_progress","role":"assistant","content":[]}`...)
 	}
@@ -117,64 +117,54 @@ func (r *request) appendOutputText(dst []byte) []byte {
 	return append(dst, `,"annotations":[]}`...)
 }
 
-// appendResponseEvent appends one typed event; body is the JSON object after its type and sequence number.
-func (r *request) appendResponseEvent(dst []byte, typ string, body func([]byte) []byte) []byte {
-	dst = append(dst, "event: "...)
-	dst = append(dst, typ...)
-	dst = append(dst, "\ndata: {\"type\":\""...)
-	dst = append(dst, typ...)
-	dst = append(dst, `","sequence_number":`...)
+// appendResponseEvent appends the start of one typed event, up to its sequence number; the caller appends
+// the rest of the object and closes it with eventEnd.
+func (r *request) appendResponseEvent(dst []byte, typ string) []byte {
+	dst = appendTypedEvent(dst, typ)
+	dst = append(dst, `,"sequence_number":`...)
 	dst = strconv.AppendInt(dst, int64(r.seq), 10)
 	r.seq++
-	dst = body(append(dst, ','))
-	return append(dst, "}\n\n"...)
+	return append(dst, ',')
 }
 
 // appendResponsesOpening appends the events before the first token.
 func (r *request) appendResponsesOpening(dst []byte) []byte {
-	dst = r.appendResponseEvent(dst, "response.created", func(b []byte) []byte {
-		return r.appendResponse(append(b, `"response":`...), false)
-	})
-	dst = r.appendResponseEvent(dst, "response.output_item.added", func(b []byte) []byte {
-		return r.appendResponseItem(append(b, `"output_index":0,"item":`...), false)
-	})
-	return r.appendResponseEvent(dst, "response.content_part.added", func(b []byte) []byte {
-		b = r.appendItemRef(b)
-		return append(b, `,"part":{"type":"output_text","text":"","annotations":[]}`...)
-	})
+	dst = r.appendResponseEvent(dst, "response.created")
+	dst = r.appendResponse(append(dst, `"response":`...), false)
+	dst = append(dst, eventEnd...)
+	dst = r.appendResponseEvent(dst, "response.output_item.added")
+	dst = r.appendResponseItem(append(dst, `"output_index":0,"item":`...), false)
+	dst = append(dst, eventEnd...)
+	dst = r.appendItemRef(r.appendResponseEvent(dst, "response.content_part.added"))
+	return append(dst, `,"part":{"type":"output_text","text":"","annotations":[]}`+eventEnd...)
 }
 
 // appendItemRef appends the fields that place a content event: the item, its output and content index.
 func (r *request) appendItemRef(dst []byte) []byte {
 	dst = append(dst, `"item_id":"msg_`...)
-	dst = append(dst, r.id[len("resp_"):]...)
+	dst = append(dst, r.id[len(apiResponses.idPrefix()):]...)
 	return append(dst, `","output_index":0,"content_index":0`...)
 }
 
 // appendResponsesDelta appends the output_text delta of output token i.
 func (r *request) appendResponsesDelta(dst []byte, i int) []byte {
-	return r.appendResponseEvent(dst, "response.output_text.delta", func(b []byte) []byte {
-		b = r.appendItemRef(b)
-		b = append(b, `,"delta":`...)
-		return appendJSONString(b, fillerWord(i))
-	})
+	dst = r.appendItemRef(r.appendResponseEvent(dst, "response.output_text.delta"))
+	dst = appendJSONString(append(dst, `,"delta":`...), fillerWord(i))
+	return append(dst, eventEnd...)
 }
 
 // appendResponsesClosing appends the events after the last token, response.completed last.
 func (r *request) appendResponsesClosing(dst []byte) []byte {
-	dst = r.appendResponseEvent(dst, "response.output_text.done", func(b []byte) []byte {
-		b = r.appendItemRef(b)
-		b = append(b, `,"text":`...)
-		return r.appendText(b)
-	})
-	dst = r.appendResponseEvent(dst, "response.content_part.done", func(b []byte) []byte {
-		b = r.appendItemRef(b)
-		return r.appendOutputText(append(b, `,"part":`...))
-	})
-	dst = r.appendResponseEvent(dst, "response.output_item.done", func(b []byte) []byte {
-		return r.appendResponseItem(append(b, `"output_index":0,"item":`...), true)
-	})
-	return r.appendResponseEvent(dst, "response.completed", func(b []byte) []byte {
-		return r.appendResponse(append(b, `"response":`...), true)
-	})
+	dst = r.appendItemRef(r.appendResponseEvent(dst, "response.output_text.done"))
+	dst = r.appendText(append(dst, `,"text":`...))
+	dst = append(dst, eventEnd...)
+	dst = r.appendItemRef(r.appendResponseEvent(dst, "response.content_part.done"))
+	dst = r.appendOutputText(append(dst, `,"part":`...))
+	dst = append(dst, eventEnd...)
+	dst = r.appendResponseEvent(dst, "response.output_item.done")
+	dst = r.appendResponseItem(append(dst, `"output_index":0,"item":`...), true)
+	dst = append(dst, eventEnd...)
+	dst = r.appendResponseEvent(dst, "response.completed")
+	dst = r.appendResponse(append(dst, `"response":`...), true)
+	return append(dst, eventEnd...)
 }
