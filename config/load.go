@@ -68,15 +68,15 @@ func Validate(cfg *Config) Errors {
 	return v.errs
 }
 
-// controlWithoutEnabled returns a key of [control] itself (listen, store...) that the file sets while it
-// does not set enabled, or "". [control.quotas] alone is not one: quotas apply to orgs whichever way the
-// control plane runs.
+// controlWithoutEnabled returns a value of [control] itself (listen, store...) that the file sets while it
+// does not set enabled, or "". A table under it ([control.quotas]) is not one: it applies to orgs
+// whichever way the control plane runs.
 func controlWithoutEnabled(md toml.MetaData) string {
 	if md.IsDefined("control", "enabled") {
 		return ""
 	}
 	for _, k := range md.Keys() {
-		if len(k) == 2 && k[0] == "control" && k[1] != "quotas" {
+		if len(k) == 2 && k[0] == "control" && md.Type(k...) != "Hash" {
 			return k[1]
 		}
 	}

@@ -31,8 +31,6 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/rolter-ai/rolter/config"
-	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/kvindex"
 )
 
@@ -61,19 +59,7 @@ const svgNamespace = "http://www.w3.org/2000/svg"
 // the modules name is there; /dashboard redirects, unknown files are 404 with the same headers, and a
 // known ETag is answered 304.
 func TestDashboardAssets(t *testing.T) {
-	st := openStoreAt(t, filepath.Join(t.TempDir(), "rolter.db"))
-	srv, err := NewServer(Options{
-		Store: st, File: config.Default, Apply: func(*config.Config) error { return nil },
-		State: func() engine.State { return engine.State{} }, AdminToken: rootToken, Listen: "127.0.0.1:0",
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
-	client := hs.Client()
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	hs, client := newStaticServer(t)
 	get := func(p string, hdr ...string) (*http.Response, []byte) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", hs.URL+p, nil)
@@ -114,7 +100,7 @@ func TestDashboardAssets(t *testing.T) {
 	jsRef := regexp.MustCompile(`(?:\bfrom\s+|\bimport\s*\(\s*|\bfetch\(\s*)"([^"]+)"`)
 	names := map[string]bool{}
 	refs := map[string][]string{} // file -> the files it names
-	err = fs.WalkDir(dashboardFiles, "dashboard", func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(dashboardFiles, "dashboard", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}

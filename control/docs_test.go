@@ -3,35 +3,19 @@ package control
 import (
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/rolter-ai/rolter/config"
-	"github.com/rolter-ai/rolter/engine"
 )
 
 // TestDocsLinksAnswer fetches every documentation link the dashboard can show - the footer's and the page
 // of every strategy in dashboard/strategies.json - resolved against the default base the control plane
 // reports, plus every page the product's spec links, from a real control plane over loopback.
 func TestDocsLinksAnswer(t *testing.T) {
-	st := openStoreAt(t, filepath.Join(t.TempDir(), "rolter.db"))
-	srv, err := NewServer(Options{
-		Store: st, File: config.Default, Apply: func(*config.Config) error { return nil },
-		State: func() engine.State { return engine.State{} }, AdminToken: rootToken, Listen: "127.0.0.1:0",
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
-	client := hs.Client()
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	hs, client := newStaticServer(t)
 	get := func(p, token string) (*http.Response, string) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", hs.URL+p, nil)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -117,7 +118,7 @@ func (s *Site) nav() []navItem {
 	order := append([]string(nil), sections...)
 	var extra []string
 	for sec := range bySection {
-		if !contains(order, sec) {
+		if !slices.Contains(order, sec) {
 			extra = append(extra, sec)
 		}
 	}
@@ -136,15 +137,6 @@ func (s *Site) nav() []navItem {
 		}
 	}
 	return items
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Pages returns the served paths of every page, sorted.

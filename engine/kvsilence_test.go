@@ -5,12 +5,12 @@ package engine
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rolter-ai/rolter/internal/freeport"
 	"github.com/rolter-ai/rolter/sim"
 )
 
@@ -21,12 +21,11 @@ func TestKVSilenceLogged(t *testing.T) {
 	kvSilentTicks = 2
 	run := func(simBinds bool) string {
 		t.Helper()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := freeport.Loopback()
 		if err != nil {
 			t.Fatal(err)
 		}
-		endpoint := fmt.Sprintf("tcp://127.0.0.1:%d", ln.Addr().(*net.TCPAddr).Port)
-		ln.Close()
+		endpoint := fmt.Sprintf("tcp://127.0.0.1:%d", port)
 		engines, _ := simFleet(t, 1, func(c *sim.Config) {
 			c.KVEvents = endpoint // a host and port: the sim connects, as vLLM does
 			if simBinds {

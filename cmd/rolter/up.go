@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/rand"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -113,7 +112,7 @@ func up(args []string, stdout, stderr io.Writer) int {
 	}
 	var token string
 	if o.control {
-		token = upAdminToken()
+		token = rand.Text()
 		os.Setenv(upTokenEnv, token)
 		store := strings.TrimSuffix(path, ".toml") + ".db"
 		defer removeStore(store)
@@ -183,13 +182,6 @@ const TryItPrompt = "You are a concise assistant for a team that runs vLLM fleet
 // upTokenEnv is the variable `rolter up -control` keeps its generated admin token in, for the control plane
 // to read as [control] admin_token_env.
 const upTokenEnv = "ROLTER_UP_ADMIN_TOKEN"
-
-// upAdminToken is a new random admin token.
-func upAdminToken() string {
-	b := make([]byte, 24)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 // freeOr returns addr if it can be listened on now, else a free port on loopback.
 func freeOr(addr string) string {

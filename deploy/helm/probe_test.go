@@ -3,7 +3,6 @@ package helm
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rolter-ai/rolter/control/store/pgtest"
+	"github.com/rolter-ai/rolter/internal/freeport"
 )
 
 // The probe tests run what the chart renders against a real `rolter serve`: the rendered rolter.toml with
@@ -145,12 +145,11 @@ func containerEnv(t *testing.T, c corev1.Container, m manifests) []string {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Loopback()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // probe runs an HTTP GET probe as the kubelet does, once.

@@ -84,6 +84,7 @@ func run(in io.Reader, out io.Writer) int {
 				continue
 			}
 			passed++
+			delete(output, key)
 			fmt.Fprintf(out, "ok   %-50s %7.1fs  [%s]\n", e.Package, e.Elapsed, since(start))
 		}
 	}
