@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -210,12 +209,4 @@ func Build(binary, version string) (v1.Image, error) {
 		},
 	}
 	return mutate.ConfigFile(img, cf)
-}
-
-// absolute is p made absolute, for messages.
-func absolute(p string) string {
-	if a, err := filepath.Abs(p); err == nil {
-		return a
-	}
-	return p
 }

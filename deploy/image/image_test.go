@@ -87,14 +87,15 @@ func TestImage(t *testing.T) {
 	if os.Geteuid() == 0 {
 		cmd = exec.Command("chroot", root, "/usr/local/bin/rolter", "version")
 	} else {
+		loader := slices.IndexFunc(libs, func(l string) bool { return strings.Contains(l, "/ld-linux") })
+		if loader < 0 {
+			t.Skip("no loader in ldd's list to run the binary through")
+		}
 		var dirs []string
 		for _, l := range libs {
 			dirs = append(dirs, filepath.Join(root, filepath.Dir(l)))
 		}
-		cmd = exec.Command(filepath.Join(root, libs[len(libs)-1]), "--library-path", strings.Join(dirs, ":"), filepath.Join(root, "usr/local/bin/rolter"), "version")
-		if !strings.Contains(libs[len(libs)-1], "ld-linux") {
-			t.Skip("no loader in ldd's list to run the binary through")
-		}
+		cmd = exec.Command(filepath.Join(root, libs[loader]), "--library-path", strings.Join(dirs, ":"), filepath.Join(root, "usr/local/bin/rolter"), "version")
 	}
 	cmd.Env = []string{"PATH=/usr/local/bin"}
 	out, err := cmd.CombinedOutput()
