@@ -12,7 +12,7 @@ import (
 
 // apiError is an error answered to a client in OpenAI's shape:
 // {"error":{"message":...,"type":...,"param":...,"code":"..."}} with a string code
-// (README "Reliability"; OpenAI's shape: developers.openai.com/docs/guides/error-codes).
+// (docs/configuration/reliability.md; OpenAI's shape: developers.openai.com/docs/guides/error-codes).
 type apiError struct {
 	status  int
 	typ     string

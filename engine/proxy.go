@@ -663,7 +663,7 @@ var reasonBytes = func() (b [numReasons][]byte) {
 	return b
 }()
 
-// setDecisionHeaders adds the x-rolter-* headers (README "Routing").
+// setDecisionHeaders adds the x-rolter-* headers (docs/routing/README.md, "Decision headers").
 func (c *call) setDecisionHeaders(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Response.Header
 	h.SetCanonical(hdrRequestID, c.reqID)

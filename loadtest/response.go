@@ -10,7 +10,7 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// Response headers the harness reads (README "Routing").
+// Response headers the harness reads (docs/routing/README.md, "Decision headers").
 const (
 	TargetHeader      = "X-Rolter-Target"
 	DecisionHeader    = "X-Rolter-Decision"

@@ -157,7 +157,7 @@ type Trial struct {
 	EngineEvictions uint64                `json:"engine_evictions"`
 	EngineRequests  []int                 `json:"engine_requests"`
 	Inflight        fleet.InflightSummary `json:"inflight"`
-	// Reuse is the gateway's own routing evidence over the run (README "Routing evidence").
+	// Reuse is the gateway's own routing evidence over the run (docs/routing/evidence.md).
 	Reuse           fleet.ReuseSummary `json:"reuse"`
 	GroupsSplit     int                `json:"groups_split"`      // groups (users) served by more than one engine
 	EnginesPerGroup float64            `json:"engines_per_group"` // mean distinct engines per group (user)

@@ -127,7 +127,7 @@ func (rep *Report) Markdown(charts []string) string {
 			}
 			fmt.Fprintf(&b, " %d | %d |\n", run.EngineEvictions, r.Failed+r.Cancelled)
 		}
-		fmt.Fprintf(&b, "\nOracle bound: %.3f. Decisions (`x-rolter-decision`), requests per engine, and the gateway's own routing evidence (README \"Routing evidence\": predicted held and captured, as fractions of the prompts in the strategy's unit, beside the delivered cached / prompt tokens):\n\n", oracle)
+		fmt.Fprintf(&b, "\nOracle bound: %.3f. Decisions (`x-rolter-decision`), requests per engine, and the gateway's own routing evidence (docs/routing/evidence.md: predicted held and captured, as fractions of the prompts in the strategy's unit, beside the delivered cached / prompt tokens):\n\n", oracle)
 		b.WriteString("| strategy | decisions | requests per engine | predicted vs delivered reuse |\n|---|---|---|---|\n")
 		for _, s := range o.Strategies {
 			run := rep.Run(sc, s)

@@ -47,8 +47,8 @@ func up(args []string, stdout, stderr io.Writer) int {
 	var o upOptions
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	fs.IntVar(&o.n, "n", 4, "number of simulated engines")
-	fs.StringVar(&o.strategy, "strategy", "pipeline", "routing strategy of the route (pipeline: the best measured, README \"Routing quality\")")
-	fs.StringVar(&o.shadow, "shadow", "", "shadow strategies of the route, comma-separated (README \"Routing evidence\")")
+	fs.StringVar(&o.strategy, "strategy", "pipeline", "routing strategy of the route (pipeline: the best measured, docs/benchmarks/routing-quality.md)")
+	fs.StringVar(&o.shadow, "shadow", "", "shadow strategies of the route, comma-separated (docs/routing/evidence.md)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "gateway address (a free port is used if this one is taken)")
 	fs.StringVar(&o.configOut, "config-out", "", "where to write the generated config (default: a file in the temp dir)")
 	fs.IntVar(&o.numBlocks, "num-blocks", 2048, "KV cache blocks per engine")

@@ -57,7 +57,7 @@ setInterval(async () => {
   }
 }, HEARTBEAT_MS);
 
-// A control plane without a superadmin token runs open on loopback (README "Control plane"): a caller with
+// A control plane without a superadmin token runs open on loopback (docs/api/control-plane.md): a caller with
 // no token is the superadmin. The dashboard first tries without one when it has none (probing), and asks
 // for the token only when that is refused.
 let probing = false;
