@@ -69,6 +69,11 @@ type ServerConfig struct {
 	// SessionHeaders are request headers that name a session, read after x-session-id and the body's
 	// prompt_cache_key: the first one present pins the conversation (agent harnesses send their own).
 	SessionHeaders []string `toml:"session_headers" json:"session_headers"`
+	// TLSCertFile and TLSKeyFile (PEM, both or neither) serve HTTPS on listen; the files are read again
+	// when they change (certfile). TLSMinVersion is "1.2" or "1.3".
+	TLSCertFile   string `toml:"tls_cert_file" json:"tls_cert_file"`
+	TLSKeyFile    string `toml:"tls_key_file" json:"tls_key_file"`
+	TLSMinVersion string `toml:"tls_min_version" json:"tls_min_version"`
 }
 
 // scannedFields are the top-level body fields the request scanner reads itself, which cannot be
@@ -115,6 +120,13 @@ type ControlConfig struct {
 	// SecretsKeyEnv names the environment variable holding the key (32 bytes, base64) the store's org
 	// secrets are encrypted with (AES-256-GCM); "" turns the secrets endpoints off.
 	SecretsKeyEnv string `toml:"secrets_key_env" json:"secrets_key_env"`
+	// TLSCertFile and TLSKeyFile (PEM, both or neither) serve the control plane over HTTPS; with
+	// TLSClientCAFile it also requires a client certificate signed by one of that file's CAs. The files are
+	// read again when they change (certfile). TLSMinVersion is "1.2" or "1.3".
+	TLSCertFile     string `toml:"tls_cert_file" json:"tls_cert_file"`
+	TLSKeyFile      string `toml:"tls_key_file" json:"tls_key_file"`
+	TLSClientCAFile string `toml:"tls_client_ca_file" json:"tls_client_ca_file"`
+	TLSMinVersion   string `toml:"tls_min_version" json:"tls_min_version"`
 }
 
 // ControlConns is how many connections of the socket budget the control plane takes: its max_conns when
@@ -132,7 +144,9 @@ func (c *ControlConfig) Equal(o *ControlConfig) bool {
 	return c.Enabled == o.Enabled && c.Listen == o.Listen && c.Store == o.Store && c.AdminTokenEnv == o.AdminTokenEnv &&
 		slices.Equal(c.Hosts, o.Hosts) && c.MaxConns == o.MaxConns && c.ReadTimeoutSecs == o.ReadTimeoutSecs &&
 		c.WriteTimeoutSecs == o.WriteTimeoutSecs && c.IdleTimeoutSecs == o.IdleTimeoutSecs &&
-		slices.Equal(c.ProviderEnv, o.ProviderEnv) && c.SecretsKeyEnv == o.SecretsKeyEnv
+		slices.Equal(c.ProviderEnv, o.ProviderEnv) && c.SecretsKeyEnv == o.SecretsKeyEnv &&
+		c.TLSCertFile == o.TLSCertFile && c.TLSKeyFile == o.TLSKeyFile && c.TLSClientCAFile == o.TLSClientCAFile &&
+		c.TLSMinVersion == o.TLSMinVersion
 }
 
 // QuotaConfig is [control.quotas]: what one org may hold. The operator sets it in the file; nothing written

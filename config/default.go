@@ -23,6 +23,7 @@ func Default() *Config {
 			DrainSecs:             30,
 			ExposeDecisionHeaders: true,
 			ExposeMetrics:         true,
+			TLSMinVersion:         "1.2",
 		},
 		MetricsScrape: ScrapeConfig{IntervalSecs: 0.5, TimeoutSecs: 0.5, Path: "/metrics"},
 		Health: HealthConfig{
@@ -38,7 +39,8 @@ func Default() *Config {
 		Queue:    QueueConfig{WaitTimeoutSecs: 5, RetryAfterSecs: 1},
 		Egress:   egress.DefaultConfig(),
 		Control: ControlConfig{Listen: "127.0.0.1:8081", Store: "rolter.db", AdminTokenEnv: "ROLTER_ADMIN_TOKEN",
-			MaxConns: 64, ReadTimeoutSecs: 10, WriteTimeoutSecs: 60, IdleTimeoutSecs: 60, Quotas: DefaultQuotas},
+			MaxConns: 64, ReadTimeoutSecs: 10, WriteTimeoutSecs: 60, IdleTimeoutSecs: 60, Quotas: DefaultQuotas,
+			TLSMinVersion: "1.2"},
 		Cluster: ClusterConfig{Subject: "rolter", PublishIntervalMs: 20, MaxEntries: 1 << 20, EvidenceTTLSecs: 600,
 			QueueSize: 4096, MaxPeers: 64, MaxPeerInflight: 1024, PeerEvidencePerSec: 50000},
 		Trace:   TraceConfig{MaxBytes: 100 << 20, Keep: 5, BlockBytes: capture.DefaultBlockBytes, QueueSize: 4096},

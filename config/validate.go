@@ -116,6 +116,7 @@ func (v *validator) server(s *ServerConfig) {
 	if s.MaxBodyMemoryBytes > 0 && s.MaxBodyMemoryBytes < s.MaxBodyBytes {
 		v.addf("server.max_body_memory_bytes", "must be >= server.max_body_bytes (%d), got %d", s.MaxBodyBytes, s.MaxBodyMemoryBytes)
 	}
+	v.tls("server", s.TLSCertFile, s.TLSKeyFile, "", s.TLSMinVersion)
 	v.nonNegativeInt("server.max_conns", s.MaxConns)
 	v.nonNegativeInt("server.max_conns_per_ip", s.MaxConnsPerIP)
 	if s.RoutingMemoryBytes < 1<<20 {

@@ -86,6 +86,7 @@ func (v *validator) control(c *ControlConfig) {
 	if c.MaxConns < 1 || c.MaxConns > 65536 {
 		v.addf("control.max_conns", "must be between 1 and 65536, got %d", c.MaxConns)
 	}
+	v.tls("control", c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile, c.TLSMinVersion)
 	v.positive("control.read_timeout_secs", c.ReadTimeoutSecs)
 	v.positive("control.write_timeout_secs", c.WriteTimeoutSecs)
 	v.positive("control.idle_timeout_secs", c.IdleTimeoutSecs)

@@ -352,6 +352,10 @@ func restartOnly(cur, next *config.ServerConfig) error {
 	f("idle_timeout_secs", cur.IdleTimeoutSecs == next.IdleTimeoutSecs)
 	f("max_conns", cur.MaxConns == next.MaxConns)
 	f("max_conns_per_ip", cur.MaxConnsPerIP == next.MaxConnsPerIP)
+	// The listener's TLS layer is made at start; what the files hold is reloaded (certfile), not their names.
+	f("tls_cert_file", cur.TLSCertFile == next.TLSCertFile)
+	f("tls_key_file", cur.TLSKeyFile == next.TLSKeyFile)
+	f("tls_min_version", cur.TLSMinVersion == next.TLSMinVersion)
 	if len(changed) > 0 {
 		return fmt.Errorf("cannot reload: %s changed, which needs a restart", strings.Join(changed, ", "))
 	}

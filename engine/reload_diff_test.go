@@ -303,7 +303,8 @@ func configPaths() []string {
 func restartPath(path string) bool {
 	switch path {
 	case "server.listen", "server.max_header_bytes", "server.read_timeout_secs", "server.write_timeout_secs",
-		"server.idle_timeout_secs", "server.max_conns", "server.max_conns_per_ip":
+		"server.idle_timeout_secs", "server.max_conns", "server.max_conns_per_ip", "server.tls_cert_file",
+		"server.tls_key_file", "server.tls_min_version":
 		return true
 	}
 	if strings.HasPrefix(path, "control.quotas") {
@@ -352,8 +353,13 @@ func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*conf
 	t.Setenv("ROLTER_DIFF_SALT", "salt")
 	a := func(c *config.Config) *config.ProviderConfig { return provider(c, "a") }
 	b := func(c *config.Config) *config.ProviderConfig { return provider(c, "b") }
+	// A key pair is named by two fields that go together: each one's mutation sets both.
+	cert, key := writeTLSPair(t, dir)
 	return map[string]func(*config.Config){
 		"server.listen":                  func(c *config.Config) { c.Server.Listen = "127.0.0.1:1" },
+		"server.tls_cert_file":           func(c *config.Config) { c.Server.TLSCertFile, c.Server.TLSKeyFile = cert, key },
+		"server.tls_key_file":            func(c *config.Config) { c.Server.TLSCertFile, c.Server.TLSKeyFile = cert, key },
+		"server.tls_min_version":         func(c *config.Config) { c.Server.TLSMinVersion = "1.3" },
 		"server.max_body_bytes":          func(c *config.Config) { c.Server.MaxBodyBytes = 2000000 },
 		"server.max_header_bytes":        func(c *config.Config) { c.Server.MaxHeaderBytes = 16384 },
 		"server.max_body_memory_bytes":   func(c *config.Config) { c.Server.MaxBodyMemoryBytes = 200000000 },
@@ -515,17 +521,23 @@ func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*conf
 		"egress.allow_cidrs":      func(c *config.Config) { c.Egress.AllowCIDRs = []string{"127.0.0.0/16"} },
 		"egress.deny_cidrs":       func(c *config.Config) { c.Egress.DenyCIDRs = []string{"10.9.8.0/24"} },
 
-		"control.enabled":                     func(c *config.Config) { c.Control.Enabled = true },
-		"control.listen":                      func(c *config.Config) { c.Control.Listen = "127.0.0.1:1" },
-		"control.store":                       func(c *config.Config) { c.Control.Store = filepath.Join(dir, "other.db") },
-		"control.admin_token_env":             func(c *config.Config) { c.Control.AdminTokenEnv = "OTHER_TOKEN" },
-		"control.hosts":                       func(c *config.Config) { c.Control.Hosts = []string{"control.example"} },
-		"control.max_conns":                   func(c *config.Config) { c.Control.MaxConns = 65 },
-		"control.read_timeout_secs":           func(c *config.Config) { c.Control.ReadTimeoutSecs = 11 },
-		"control.write_timeout_secs":          func(c *config.Config) { c.Control.WriteTimeoutSecs = 61 },
-		"control.idle_timeout_secs":           func(c *config.Config) { c.Control.IdleTimeoutSecs = 61 },
-		"control.provider_env":                func(c *config.Config) { c.Control.ProviderEnv = []string{"ROLTER_DIFF_KEY2"} },
-		"control.secrets_key_env":             func(c *config.Config) { c.Control.SecretsKeyEnv = "ROLTER_DIFF_SECRETS" },
+		"control.enabled":            func(c *config.Config) { c.Control.Enabled = true },
+		"control.listen":             func(c *config.Config) { c.Control.Listen = "127.0.0.1:1" },
+		"control.store":              func(c *config.Config) { c.Control.Store = filepath.Join(dir, "other.db") },
+		"control.admin_token_env":    func(c *config.Config) { c.Control.AdminTokenEnv = "OTHER_TOKEN" },
+		"control.hosts":              func(c *config.Config) { c.Control.Hosts = []string{"control.example"} },
+		"control.max_conns":          func(c *config.Config) { c.Control.MaxConns = 65 },
+		"control.read_timeout_secs":  func(c *config.Config) { c.Control.ReadTimeoutSecs = 11 },
+		"control.write_timeout_secs": func(c *config.Config) { c.Control.WriteTimeoutSecs = 61 },
+		"control.idle_timeout_secs":  func(c *config.Config) { c.Control.IdleTimeoutSecs = 61 },
+		"control.provider_env":       func(c *config.Config) { c.Control.ProviderEnv = []string{"ROLTER_DIFF_KEY2"} },
+		"control.secrets_key_env":    func(c *config.Config) { c.Control.SecretsKeyEnv = "ROLTER_DIFF_SECRETS" },
+		"control.tls_cert_file":      func(c *config.Config) { c.Control.TLSCertFile, c.Control.TLSKeyFile = cert, key },
+		"control.tls_key_file":       func(c *config.Config) { c.Control.TLSCertFile, c.Control.TLSKeyFile = cert, key },
+		"control.tls_client_ca_file": func(c *config.Config) {
+			c.Control.TLSCertFile, c.Control.TLSKeyFile, c.Control.TLSClientCAFile = cert, key, cert
+		},
+		"control.tls_min_version":             func(c *config.Config) { c.Control.TLSMinVersion = "1.3" },
 		"control.quotas.routing_memory_bytes": func(c *config.Config) { c.Control.Quotas.RoutingMemoryBytes = 1 << 27 },
 		"control.quotas.routes":               func(c *config.Config) { c.Control.Quotas.Routes = 65 },
 		"control.quotas.providers":            func(c *config.Config) { c.Control.Quotas.Providers = 65 },

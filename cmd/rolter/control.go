@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rolter-ai/rolter/certfile"
 	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/control"
 	"github.com/rolter-ai/rolter/control/store"
@@ -25,6 +26,7 @@ type controlPlane struct {
 	follow *control.Follower
 	http   *http.Server
 	ln     net.Listener
+	certs  *certfile.Pair // nil without [control] tls_cert_file
 	file   atomic.Pointer[config.Config]
 	gen    int64 // the store generation the gateway started with
 	log    *slog.Logger
@@ -116,13 +118,29 @@ func (cp *controlPlane) start(g *engine.Gateway) error {
 		IdleTimeout:    secs(c.IdleTimeoutSecs),
 		MaxHeaderBytes: 64 << 10,
 	}
+	scheme := "http"
+	if c.TLSCertFile != "" {
+		if cp.certs, err = certfile.Open(c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile, cp.log); err != nil {
+			_ = ln.Close()
+			return err
+		}
+		cp.certs.Start(certfile.DefaultPoll)
+		cp.http.TLSConfig = cp.certs.Config(config.TLSVersion(c.TLSMinVersion), []string{"h2", "http/1.1"})
+		scheme = "https"
+	}
 	go func() {
-		if err := cp.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if cp.certs != nil {
+			err = cp.http.ServeTLS(ln, "", "")
+		} else {
+			err = cp.http.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			cp.log.Error("control plane stopped", "err", err)
 		}
 	}()
-	cp.log.Info("control plane serving", "addr", ln.Addr().String(), "store", cp.store.Path(),
-		"dashboard", "http://"+ln.Addr().String()+"/dashboard/")
+	cp.log.Info("control plane serving", "addr", scheme+"://"+ln.Addr().String(), "store", cp.store.Path(),
+		"client_certs", c.TLSClientCAFile != "", "dashboard", scheme+"://"+ln.Addr().String()+"/dashboard/")
 	return nil
 }
 
@@ -156,6 +174,13 @@ func advertised(a net.Addr) string {
 	return net.JoinHostPort(host, port)
 }
 
+// reloadCerts reads the control plane's certificate files again (SIGHUP); cp may be nil.
+func (cp *controlPlane) reloadCerts() {
+	if cp != nil && cp.certs != nil {
+		_ = cp.certs.Reload() // logs why it kept the previous pair
+	}
+}
+
 // stop stops following the store, closes the listener and the store, after the gateway drained.
 func (cp *controlPlane) stop() {
 	if cp.follow != nil {
@@ -165,6 +190,9 @@ func (cp *controlPlane) stop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = cp.http.Shutdown(ctx)
+	}
+	if cp.certs != nil {
+		cp.certs.Stop()
 	}
 	if err := cp.store.Close(); err != nil {
 		cp.log.Error("cannot close the control plane's store", "err", err)

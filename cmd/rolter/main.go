@@ -165,6 +165,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		log.Error("cannot listen", "addr", cfg.Server.Listen, "err", err)
 		return 1
 	}
+	certs, ln, err := listenTLS(cfg.Server, ln, log)
+	if err != nil {
+		log.Error("cannot serve TLS", "addr", cfg.Server.Listen, "err", err)
+		return 1
+	}
+	defer certs.Stop()
 	g, err := engine.New(run, engine.Options{Logger: log, Version: version})
 	if err != nil {
 		log.Error("cannot start the gateway", "err", err)
@@ -188,6 +194,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		reload = func() { cp.reload(g, *path) }
+	}
+	fileReload := reload
+	reload = func() {
+		certs.Reload()
+		cp.reloadCerts()
+		fileReload()
 	}
 	return serveUntilSignal(g, ln, time.Duration(cfg.Server.DrainSecs*float64(time.Second)), reload, log)
 }

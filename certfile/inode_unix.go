@@ -1,0 +1,15 @@
+//go:build unix
+
+package certfile
+
+import (
+	"os"
+	"syscall"
+)
+
+func inode(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Ino)
+	}
+	return 0
+}
