@@ -117,6 +117,9 @@ func (cp *controlPlane) start(g *engine.Gateway) error {
 		WriteTimeout:   secs(c.WriteTimeoutSecs),
 		IdleTimeout:    secs(c.IdleTimeoutSecs),
 		MaxHeaderBytes: 64 << 10,
+		// net/http's own complaints (a failed handshake, a client that sent garbage) are about one
+		// connection and come as often as a scanner likes: debug lines, in the gateway's log format.
+		ErrorLog: slog.NewLogLogger(cp.log.Handler(), slog.LevelDebug),
 	}
 	scheme := "http"
 	if c.TLSCertFile != "" {

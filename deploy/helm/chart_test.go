@@ -244,4 +244,5 @@ func TestChartTemplate(t *testing.T) {
 	refused(map[string]any{"replicaCount": 1, "control": map[string]any{"store": "/data/rolter.db"}}, "must be a postgres://")
 	refused(map[string]any{"control": map[string]any{"store": "postgres://rolter:secret@db/rolter"}}, "must not hold the password")
 	refused(map[string]any{"control": map[string]any{"store": "postgres://rolter@db/rolter"}, "podDisruptionBudget": map[string]any{"maxUnavailable": "", "minAvailable": ""}}, "podDisruptionBudget")
+	refused(map[string]any{"control": map[string]any{"tls": map[string]any{"clientCA": true}}}, "control.tls.clientCA needs control.tls.secretName")
 }

@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/rolter-ai/rolter/control/store/pgtest"
 	"github.com/rolter-ai/rolter/internal/freeport"
+	"github.com/rolter-ai/rolter/internal/testpki"
 )
 
 // The probe tests run what the chart renders against a real `rolter serve`: the rendered rolter.toml with
@@ -70,11 +72,43 @@ type pod struct {
 	log   *strings.Builder
 }
 
+// secrets are the operator's Secrets a pod mounts (by name: key -> bytes); the chart does not render them.
+type secrets map[string]map[string][]byte
+
+// mountSecrets writes every Secret volume of c that s holds into a folder of dir, as the kubelet does, and
+// returns toml with the mount paths moved there.
+func mountSecrets(t *testing.T, m manifests, c corev1.Container, s secrets, dir, toml string) string {
+	t.Helper()
+	for _, vm := range c.VolumeMounts {
+		for _, v := range m.deployment.Spec.Template.Spec.Volumes {
+			if v.Name != vm.Name || v.Secret == nil {
+				continue
+			}
+			data, ok := s[v.Secret.SecretName]
+			if !ok {
+				t.Fatalf("volume %s mounts Secret %q, which the test does not have", v.Name, v.Secret.SecretName)
+			}
+			local := filepath.Join(dir, v.Name)
+			if err := os.MkdirAll(local, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			for k, b := range data {
+				if err := os.WriteFile(filepath.Join(local, k), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			toml = strings.ReplaceAll(toml, `"`+vm.MountPath+`/`, `"`+local+`/`)
+		}
+	}
+	return toml
+}
+
 var listenLine = regexp.MustCompile(`(?m)^listen = ":(\d+)"$`)
 
 // startPod runs the rendered manifests' container: the ConfigMap's rolter.toml with every `listen = ":N"`
-// moved to a free loopback port (remembered under the container port's name), the SQLite store in dir.
-func startPod(t *testing.T, m manifests) *pod {
+// moved to a free loopback port (remembered under the container port's name), the SQLite store in dir, the
+// Secret volumes written from s.
+func startPod(t *testing.T, m manifests, s secrets) *pod {
 	t.Helper()
 	c := m.deployment.Spec.Template.Spec.Containers[0]
 	dir := t.TempDir()
@@ -87,6 +121,7 @@ func startPod(t *testing.T, m manifests) *pod {
 		return fmt.Sprintf("listen = \"127.0.0.1:%d\"", free)
 	})
 	toml = strings.ReplaceAll(toml, `"/var/lib/rolter/`, `"`+dir+`/`)
+	toml = mountSecrets(t, m, c, s, dir, toml)
 	path := filepath.Join(dir, "rolter.toml")
 	if err := os.WriteFile(path, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
@@ -152,7 +187,8 @@ func freePort(t *testing.T) int {
 	return port
 }
 
-// probe runs an HTTP GET probe as the kubelet does, once.
+// probe runs an HTTP GET probe as the kubelet does, once: over TLS for scheme HTTPS, without verifying the
+// certificate (the kubelet does not).
 func (p *pod) probe(t *testing.T, pr *corev1.Probe) (int, string, error) {
 	t.Helper()
 	if pr == nil || pr.HTTPGet == nil {
@@ -164,7 +200,12 @@ func (p *pod) probe(t *testing.T, pr *corev1.Probe) (int, string, error) {
 	}
 	timeout := time.Duration(max(pr.TimeoutSeconds, 1)) * time.Second
 	client := http.Client{Timeout: timeout}
-	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, pr.HTTPGet.Path))
+	scheme := "http"
+	if pr.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+		scheme = "https"
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	}
+	resp, err := client.Get(fmt.Sprintf("%s://127.0.0.1:%d%s", scheme, port, pr.HTTPGet.Path))
 	if err != nil {
 		return 0, "", err
 	}
@@ -204,7 +245,9 @@ func TestChartProbes(t *testing.T) {
 	}))
 	defer upstream.Close()
 
-	run := func(name string, values map[string]any, wantReady string) *pod {
+	// run renders values, starts the pod and checks its probes; control (nil: plain HTTP) is how a client
+	// reaches the control port.
+	run := func(name string, values map[string]any, s secrets, control *http.Client, wantReady string) *pod {
 		t.Helper()
 		rendered, err := render(t, values)
 		if err != nil {
@@ -212,7 +255,7 @@ func TestChartProbes(t *testing.T) {
 		}
 		m := decode(t, rendered)
 		c := m.deployment.Spec.Template.Spec.Containers[0]
-		p := startPod(t, m)
+		p := startPod(t, m, s)
 		if got := p.becomesReady(t, name, c.ReadinessProbe); got != wantReady {
 			t.Fatalf("%s: ready with %q, want %q", name, got, wantReady)
 		}
@@ -222,13 +265,17 @@ func TestChartProbes(t *testing.T) {
 			}
 		}
 		// The control port takes the operator's first call with the chart's token.
-		req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/api/v1/info", p.ports["control"]), nil)
+		scheme := "https"
+		if control == nil {
+			scheme, control = "http", http.DefaultClient
+		}
+		req, _ := http.NewRequest("GET", fmt.Sprintf("%s://127.0.0.1:%d/api/v1/info", scheme, p.ports["control"]), nil)
 		for _, e := range p.env {
 			if tok, ok := strings.CutPrefix(e, "ROLTER_ADMIN_TOKEN="); ok {
 				req.Header.Set("Authorization", "Bearer "+tok)
 			}
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := control.Do(req)
 		if err != nil {
 			t.Fatalf("%s: control plane: %v", name, err)
 		}
@@ -239,7 +286,41 @@ func TestChartProbes(t *testing.T) {
 		return p
 	}
 
-	run("defaults", nil, "ready: no routes yet\n")
+	run("defaults", nil, nil, nil, "ready: no routes yet\n")
+
+	// TLS from cert-manager-shaped Secrets: HTTPS probes on the data port, client certificates on the
+	// control port.
+	pki := testpki.New(t)
+	read := func(path string) []byte {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	dataCert, dataKey := pki.Issue("data", 10, false)
+	ctlCert, ctlKey := pki.Issue("control", 20, false)
+	opCert, opKey := pki.Issue("operator", 30, true)
+	operator, err := tls.LoadX509KeyPair(opCert, opKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withTLS := map[string]any{
+		"server":  map[string]any{"tls": map[string]any{"secretName": "rolter-tls"}},
+		"control": map[string]any{"tls": map[string]any{"secretName": "rolter-control-tls", "clientCA": true}},
+	}
+	tlsSecrets := secrets{
+		"rolter-tls":         {"tls.crt": read(dataCert), "tls.key": read(dataKey)},
+		"rolter-control-tls": {"tls.crt": read(ctlCert), "tls.key": read(ctlKey), "ca.crt": read(pki.CA())},
+	}
+	withCert := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pki.Pool, Certificates: []tls.Certificate{operator}}}}
+	tp := run("TLS", withTLS, tlsSecrets, withCert, "ready: no routes yet\n")
+	noCert := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.Pool}}}
+	if resp, err := noCert.Get(fmt.Sprintf("https://127.0.0.1:%d/api/v1/info", tp.ports["control"])); err == nil {
+		resp.Body.Close()
+		t.Fatalf("TLS: the control port answered a client without a certificate: %d", resp.StatusCode)
+	}
 
 	store := pgtest.Database(t)
 	fleet := map[string]any{
@@ -250,7 +331,7 @@ func TestChartProbes(t *testing.T) {
 		},
 		"config": fmt.Sprintf("[[providers]]\nname = \"vllm-0\"\napi_base = %q\n\n[[routes]]\nmodel = \"llama\"\nstrategy = \"cache_aware\"\n[[routes.targets]]\nprovider = \"vllm-0\"\n", upstream.URL),
 	}
-	p := run("README fleet install", fleet, "ready\n")
+	p := run("README fleet install", fleet, nil, nil, "ready\n")
 	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", p.ports["http"]), "application/json",
 		strings.NewReader(`{"model":"llama","messages":[{"role":"user","content":"hi"}]}`))
 	if err != nil {

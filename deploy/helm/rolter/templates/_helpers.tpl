@@ -57,6 +57,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (include "rolter.postgres" .) (regexMatch "://[^/@]*:[^/@]*@" .Values.control.store) }}
 {{- fail "control.store must not hold the password: put it in a Secret named by control.database.passwordSecret" }}
 {{- end }}
+{{- if and .Values.control.tls.clientCA (not .Values.control.tls.secretName) }}
+{{- fail "control.tls.clientCA needs control.tls.secretName: the CAs come from that Secret's ca.crt" }}
+{{- end }}
 {{- end }}
 
 {{/* rolter.toml as the ConfigMap holds it: [server] and [control] from the values, then config. */}}
@@ -68,12 +71,23 @@ drain_secs = {{ .Values.server.drainSecs }}
 {{- range $k, $v := .Values.server.settings }}
 {{ $k }} = {{ toJson $v }}
 {{- end }}
+{{- if .Values.server.tls.secretName }}
+tls_cert_file = "/etc/rolter-tls/server/tls.crt"
+tls_key_file = "/etc/rolter-tls/server/tls.key"
+{{- end }}
 
 [control]
 enabled = {{ .Values.control.enabled }}
 listen = ":{{ .Values.control.port }}"
 store = {{ include "rolter.store" . | toJson }}
 admin_token_env = "ROLTER_ADMIN_TOKEN"
+{{- if .Values.control.tls.secretName }}
+tls_cert_file = "/etc/rolter-tls/control/tls.crt"
+tls_key_file = "/etc/rolter-tls/control/tls.key"
+{{- if .Values.control.tls.clientCA }}
+tls_client_ca_file = "/etc/rolter-tls/control/ca.crt"
+{{- end }}
+{{- end }}
 {{ with .Values.config }}
 {{ . }}
 {{- end }}
