@@ -7,8 +7,8 @@ import (
 
 // TestKVEventsSharedBindValidation: providers whose kv_events bind one endpoint share one socket, so each
 // needs a distinct non-empty topic and the same publisher policy; every problem is reported on the later
-// provider's key and line (issue 17: four providers binding one address passed `rolter check`, then three
-// retried "address already in use" forever).
+// provider's key and line (without these checks, four providers binding one address passed `rolter check`,
+// then three retried "address already in use" forever).
 func TestKVEventsSharedBindValidation(t *testing.T) {
 	provider := func(name, kv string) string {
 		return "[[providers]]\nname = \"" + name + "\"\napi_base = \"http://127.0.0.1:1\"\n[providers.kv_events]\nmode = \"bind\"\n" + kv

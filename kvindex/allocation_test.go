@@ -186,9 +186,8 @@ func TestDecodeHugeDeclaredLengths(t *testing.T) {
 }
 
 func TestIndexMemory(t *testing.T) {
-	// Heap bytes per (block, target) entry after GC, as BenchmarkIndexMemory measures them (issue 19: 52.8
-	// to 56.6 when targets held distinct blocks, 30.9 to 31.9 when they shared them; now 30.6 to 31.3 and
-	// 21.7 to 22.9), with a margin for the tables' growth steps and the allocator: LRU links back in the
+	// Heap bytes per (block, target) entry after GC, as BenchmarkIndexMemory measures them (30.6 to 31.3
+	// when targets hold distinct blocks, 21.7 to 22.9 when they share them), with a margin for the tables' growth steps and the allocator: LRU links back in the
 	// records, or 16-byte slots for keys one target holds, fail it.
 	f := func(perTarget int, shared bool, limit float64) {
 		t.Helper()

@@ -10,7 +10,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 )
 
-// Test vectors of docs/architecture.md, "Test vectors" (verbatim hex; derived, not captured), and one
+// Test vectors of docs/internals/test-vectors.md (verbatim hex; derived, not captured), and one
 // event captured from llm-d-inference-sim.
 const (
 	hexTV2 = `92cb41d954fc402000009396ab426c6f636b53746f726564912ac092010202c092ac426c6f636b52656d6f766564912a
@@ -35,7 +35,7 @@ c0a66d656469756da3475055a96c6f72615f6e616d65c000`
 c927f5bfb1706172656e745f626c6f636b5f68617368cf2ceabcfae6d332eaa9746f6b656e5f696473dc001011121314
 15161718191a1b1c1d1e1f20aa626c6f636b5f73697a6510a76c6f72615f6964c0a66d656469756da3475055a96c6f72
 615f6e616d65c000`
-	// Captured llm-d-inference-sim BlockRemoved map event (docs/architecture.md, "Test vectors").
+	// Captured llm-d-inference-sim BlockRemoved map event (docs/internals/test-vectors.md).
 	hexSimRemoved = `83a474797065ac426c6f636b52656d6f766564ac626c6f636b5f68617368657391cf3b84bf9cc9ca0f87
 a66d656469756da3475055`
 	// batch head [ts=1700000000.5, [<one event>], ...] and rank 0 tail, to wrap single events.

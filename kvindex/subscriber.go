@@ -29,7 +29,7 @@ func curveAvailable() bool { return zmq.HasCurve() }
 
 // Socket tuning. The receive timeout bounds how long Stop waits for a goroutine blocked in Recv
 // (libzmq offers no other way to interrupt it short of terminating the context, which waits for every
-// socket to close; docs/architecture.md, "libzmq and pebbe/zmq4 facts").
+// socket to close; docs/internals/zmq.md).
 const (
 	recvTimeout = 250 * time.Millisecond
 	// rcvHWM is libzmq's queue in front of the target's msgQueue, in messages: libzmq cannot bound it in
@@ -926,7 +926,7 @@ type zmqReplayer struct {
 }
 
 // Replay implements Replayer: it sends ["", start as 8-byte big-endian] and reads replies until the end
-// marker, accepting both layouts (docs/architecture.md, "Facts about vLLM's KV-event wire format"):
+// marker, accepting both layouts (docs/internals/vllm-kv-events.md):
 // ["", seq, payload] before vllm-project/vllm#45177 and ["", topic, seq, payload] since.
 func (r *zmqReplayer) Replay(start uint64, fn func(seq uint64, payload []byte)) error {
 	w := r.w

@@ -6,7 +6,7 @@ import (
 )
 
 // blockHash is a vLLM block digest under prefix_caching_hash_algo=sha256_cbor
-// (vllm/v1/core/kv_cache_utils.py; test vector TV7 in docs/architecture.md).
+// (vllm/v1/core/kv_cache_utils.py; test vector TV7 in docs/internals/test-vectors.md).
 type blockHash [sha256.Size]byte
 
 // wireInt is the hash as vLLM sends it by default: int.from_bytes(digest, "big") & (2^64-1),

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Test vector TV7 (docs/architecture.md, "Test vectors"): sha256_cbor with PYTHONHASHSEED=0,
+// Test vector TV7 (docs/internals/test-vectors.md): sha256_cbor with PYTHONHASHSEED=0,
 // block size 16, tokens 1..32.
 func TestBlockHashTV7(t *testing.T) {
 	if got := hex.EncodeToString(noneHash[:]); got != "4e1195df020de59e0d65a33a4279f1183e7ae4e5d980e309f8b55adff2e61c3e" {

@@ -9,8 +9,7 @@ import (
 	"time"
 )
 
-// Era selects the KV-event encoding of one vLLM generation (docs/architecture.md, "Facts about
-// vLLM's KV-event wire format").
+// Era selects the KV-event encoding of one vLLM generation (docs/internals/vllm-kv-events.md).
 //
 // The zero value is EraMap, the newest format.
 type Era int
@@ -70,8 +69,7 @@ func ParseEra(s string) (Era, error) {
 	return 0, fmt.Errorf("cannot parse kv event era %q: want one of %s", s, strings.Join(eraNames[:], ", "))
 }
 
-// HashMode selects how block hashes travel on the wire (docs/architecture.md, "Facts about
-// vLLM's KV-event wire format").
+// HashMode selects how block hashes travel on the wire (docs/internals/vllm-kv-events.md).
 type HashMode int
 
 const (
@@ -93,8 +91,7 @@ func (m HashMode) String() string {
 	return fmt.Sprintf("HashMode(%d)", int(m))
 }
 
-// ReplayLayout selects the frames of a replay reply (docs/architecture.md, "Facts about vLLM's
-// KV-event wire format").
+// ReplayLayout selects the frames of a replay reply (docs/internals/vllm-kv-events.md).
 type ReplayLayout int
 
 const (

@@ -64,8 +64,7 @@
 // by running requests / NumBlocks, as vLLM counts unpinned cached blocks as free),
 // vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (tokens, with *_created
 // families) and vllm:cache_config_info, labelled engine (EngineLabel) and model_name, with
-// # HELP / # TYPE lines and Python-style floats like prometheus_client (docs/architecture.md,
-// "Facts about engine metrics"; test vector TV9).
+// # HELP / # TYPE lines and Python-style floats like prometheus_client (docs/internals/engine-metrics.md; test vector TV9).
 //
 // # KV events
 //
@@ -75,7 +74,7 @@
 // with "*" or "::" (and ipc://, inproc://) and connects otherwise, like vLLM. Hashes are the
 // last 8 digest bytes as a msgpack uint (HashInt, default) or the 32-byte digest as bin
 // (HashBytes). The encoder writes msgspec's bytes exactly (tests hold the test vectors TV2-TV7
-// of docs/architecture.md): smallest int forms, float64 ts, map headers sized for the written
+// of docs/internals/test-vectors.md): smallest int forms, float64 ts, map headers sized for the written
 // keys. Eras (--kv-era), newest first, with positional BlockStored/BlockRemoved lengths:
 //
 //	map          tagged maps (#42892, v0.26): BlockStored 11 keys, BlockRemoved 4

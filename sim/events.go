@@ -7,7 +7,7 @@ import (
 )
 
 // The KV event encoder. It writes what msgspec writes for vLLM's structs (jcrist/msgspec
-// src/msgspec/_core.c; docs/architecture.md, "Facts about vLLM's KV-event wire format"): the
+// src/msgspec/_core.c; docs/internals/vllm-kv-events.md): the
 // batch is always a positional array; events are tagged arrays carrying every field of their
 // era, or tagged maps that always carry the fields without defaults and skip defaulted fields
 // equal to their default (nil). Ints take the smallest form, non-negative ones unsigned; floats
@@ -15,13 +15,13 @@ import (
 
 // format lists which fields an era's structs declare.
 type format struct {
-	maps      bool // tagged maps (#42892) instead of tagged arrays
-	batchRank bool // EventBatch.data_parallel_rank (#18925)
-	medium    bool // medium (#19737)
-	loraName  bool // lora_name (#27577)
-	extraKeys bool // extra_keys (#33304), defaults to nil
-	groupIdx  bool // group_idx (#37688), defaults to nil
-	specKind  bool // kv_cache_spec_kind, kv_cache_spec_sliding_window (#40984), default nil
+	maps      bool // tagged maps (vLLM PR #42892) instead of tagged arrays
+	batchRank bool // EventBatch.data_parallel_rank (vLLM PR #18925)
+	medium    bool // medium (vLLM PR #19737)
+	loraName  bool // lora_name (vLLM PR #27577)
+	extraKeys bool // extra_keys (vLLM PR #33304), defaults to nil
+	groupIdx  bool // group_idx (vLLM PR #37688), defaults to nil
+	specKind  bool // kv_cache_spec_kind, kv_cache_spec_sliding_window (vLLM PR #40984), default nil
 }
 
 var eraFormats = [eraCount]format{

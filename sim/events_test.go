@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Test vectors of docs/architecture.md, "Test vectors" (derived with python3-msgpack, which makes
+// Test vectors of docs/internals/test-vectors.md (derived with python3-msgpack, which makes
 // msgspec's byte choices).
 const (
 	tv2 = "92cb41d954fc402000009396ab426c6f636b53746f726564912ac092010202c092ac426c6f636b52656d6f766564912a" +
@@ -153,7 +153,7 @@ func TestEraNames(t *testing.T) {
 	if _, err := ParseEra("bogus"); err == nil || !strings.Contains(err.Error(), "positional") {
 		t.Fatalf("ParseEra(bogus) error = %v", err)
 	}
-	// Positional lengths of each era (docs/architecture.md, "Facts about vLLM's KV-event wire format").
+	// Positional lengths of each era (docs/internals/vllm-kv-events.md).
 	f := func(e Era, stored, removed int) {
 		t.Helper()
 		h := []blockHash{intHash(1)}

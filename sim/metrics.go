@@ -6,7 +6,7 @@ import (
 )
 
 // appendMetrics appends the /metrics body in the shape prometheus_client gives vLLM
-// (docs/architecture.md, "Facts about engine metrics"; test vector TV9): # HELP and # TYPE per
+// (docs/internals/engine-metrics.md; test vector TV9): # HELP and # TYPE per
 // family, counters named *_total in all three lines plus a *_created family, labels sorted
 // (engine, model_name), floats printed the Python way.
 func (e *Engine) appendMetrics(dst []byte) []byte {

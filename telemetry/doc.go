@@ -2,7 +2,7 @@
 // gateway's own metrics.
 //
 // Engine load: a Scraper polls an engine's Prometheus /metrics (vLLM names first, SGLang names as a
-// fallback; docs/architecture.md, "Facts about engine metrics") and stores running and waiting requests
+// fallback; docs/internals/engine-metrics.md) and stores running and waiting requests
 // and KV-cache usage in an EngineLoad, which routing folds into Load(t) when `[metrics_scrape]` is on. The
 // body is read with a zero-allocation Prometheus text parser (ParseLine, Scanner) in the style of
 // VictoriaMetrics lib/protoparser/prometheus.

@@ -94,8 +94,7 @@ type LoadSample struct {
 	StartTime float64
 }
 
-// ParseEngineLoad reads the engine load from a Prometheus text body (docs/architecture.md, "Facts about
-// engine metrics").
+// ParseEngineLoad reads the engine load from a Prometheus text body (docs/internals/engine-metrics.md).
 //
 // vLLM names come first: vllm:num_requests_running, vllm:num_requests_waiting and
 // vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc of older versions when the new gauge is absent).

@@ -13,8 +13,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 )
 
-// Every metric the gateway exports is named here, once (the README's Metrics section lists the same names
-// and labels). Handles are created when a config snapshot is built and kept by the route or target, so the
+// Every metric the gateway exports is named here, once (docs/observability/metrics.md lists the same
+// names and labels). Handles are created when a config snapshot is built and kept by the route or target, so the
 // request path never looks a metric up by name.
 const (
 	// Per route and target (target = provider name).

@@ -8,8 +8,7 @@ import (
 	"testing"
 )
 
-// tv9 is test vector TV9, vLLM's metrics as python prometheus_client prints them (docs/architecture.md,
-// "Test vectors").
+// tv9 is test vector TV9, vLLM's metrics as python prometheus_client prints them (docs/internals/test-vectors.md).
 const tv9 = `# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
 # TYPE vllm:kv_cache_usage_perc gauge
 vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen3-0.6B"} 0.25

@@ -23,7 +23,7 @@ import (
 )
 
 // The fleet test runs `rolter serve` twice, as two processes (the test binary again, in
-// TestServeFleetChild), on one PostgreSQL database (issue 21).
+// TestServeFleetChild), on one PostgreSQL database.
 
 const fleetChildEnv = "ROLTER_FLEET_CHILD"
 
