@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/rolter-ai/rolter/bench/fleet"
 )
@@ -252,4 +253,44 @@ func (rep *Report) caseMarkdown(b *strings.Builder, c *Case) {
 		fmt.Fprintf(b, "\nEvictions during the rounds: %.0f, for %.0f routing decisions (%s).\n",
 			ts.AfterRounds.Evictions-ts.AfterFill.Evictions, total, strings.Join(ds, ", "))
 	}
+}
+
+// Report is the whole overhead report.
+type Report struct {
+	Started  time.Time         `json:"started"`
+	Seconds  float64           `json:"seconds"`
+	Machine  fleet.Machine     `json:"machine"`
+	Options  ReportOptions     `json:"options"`
+	Versions map[string]string `json:"versions"`
+	Paths    []string          `json:"paths"`
+	Cases    []*Case           `json:"cases"`
+	Goals    []fleet.Goal      `json:"goals"`
+	Notes    []string          `json:"notes,omitempty"`
+}
+
+// Case returns the case called name, or nil.
+func (rep *Report) Case(name string) *Case {
+	for _, c := range rep.Cases {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// ReportOptions is the serialisable part of Options.
+type ReportOptions struct {
+	Strategy              string `json:"strategy"`
+	CacheTargets          int    `json:"cache_targets"`
+	PromptBytes           int    `json:"prompt_bytes"`
+	FillTimeout           string `json:"fill_timeout"`
+	Rounds                int    `json:"rounds"`
+	LatencyRequests       int    `json:"latency_requests"`
+	ThroughputConcurrency int    `json:"throughput_concurrency"`
+	ThroughputDuration    string `json:"throughput_duration"`
+	Streams               int    `json:"streams"`
+	FirstByteStreams      int    `json:"first_byte_streams"`
+	StreamChunks          int    `json:"stream_chunks"`
+	StreamGap             string `json:"stream_gap"`
+	SustainDuration       string `json:"sustain_duration"`
 }
