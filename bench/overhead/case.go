@@ -111,7 +111,7 @@ type unit struct {
 
 func (u unit) key() string { return u.c.Name + "/" + u.path }
 
-// gateway is the key of u's gateway process in overheadRun.procs ("" for the direct path).
+// gateway is the key of u's gateway process in harness.procs ("" for the direct path).
 func (u unit) gateway() string {
 	if u.path == PathDirect {
 		return ""

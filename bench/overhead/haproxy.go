@@ -1,39 +1,73 @@
 package overhead
 
 import (
+	"context"
+	_ "embed"
 	"fmt"
+	"path/filepath"
 	"strings"
+	"text/template"
+	"time"
+
+	"github.com/rolter-ai/rolter/bench/fleet"
 )
+
+//go:embed haproxy.cfg.tmpl
+var haproxyTemplateText string
+
+// haproxyTemplate is the HAProxy config of a case: a null proxy in HTTP mode whose backend is the case's
+// targets, all the one upstream (haproxyConfig fills it). missingkey=error: a field the data lacks is an
+// error, not an empty string in the config.
+var haproxyTemplate = template.Must(template.New("haproxy.cfg.tmpl").Option("missingkey=error").Parse(haproxyTemplateText))
+
+// haproxyServer is one server line of the backend.
+type haproxyServer struct{ Name, Addr string }
 
 // haproxyConfig renders the HAProxy config of case c: a null proxy whose backend has c.Targets servers,
 // all the upstream, balanced round robin.
-func haproxyConfig(c *Case, listen, upstream, pidfile string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `# overhead report, case %s: a null proxy in front of the fake upstream
-global
-    maxconn 4096
-    pidfile %s
-
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 60s
-    timeout server 60s
-    timeout http-keep-alive 60s
-    http-reuse always
-    # Forward each SSE chunk as it comes instead of waiting to merge it with more data (without it
-    # the first chunk of a stream waited ~200 ms here): what an operator proxying LLM streams sets.
-    option http-no-delay
-
-frontend fe
-    bind %s
-    default_backend be
-
-backend be
-    balance roundrobin
-`, c.Name, pidfile, listen)
-	for i := 0; i < c.Targets; i++ {
-		fmt.Fprintf(&b, "    server s%d %s\n", i+1, upstream)
+func haproxyConfig(c *Case, listen, upstream, pidfile string) (string, error) {
+	servers := make([]haproxyServer, c.Targets)
+	for i := range servers {
+		servers[i] = haproxyServer{Name: fmt.Sprintf("s%d", i+1), Addr: upstream}
 	}
-	return b.String()
+	var b strings.Builder
+	err := haproxyTemplate.Execute(&b, struct {
+		Case, Pidfile, Listen string
+		Servers               []haproxyServer
+	}{c.Name, pidfile, listen, servers})
+	if err != nil {
+		return "", fmt.Errorf("cannot render the HAProxy config of case %q: %w", c.Name, err)
+	}
+	return b.String(), nil
+}
+
+// startHAProxy starts case c's HAProxy in front of upstream, when Options.HAProxy names one, and waits
+// until its frontend answers.
+func (r *harness) startHAProxy(ctx context.Context, c *Case, upstream string) error {
+	if r.o.HAProxy == "" {
+		return nil
+	}
+	u := unit{c, PathHAProxy}
+	listen, err := r.listen(u)
+	if err != nil {
+		return err
+	}
+	text, err := haproxyConfig(c, listen, upstream, filepath.Join(r.dir, "haproxy-"+c.Name+".pid"))
+	if err != nil {
+		return err
+	}
+	hcfg, err := r.writeConfig("haproxy-"+c.Name+".cfg", text)
+	if err != nil {
+		return err
+	}
+	// -db keeps it in the foreground: it is our child, stopped by its PID.
+	hp, _, err := fleet.StartProc("haproxy ("+c.Name+")", r.o.HAProxy, []string{"-f", hcfg, "-db"}, "", 0)
+	if err != nil {
+		return err
+	}
+	r.procs[u.gateway()] = hp
+	if err := fleet.WaitHTTP(ctx, "http://"+listen+"/health", 15*time.Second, hp); err != nil {
+		return fmt.Errorf("haproxy (%s) did not come up: %w", c.Name, err)
+	}
+	return nil
 }

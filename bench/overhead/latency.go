@@ -36,7 +36,7 @@ type latencyResult struct {
 
 // latency sends n requests through u one after another and times each; the bodies are numbered from seq
 // on, which it advances. A body is rendered before its request's clock starts.
-func (r *overheadRun) latency(ctx context.Context, u unit, n int, seq *atomic.Uint64) (latencyResult, error) {
+func (r *harness) latency(ctx context.Context, u unit, n int, seq *atomic.Uint64) (latencyResult, error) {
 	res, err := r.inTurn(ctx, []unit{u}, []*atomic.Uint64{seq}, n)
 	return res[0], err
 }
@@ -45,7 +45,7 @@ func (r *overheadRun) latency(ctx context.Context, u unit, n int, seq *atomic.Ui
 // bodies of us[i] from seqs[i], and returns their latencies per unit. With several units, each gateway idles
 // between two of its requests while the others serve theirs, as under sparse traffic, where requests in a
 // row through one gateway keep it busy.
-func (r *overheadRun) inTurn(ctx context.Context, us []unit, seqs []*atomic.Uint64, n int) ([]latencyResult, error) {
+func (r *harness) inTurn(ctx context.Context, us []unit, seqs []*atomic.Uint64, n int) ([]latencyResult, error) {
 	res := make([]latencyResult, len(us))
 	reqs := make([]*fasthttp.Request, len(us))
 	for i, u := range us {

@@ -1,8 +1,12 @@
 package overhead
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/rolter-ai/rolter/bench/fleet"
 )
 
 // providerNames are the names of c's Rolter providers, one per target.
@@ -35,4 +39,30 @@ func RolterConfig(c *Case, listen, upstream string, routingMemory int) string {
 		fmt.Fprintf(&b, "\n[[routes.targets]]\nprovider = %q\n", n)
 	}
 	return b.String()
+}
+
+// startRolter starts case c's `rolter serve` in front of upstream and waits until it is healthy.
+func (r *harness) startRolter(ctx context.Context, c *Case, upstream string) error {
+	u := unit{c, PathRolter}
+	listen, err := r.listen(u)
+	if err != nil {
+		return err
+	}
+	routingMemory := 0
+	if c.PromptBytes > 0 {
+		routingMemory = r.o.RoutingMemory
+	}
+	cfgPath, err := r.writeConfig("rolter-"+c.Name+".toml", RolterConfig(c, listen, upstream, routingMemory))
+	if err != nil {
+		return err
+	}
+	gw, _, err := fleet.StartProc("rolter ("+c.Name+")", r.o.Rolter, []string{"serve", "-config", cfgPath, "-log-level", "warn"}, "", 0)
+	if err != nil {
+		return err
+	}
+	r.procs[u.gateway()] = gw
+	if err := fleet.WaitHTTP(ctx, "http://"+listen+"/healthz", 15*time.Second, gw); err != nil {
+		return fmt.Errorf("rolter (%s) did not come up: %w", c.Name, err)
+	}
+	return nil
 }

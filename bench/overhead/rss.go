@@ -34,7 +34,7 @@ type RSSRun struct {
 
 // sustain runs a closed loop through u for SustainDuration while sampling the gateway's RSS; the bodies
 // are numbered from seq on.
-func (r *overheadRun) sustain(ctx context.Context, u unit, pid int, seq *atomic.Uint64) (*RSSRun, error) {
+func (r *harness) sustain(ctx context.Context, u unit, pid int, seq *atomic.Uint64) (*RSSRun, error) {
 	rr := &RSSRun{Path: u.path, PID: pid}
 	before, err := fleet.ReadRSS(pid)
 	if err != nil {

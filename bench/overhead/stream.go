@@ -3,7 +3,6 @@ package overhead
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,7 +17,7 @@ type streamResult struct {
 }
 
 // stream reads one paced SSE answer to body, of chunks deltas, through u and times its events as they arrive.
-func (r *overheadRun) stream(ctx context.Context, u unit, body []byte, chunks int) (streamResult, error) {
+func (r *harness) stream(ctx context.Context, u unit, body []byte, chunks int) (streamResult, error) {
 	var res streamResult
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.addrs[u.key()]+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
@@ -34,54 +33,24 @@ func (r *overheadRun) stream(ctx context.Context, u unit, body []byte, chunks in
 	if resp.StatusCode != http.StatusOK {
 		return res, fmt.Errorf("status %d", resp.StatusCode)
 	}
-	var pending []byte
+	t := streamTimer{start: start}
 	buf := make([]byte, 32<<10)
-	var last time.Time
-	deltas := 0
-	done := false
-	for !done {
+	for !t.done {
 		n, err := resp.Body.Read(buf)
 		now := time.Now()
 		if n > 0 {
-			if res.ttfb == 0 {
-				res.ttfb = float64(now.Sub(start)) / float64(time.Microsecond)
-			}
-			pending = append(pending, buf[:n]...)
-			for {
-				i := bytes.Index(pending, []byte("\n\n"))
-				if i < 0 {
-					break
-				}
-				ev := pending[:i]
-				pending = pending[i+2:]
-				if bytes.Equal(ev, []byte("data: [DONE]")) {
-					done = true
-					break
-				}
-				stamp, ok := deltaStamp(ev)
-				if !ok {
-					continue // the role and finish chunks
-				}
-				deltas++
-				res.transit = append(res.transit, float64(now.UnixNano()-stamp)/1e3)
-				if !last.IsZero() {
-					res.gaps = append(res.gaps, float64(now.Sub(last))/float64(time.Microsecond))
-				}
-				last = now
-			}
+			t.feed(buf[:n], now)
 		}
 		if err != nil {
-			if errors.Is(err, io.EOF) && done {
-				break
-			}
-			if !done {
-				return res, fmt.Errorf("stream ended after %d deltas: %w", deltas, err)
+			if !t.done {
+				return t.res, fmt.Errorf("stream ended after %d deltas: %w", t.deltas, err)
 			}
 			break
 		}
 	}
-	if deltas != chunks {
-		return res, fmt.Errorf("got %d deltas, want %d", deltas, chunks)
+	res = t.res
+	if t.deltas != chunks {
+		return res, fmt.Errorf("got %d deltas, want %d", t.deltas, chunks)
 	}
 	// Read on past [DONE] to the end of the body, as the OpenAI SDKs do ("ensure the entire stream is
 	// consumed"), so that the connection goes back to the client's pool: a body closed unread closes its
@@ -90,6 +59,45 @@ func (r *overheadRun) stream(ctx context.Context, u unit, body []byte, chunks in
 		return res, fmt.Errorf("after [DONE]: %w", err)
 	}
 	return res, nil
+}
+
+// streamTimer times the events of one SSE answer as its bytes arrive.
+type streamTimer struct {
+	res         streamResult
+	start, last time.Time // the request's start; the last delta's arrival
+	pending     []byte    // bytes read past the last whole event
+	deltas      int
+	done        bool // [DONE] arrived
+}
+
+// feed takes the bytes b read at now and times every whole event they complete, up to [DONE].
+func (t *streamTimer) feed(b []byte, now time.Time) {
+	if t.res.ttfb == 0 {
+		t.res.ttfb = float64(now.Sub(t.start)) / float64(time.Microsecond)
+	}
+	t.pending = append(t.pending, b...)
+	for {
+		i := bytes.Index(t.pending, []byte("\n\n"))
+		if i < 0 {
+			return
+		}
+		ev := t.pending[:i]
+		t.pending = t.pending[i+2:]
+		if bytes.Equal(ev, []byte("data: [DONE]")) {
+			t.done = true
+			return
+		}
+		stamp, ok := deltaStamp(ev)
+		if !ok {
+			continue // the role and finish chunks
+		}
+		t.deltas++
+		t.res.transit = append(t.res.transit, float64(now.UnixNano()-stamp)/1e3)
+		if !t.last.IsZero() {
+			t.res.gaps = append(t.res.gaps, float64(now.Sub(t.last))/float64(time.Microsecond))
+		}
+		t.last = now
+	}
 }
 
 var streamClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}, Timeout: time.Minute}

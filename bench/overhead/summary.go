@@ -82,87 +82,103 @@ type PathSummary struct {
 	AddedJitP99  float64 `json:"added_jitter_p99_us"`
 }
 
-// summarizeOverhead fills c.Summary from its rounds.
-func summarizeOverhead(c *Case, paths []string) {
-	median := func(f func(*PathRound) float64, path string) float64 {
-		var v []float64
-		for _, r := range c.Rounds {
-			if x := r[path]; x != nil {
-				v = append(v, f(x))
-			}
-		}
-		sort.Float64s(v)
-		return loadtest.Percentile(v, 0.5)
-	}
-	addedMedian := func(f func(*PathRound) float64, path string) float64 {
-		var v []float64
-		for _, r := range c.Rounds {
-			if x, d := r[path], r[PathDirect]; x != nil && d != nil {
-				v = append(v, f(x)-f(d))
-			}
-		}
-		sort.Float64s(v)
-		return loadtest.Percentile(v, 0.5)
-	}
-	pooled := func(f func(*PathRound) []float64, path string, q float64) float64 {
-		var v []float64
-		for _, r := range c.Rounds {
-			if x := r[path]; x != nil {
-				v = append(v, f(x)...)
-			}
-		}
-		sort.Float64s(v)
-		return loadtest.Percentile(v, q)
-	}
-	gaps := func(x *PathRound) []float64 { return x.Gaps }
-	transit := func(x *PathRound) []float64 { return x.Transit }
-	jitter := func(x *PathRound) []float64 { return x.Jitter }
+// summarize fills c.Summary from its rounds.
+func summarize(c *Case, paths []string) {
 	if c.Summary == nil {
 		c.Summary = map[string]*PathSummary{}
 	}
+	rs := rounds(c.Rounds)
 	for _, p := range paths {
-		s := &PathSummary{Path: p}
-		s.LatencyP50 = median(func(x *PathRound) float64 { return x.LatencyP50 }, p)
-		s.LatencyP99 = median(func(x *PathRound) float64 { return x.LatencyP99 }, p)
-		s.SparseP50 = median(func(x *PathRound) float64 { return x.SparseP50 }, p)
-		s.Throughput = median(func(x *PathRound) float64 { return x.Throughput }, p)
-		s.ClientCPU = median(func(x *PathRound) float64 { return x.ClientCPU }, p)
-		s.MachineCPU = median(func(x *PathRound) float64 { return x.MachineCPU }, p)
-		s.OtherCPU = median(func(x *PathRound) float64 { return x.OtherCPU }, p)
-		s.GatewayCPU = median(func(x *PathRound) float64 { return x.GatewayCPU }, p)
-		s.GatewaySwitches = median(func(x *PathRound) float64 { return x.GatewaySwitches }, p)
-		s.TTFB = median(func(x *PathRound) float64 { return x.TTFB }, p)
-		s.GapP50, s.GapP99 = pooled(gaps, p, 0.5), pooled(gaps, p, 0.99)
-		s.TransitP50, s.TransitP99 = pooled(transit, p, 0.5), pooled(transit, p, 0.99)
-		s.JitterP50, s.JitterP99 = pooled(jitter, p, 0.5), pooled(jitter, p, 0.99)
-		var all []float64
-		for _, r := range c.Rounds {
-			if x := r[p]; x != nil {
-				all = append(all, x.Gaps...)
-			}
-		}
-		sort.Sort(sort.Reverse(sort.Float64Slice(all)))
-		s.GapCount = len(all)
-		s.GapTop = append([]float64(nil), all[:min(5, len(all))]...)
-		for _, r := range c.Rounds {
-			if x := r[p]; x != nil {
-				s.Errors += x.LatencyErr + x.SparseErr + x.TputErr + x.StreamErr
-			}
-		}
-		c.Summary[p] = s
+		c.Summary[p] = rs.summary(p)
 	}
 	d := c.Summary[PathDirect]
 	for _, p := range paths {
-		s := c.Summary[p]
 		if p == PathDirect || d == nil {
 			continue
 		}
-		s.AddedP50 = addedMedian(func(x *PathRound) float64 { return x.LatencyP50 }, p)
-		s.AddedP99 = addedMedian(func(x *PathRound) float64 { return x.LatencyP99 }, p)
-		s.AddedSparse = addedMedian(func(x *PathRound) float64 { return x.SparseP50 }, p)
-		s.AddedTTFB = addedMedian(func(x *PathRound) float64 { return x.TTFB }, p)
-		s.AddedGapP50, s.AddedGapP99 = s.GapP50-d.GapP50, s.GapP99-d.GapP99
-		s.AddedTransit, s.AddedTrP99 = s.TransitP50-d.TransitP50, s.TransitP99-d.TransitP99
-		s.AddedJitP50, s.AddedJitP99 = s.JitterP50-d.JitterP50, s.JitterP99-d.JitterP99
+		rs.added(c.Summary[p], d)
 	}
+}
+
+// rounds are a case's rounds, each by path.
+type rounds []map[string]*PathRound
+
+// summary returns path's medians over the rounds and the percentiles of its pooled stream samples.
+func (rs rounds) summary(p string) *PathSummary {
+	gaps := func(x *PathRound) []float64 { return x.Gaps }
+	transit := func(x *PathRound) []float64 { return x.Transit }
+	jitter := func(x *PathRound) []float64 { return x.Jitter }
+	s := &PathSummary{Path: p}
+	s.LatencyP50 = rs.median(func(x *PathRound) float64 { return x.LatencyP50 }, p)
+	s.LatencyP99 = rs.median(func(x *PathRound) float64 { return x.LatencyP99 }, p)
+	s.SparseP50 = rs.median(func(x *PathRound) float64 { return x.SparseP50 }, p)
+	s.Throughput = rs.median(func(x *PathRound) float64 { return x.Throughput }, p)
+	s.ClientCPU = rs.median(func(x *PathRound) float64 { return x.ClientCPU }, p)
+	s.MachineCPU = rs.median(func(x *PathRound) float64 { return x.MachineCPU }, p)
+	s.OtherCPU = rs.median(func(x *PathRound) float64 { return x.OtherCPU }, p)
+	s.GatewayCPU = rs.median(func(x *PathRound) float64 { return x.GatewayCPU }, p)
+	s.GatewaySwitches = rs.median(func(x *PathRound) float64 { return x.GatewaySwitches }, p)
+	s.TTFB = rs.median(func(x *PathRound) float64 { return x.TTFB }, p)
+	s.GapP50, s.GapP99 = rs.pooled(gaps, p, 0.5), rs.pooled(gaps, p, 0.99)
+	s.TransitP50, s.TransitP99 = rs.pooled(transit, p, 0.5), rs.pooled(transit, p, 0.99)
+	s.JitterP50, s.JitterP99 = rs.pooled(jitter, p, 0.5), rs.pooled(jitter, p, 0.99)
+	var all []float64
+	for _, r := range rs {
+		if x := r[p]; x != nil {
+			all = append(all, x.Gaps...)
+			s.Errors += x.LatencyErr + x.SparseErr + x.TputErr + x.StreamErr
+		}
+	}
+	sort.Sort(sort.Reverse(sort.Float64Slice(all)))
+	s.GapCount = len(all)
+	s.GapTop = append([]float64(nil), all[:min(5, len(all))]...)
+	return s
+}
+
+// added fills s's Added* fields against the direct path's summary d.
+func (rs rounds) added(s, d *PathSummary) {
+	p := s.Path
+	s.AddedP50 = rs.addedMedian(func(x *PathRound) float64 { return x.LatencyP50 }, p)
+	s.AddedP99 = rs.addedMedian(func(x *PathRound) float64 { return x.LatencyP99 }, p)
+	s.AddedSparse = rs.addedMedian(func(x *PathRound) float64 { return x.SparseP50 }, p)
+	s.AddedTTFB = rs.addedMedian(func(x *PathRound) float64 { return x.TTFB }, p)
+	s.AddedGapP50, s.AddedGapP99 = s.GapP50-d.GapP50, s.GapP99-d.GapP99
+	s.AddedTransit, s.AddedTrP99 = s.TransitP50-d.TransitP50, s.TransitP99-d.TransitP99
+	s.AddedJitP50, s.AddedJitP99 = s.JitterP50-d.JitterP50, s.JitterP99-d.JitterP99
+}
+
+// median is the median over the rounds of f of path's round.
+func (rs rounds) median(f func(*PathRound) float64, path string) float64 {
+	var v []float64
+	for _, r := range rs {
+		if x := r[path]; x != nil {
+			v = append(v, f(x))
+		}
+	}
+	sort.Float64s(v)
+	return loadtest.Percentile(v, 0.5)
+}
+
+// addedMedian is the median over the rounds of f of path's round minus f of the direct path's.
+func (rs rounds) addedMedian(f func(*PathRound) float64, path string) float64 {
+	var v []float64
+	for _, r := range rs {
+		if x, d := r[path], r[PathDirect]; x != nil && d != nil {
+			v = append(v, f(x)-f(d))
+		}
+	}
+	sort.Float64s(v)
+	return loadtest.Percentile(v, 0.5)
+}
+
+// pooled is the q-quantile of f's samples of path, pooled over the rounds.
+func (rs rounds) pooled(f func(*PathRound) []float64, path string, q float64) float64 {
+	var v []float64
+	for _, r := range rs {
+		if x := r[path]; x != nil {
+			v = append(v, f(x)...)
+		}
+	}
+	sort.Float64s(v)
+	return loadtest.Percentile(v, q)
 }

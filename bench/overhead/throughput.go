@@ -7,10 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
-	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/loadtest"
+	"github.com/valyala/fasthttp"
 )
 
 type throughputResult struct {
@@ -26,89 +24,71 @@ type throughputResult struct {
 
 // throughput runs a closed loop of conc requests in flight through u for d; the bodies are numbered from
 // seq on, which it advances.
-func (r *overheadRun) throughput(ctx context.Context, u unit, conc int, d time.Duration, seq *atomic.Uint64) throughputResult {
-	c := r.clients[u.key()]
-	var ok, failed atomic.Int64
-	lat := make([][]float64, conc)
-	gwPID := 0
-	if p := r.procs[u.gateway()]; p != nil {
-		gwPID = p.PID()
-	}
-	upPID := 0
-	if p := r.procs["upstream"]; p != nil {
-		upPID = p.PID()
-	}
-	busy0, okBusy := fleet.MachineBusy()
-	irq0, okIRQ := interruptCPU()
-	self0, okSelf := fleet.SelfCPU()
-	gw0, okGW := procCPU(gwPID)
-	up0, okUp := procCPU(upPID)
-	sw0, okSw := procSwitches(gwPID)
+func (r *harness) throughput(ctx context.Context, u unit, conc int, d time.Duration, seq *atomic.Uint64) throughputResult {
+	gwPID, upPID := r.pid(u.gateway()), r.pid("upstream")
+	c0 := readCounters(gwPID, upPID)
 	deadline := time.Now().Add(d)
 	start := time.Now()
+	l := &closedLoop{lat: make([][]float64, conc)}
 	var wg sync.WaitGroup
 	for w := 0; w < conc; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := NewRequest(r.addrs[u.key()])
-			defer fasthttp.ReleaseRequest(req)
-			resp := fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseResponse(resp)
-			var buf []byte
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				buf = u.c.body(buf[:0], seq.Add(1)-1)
-				req.SetBodyRaw(buf)
-				t := time.Now()
-				if err := do(c, req, resp); err != nil {
-					failed.Add(1)
-					continue
-				}
-				ok.Add(1)
-				if len(lat[w]) < 100000 {
-					lat[w] = append(lat[w], float64(time.Since(t))/float64(time.Microsecond))
-				}
-			}
+			r.loopWorker(ctx, u, deadline, seq, l, w)
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	busy1, okBusy1 := fleet.MachineBusy()
-	irq1, okIRQ1 := interruptCPU()
-	self1, okSelf1 := fleet.SelfCPU()
-	gw1, okGW1 := procCPU(gwPID)
-	up1, okUp1 := procCPU(upPID)
-	sw1, okSw1 := procSwitches(gwPID)
+	c1 := readCounters(gwPID, upPID)
 	var all []float64
-	for _, l := range lat {
-		all = append(all, l...)
+	for _, v := range l.lat {
+		all = append(all, v...)
 	}
 	sort.Float64s(all)
-	res := throughputResult{rps: float64(ok.Load()) / elapsed.Seconds(), p99: loadtest.Percentile(all, 0.99), errors: int(failed.Load()),
-		count: ok.Load(), clientCPU: -1, machineCPU: -1, otherCPU: -1, gatewayCPU: -1, gatewaySwitches: -1}
-	if okBusy && okBusy1 {
-		res.machineCPU = (busy1 - busy0) / elapsed.Seconds()
-	}
-	if okSelf && okSelf1 {
-		res.clientCPU = (self1 - self0) / elapsed.Seconds()
-	}
-	gwOK := gwPID == 0 || okGW && okGW1
-	switch {
-	case gwPID == 0:
-		res.gatewayCPU = 0
-	case gwOK && res.count > 0:
-		res.gatewayCPU = (gw1 - gw0) * 1e6 / float64(res.count)
-	}
-	switch {
-	case gwPID == 0:
-		res.gatewaySwitches = 0
-	case okSw && okSw1 && res.count > 0:
-		res.gatewaySwitches = float64(sw1-sw0) / float64(res.count)
-	}
-	// Without an upstream process (tests) its CPU is this process's.
-	upOK := upPID == 0 || okUp && okUp1
-	if res.machineCPU >= 0 && res.clientCPU >= 0 && gwOK && upOK && okIRQ && okIRQ1 {
-		res.otherCPU = max(0, res.machineCPU-res.clientCPU-((irq1-irq0)+(gw1-gw0)+(up1-up0))/elapsed.Seconds())
-	}
+	res := throughputResult{rps: float64(l.ok.Load()) / elapsed.Seconds(), p99: loadtest.Percentile(all, 0.99), errors: int(l.failed.Load()),
+		count: l.ok.Load(), clientCPU: -1, machineCPU: -1, otherCPU: -1, gatewayCPU: -1, gatewaySwitches: -1}
+	cpuOver(&res, c0, c1, elapsed.Seconds(), gwPID, upPID)
 	return res
+}
+
+// closedLoop is what the workers of one closed loop count: answers, failures, and each worker's
+// latencies (µs), lat[w] written by worker w only.
+type closedLoop struct {
+	ok, failed atomic.Int64
+	lat        [][]float64
+}
+
+// maxSamples bounds the latencies one worker keeps.
+const maxSamples = 100000
+
+// loopWorker is worker w of a closed loop through u: one request in flight until deadline.
+func (r *harness) loopWorker(ctx context.Context, u unit, deadline time.Time, seq *atomic.Uint64, l *closedLoop, w int) {
+	c := r.clients[u.key()]
+	req := NewRequest(r.addrs[u.key()])
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	var buf []byte
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		buf = u.c.body(buf[:0], seq.Add(1)-1)
+		req.SetBodyRaw(buf)
+		t := time.Now()
+		if err := do(c, req, resp); err != nil {
+			l.failed.Add(1)
+			continue
+		}
+		l.ok.Add(1)
+		if len(l.lat[w]) < maxSamples {
+			l.lat[w] = append(l.lat[w], float64(time.Since(t))/float64(time.Microsecond))
+		}
+	}
+}
+
+// pid returns the PID of the process under key, 0 when there is none.
+func (r *harness) pid(key string) int {
+	if p := r.procs[key]; p != nil {
+		return p.PID()
+	}
+	return 0
 }

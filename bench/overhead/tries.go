@@ -36,7 +36,7 @@ type TrieSnapshot struct {
 // fill sends unique prompts through u (the cache_aware case's Rolter) until its tries evict, for at most
 // FillTimeout, so that the rounds measure tries that insert and evict as a long-running gateway's do. A
 // route without tries is left as it is.
-func (r *overheadRun) fill(ctx context.Context, u unit, seq *atomic.Uint64) (*TrieStats, error) {
+func (r *harness) fill(ctx context.Context, u unit, seq *atomic.Uint64) (*TrieStats, error) {
 	ts := &TrieStats{}
 	start := time.Now()
 	for {
@@ -64,7 +64,7 @@ func (r *overheadRun) fill(ctx context.Context, u unit, seq *atomic.Uint64) (*Tr
 }
 
 // trieSnapshot reads u's Rolter /metrics for the tries and decisions of u's route.
-func (r *overheadRun) trieSnapshot(u unit) (TrieSnapshot, error) {
+func (r *harness) trieSnapshot(u unit) (TrieSnapshot, error) {
 	return readTrieSnapshot(r.addrs[u.key()], u.key(), u.c.Model)
 }
 
