@@ -5,9 +5,6 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
-
-	"github.com/rolter-ai/rolter/bench/fleet"
-	"github.com/valyala/fasthttp"
 )
 
 // Throughput is one closed loop through one gateway (Measure).
@@ -22,14 +19,12 @@ type Throughput struct {
 // with tries until they evict, as the report does), measures one closed loop and stops it.
 func Measure(ctx context.Context, o Options, bin, caseName, strategy string, warmup time.Duration, seq *atomic.Uint64) (Throughput, error) {
 	o.Rolter = bin
-	r := &overheadRun{o: &o, addrs: map[string]string{}, procs: map[string]*fleet.Proc{}, clients: map[string]*fasthttp.HostClient{},
-		chunks: o.streamChunks}
 	dir, err := os.MkdirTemp("", "rolter-ab-")
 	if err != nil {
 		return Throughput{}, err
 	}
 	defer os.RemoveAll(dir)
-	r.dir = dir
+	r := newHarness(&o, dir)
 	defer r.stopAll()
 	rep := &Report{Versions: map[string]string{}}
 	for _, c := range NewCases(&o) {

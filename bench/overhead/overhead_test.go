@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -39,7 +40,7 @@ func TestFakeUpstreamStream(t *testing.T) {
 	const chunks, gap = 5, 15 * time.Millisecond
 	addr := startUpstream(t, fleet.UpstreamConfig{Chunks: chunks, Gap: gap})
 	u := unit{c: NewCases(&Options{Strategy: "round_robin", CacheTargets: 4, PromptBytes: 8192})[0], path: PathDirect}
-	r := &overheadRun{o: &Options{ThroughputConcurrency: 2}, addrs: map[string]string{u.key(): addr}, chunks: chunks,
+	r := &harness{o: &Options{ThroughputConcurrency: 2}, addrs: map[string]string{u.key(): addr}, chunks: chunks,
 		clients: map[string]*fasthttp.HostClient{u.key(): {Addr: addr}}}
 	start := time.Now()
 	st, err := r.stream(context.Background(), u, streamBody, chunks)
@@ -135,7 +136,7 @@ func TestPromptBodies(t *testing.T) {
 }
 
 // TestOverheadConfigs: the generated Rolter configs pass the gateway's own validation with the route and
-// targets of their case, and HAProxy accepts its configs (when it is installed).
+// targets of their case.
 func TestOverheadConfigs(t *testing.T) {
 	cases := NewCases(&Options{Strategy: "round_robin", CacheTargets: 4, PromptBytes: 8192})
 	for _, c := range cases {
@@ -155,19 +156,6 @@ func TestOverheadConfigs(t *testing.T) {
 			}
 			if cfg.Server.RoutingMemoryBytes != want {
 				t.Fatalf("%s config: routing memory %d, want %d", c.Name, cfg.Server.RoutingMemoryBytes, want)
-			}
-		}
-		text := haproxyConfig(c, "127.0.0.1:18082", "127.0.0.1:18081", filepath.Join(t.TempDir(), "h.pid"))
-		if n := strings.Count(text, "\n    server "); n != c.Targets {
-			t.Fatalf("%s: %d haproxy servers, want %d:\n%s", c.Name, n, c.Targets, text)
-		}
-		if h := fleet.LookSbin("haproxy"); h != "" {
-			path := filepath.Join(t.TempDir(), "haproxy.cfg")
-			if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if out, err := exec.Command(h, "-c", "-q", "-f", path).CombinedOutput(); err != nil {
-				t.Fatalf("%s: haproxy -c: %s\n%s", c.Name, err, out)
 			}
 		}
 	}
@@ -205,34 +193,12 @@ func TestOverheadTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Count every prompt number the upstream sees.
-	var mu sync.Mutex
-	seen := map[string]int{}
-	h := fleet.NewFakeUpstream(fleet.UpstreamConfig{Chunks: 4, Gap: 5 * time.Millisecond})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &fasthttp.Server{CloseOnShutdown: true, Handler: func(ctx *fasthttp.RequestCtx) {
-		if _, rest, ok := bytes.Cut(ctx.PostBody(), []byte(`"content":"request `)); ok && len(rest) >= 12 {
-			mu.Lock()
-			seen[string(rest[:12])]++
-			mu.Unlock()
-		}
-		h(ctx)
-	}}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
-
-	refproxy := filepath.Join(t.TempDir(), "refproxy")
-	if out, err := exec.Command("go", "build", "-o", refproxy, "../cmd/refproxy").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/refproxy: %v\n%s", err, out)
-	}
+	addr, seen := countingUpstream(t)
 	var log strings.Builder
 	rep, err := Run(context.Background(), Options{
-		Rolter: self, RefProxy: refproxy, Rounds: 2, LatencyRequests: 20, ThroughputConcurrency: 4, ThroughputDuration: 100 * time.Millisecond,
+		Rolter: self, RefProxy: buildRefProxy(t), Rounds: 2, LatencyRequests: 20, ThroughputConcurrency: 4, ThroughputDuration: 100 * time.Millisecond,
 		Streams: 1, FirstByteStreams: 2, SustainDuration: 300 * time.Millisecond, FillTimeout: 5 * time.Second, Log: &log,
-		UpstreamAddr: ln.Addr().String(), streamChunks: 4, streamGap: 5 * time.Millisecond, RoutingMemory: 1 << 20,
+		UpstreamAddr: addr, streamChunks: 4, streamGap: 5 * time.Millisecond, RoutingMemory: 1 << 20,
 		settle: 50 * time.Millisecond,
 	})
 	if err != nil {
@@ -242,27 +208,84 @@ func TestOverheadTiny(t *testing.T) {
 		t.Fatalf("cases %+v", rep.Cases)
 	}
 	for _, c := range rep.Cases {
-		if len(c.Rounds) != 2 {
-			t.Fatalf("%s: %d rounds", c.Name, len(c.Rounds))
-		}
-		for _, p := range rep.Paths {
-			s := c.Summary[p]
-			if s == nil || s.Throughput <= 0 || s.LatencyP50 <= 0 || s.SparseP50 <= 0 || s.Errors != 0 {
-				t.Fatalf("%s %s: %+v\n%s", c.Name, p, s, log.String())
-			}
-			if p != PathDirect && s.GatewaySwitches <= 0 {
-				t.Fatalf("%s %s: %v context switches per request", c.Name, p, s.GatewaySwitches)
-			}
-			if streams := c.Streams && !isYardstick(p); streams != (s.TTFB > 0) {
-				t.Fatalf("%s %s: streams %v, ttfb %v", c.Name, p, streams, s.TTFB)
-			}
-		}
-		// A sustained run for each gateway: Rolter, and HAProxy where installed; not the yardsticks.
-		if want := len(rep.Paths) - 1 - len(yardsticks); len(c.RSS) != want {
-			t.Fatalf("%s: %d sustained runs, want %d", c.Name, len(c.RSS), want)
+		checkTinyCase(t, rep, c, log.String())
+	}
+	checkTinyTries(t, rep.Case(CaseCache))
+	for n, k := range seen() {
+		if k > len(rep.Paths) {
+			t.Fatalf("prompt %s reached the upstream %d times over %d paths", n, k, len(rep.Paths))
 		}
 	}
-	cache := rep.Case(CaseCache)
+	checkTinyReport(t, rep)
+}
+
+// countingUpstream starts an in-process fake upstream that counts every prompt number it is sent; seen
+// returns a copy of the counts.
+func countingUpstream(t *testing.T) (addr string, seen func() map[string]int) {
+	t.Helper()
+	var mu sync.Mutex
+	counts := map[string]int{}
+	h := fleet.NewFakeUpstream(fleet.UpstreamConfig{Chunks: 4, Gap: 5 * time.Millisecond})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{CloseOnShutdown: true, Handler: func(ctx *fasthttp.RequestCtx) {
+		if _, rest, ok := bytes.Cut(ctx.PostBody(), []byte(`"content":"request `)); ok && len(rest) >= 12 {
+			mu.Lock()
+			counts[string(rest[:12])]++
+			mu.Unlock()
+		}
+		h(ctx)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return ln.Addr().String(), func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(counts)
+	}
+}
+
+// buildRefProxy builds bench/cmd/refproxy into the test's directory and returns the binary.
+func buildRefProxy(t *testing.T) string {
+	t.Helper()
+	refproxy := filepath.Join(t.TempDir(), "refproxy")
+	if out, err := exec.Command("go", "build", "-o", refproxy, "../cmd/refproxy").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/refproxy: %v\n%s", err, out)
+	}
+	return refproxy
+}
+
+// checkTinyCase: case c was measured on every path without errors, streams where it has them, and a
+// sustained run for each gateway.
+func checkTinyCase(t *testing.T, rep *Report, c *Case, log string) {
+	t.Helper()
+	if len(c.Rounds) != 2 {
+		t.Fatalf("%s: %d rounds", c.Name, len(c.Rounds))
+	}
+	for _, p := range rep.Paths {
+		s := c.Summary[p]
+		if s == nil || s.Throughput <= 0 || s.LatencyP50 <= 0 || s.SparseP50 <= 0 || s.Errors != 0 {
+			t.Fatalf("%s %s: %+v\n%s", c.Name, p, s, log)
+		}
+		if p != PathDirect && s.GatewaySwitches <= 0 {
+			t.Fatalf("%s %s: %v context switches per request", c.Name, p, s.GatewaySwitches)
+		}
+		if streams := c.Streams && !isYardstick(p); streams != (s.TTFB > 0) {
+			t.Fatalf("%s %s: streams %v, ttfb %v", c.Name, p, streams, s.TTFB)
+		}
+	}
+	// A sustained run for each gateway: Rolter, and HAProxy where installed; not the yardsticks.
+	if want := len(rep.Paths) - 1 - len(yardsticks); len(c.RSS) != want {
+		t.Fatalf("%s: %d sustained runs, want %d", c.Name, len(c.RSS), want)
+	}
+}
+
+// checkTinyTries: the cache_aware case's tries evicted before the rounds and during them, its prompts
+// were new to them, and its bodies are as large as configured.
+func checkTinyTries(t *testing.T, cache *Case) {
+	t.Helper()
 	ts := cache.Tries
 	if ts == nil || !ts.Filled || ts.AfterRounds.Evictions <= ts.AfterFill.Evictions {
 		t.Fatalf("tries %+v", ts)
@@ -279,13 +302,12 @@ func TestOverheadTiny(t *testing.T) {
 	if cache.BodyNanos <= 0 || cache.BodyBytes < 8192 {
 		t.Fatalf("cache case bodies: %v ns, %d bytes", cache.BodyNanos, cache.BodyBytes)
 	}
-	mu.Lock()
-	for n, k := range seen {
-		if k > len(rep.Paths) {
-			t.Fatalf("prompt %s reached the upstream %d times over %d paths", n, k, len(rep.Paths))
-		}
-	}
-	mu.Unlock()
+}
+
+// checkTinyReport: the report has the cache_aware case's goals, every yardstick, and both cases' sections.
+func checkTinyReport(t *testing.T, rep *Report) {
+	t.Helper()
+	cache := rep.Case(CaseCache)
 	goals := 0
 	for _, g := range rep.Goals {
 		if strings.HasPrefix(g.Name, cache.Label()+": ") {
@@ -356,7 +378,7 @@ func TestOverheadSummaryAndGoals(t *testing.T) {
 	rep := &Report{Paths: paths, Cases: cases}
 	rep.Options.ThroughputConcurrency = 64
 	for _, c := range cases {
-		summarizeOverhead(c, paths)
+		summarize(c, paths)
 	}
 	ro, hp := small.Summary[PathRolter], small.Summary[PathHAProxy]
 	// Added = median over rounds of (path - direct): rolter 60, 65, 60 -> 60; haproxy 50, 55, 960 -> 55.

@@ -300,7 +300,7 @@ func captureOf(t *testing.T, samples []loadtest.Sample, salt uint64, blockBytes 
 	return out.Bytes()
 }
 
-// TestReplayReproducesLive is the check of issue 16: a live workload through a real gateway,
+// TestReplayReproducesLive checks that a live workload through a real gateway,
 // captured, then replayed from the capture alone, gives the live run's cache_aware hit rate
 // within 5 points, for shared prefixes and for multi-turn sessions (whose check fails, 7 to 10
 // points low, without PlanOptions' continuation of partial blocks). The fleet is sized so that
