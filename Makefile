@@ -88,7 +88,7 @@ image: build
 # build, the instruction count's test (it runs the gateway under valgrind and so cannot run under the race
 # detector), and the nested modules' tests (deploy/: the chart, the image), whose tools stay out of the
 # gateway's go.mod. Each package's line shows as it finishes (bin/testprogress reads go test -json).
-NESTED := deploy/helm deploy/image
+NESTED := deploy/helm deploy/image control/webtest
 test: deps
 	@echo "== make test: lint"; $(MAKE) --no-print-directory lint
 	@echo "== make test: the suite with the race detector"; $(MAKE) --no-print-directory test-race

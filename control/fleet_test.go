@@ -20,6 +20,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	pgtest.StopShared()
+	stopSpec()
 	os.Exit(code)
 }
 
