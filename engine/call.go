@@ -20,13 +20,17 @@ import (
 	"github.com/rolter-ai/rolter/tracing"
 )
 
-// call is one proxied request, and this file is its life, top to bottom:
+// call is one request the gateway refuses or proxies, and this file is its life, top to bottom:
 //
-//	post          takes the live snapshot and a pooled call
+//	post          begins the call (begin: the live snapshot, a pooled call, the request's id and records)
+//	admitGlobal   counts it under [queue] max_inflight
 //	readBody      reads the body as it arrives, within the body memory
 //	prepare       scans the JSON, finds the route, ranks the eligible targets
 //	run           admits, attempts (proxy.go) and retries until one target answers
 //	finish        records the outcome and releases the call - the one place a request ends
+//
+// A request refused before post (Gateway.refuse) begins a call too, and ends it in finish; every error
+// answer is written by writeError (errors.go).
 //
 // A call is pooled: acquired when a request arrives and released when its response is finished - after the
 // handler returns for a streamed body, since it is the body stream the server reads (Read and
@@ -38,6 +42,9 @@ type call struct {
 	target  *Target
 	ep      promptkey.Endpoint
 	scanner promptkey.Scanner
+	// logPath and method name the request in its records, spanName its span ("" for requests refused
+	// before post): constants, never request bytes (loggedPath, methodName).
+	logPath, method, spanName string
 
 	reqBody  []byte // the client's request body, read by readBody
 	held     int64  // bytes of reqBody and key counted in the gateway's body memory
@@ -62,6 +69,11 @@ type call struct {
 
 	start time.Time
 	sent  time.Time
+	// counted: the request is in the gateway's requests in flight (admitGlobal); overCap: it was refused
+	// for being over [queue] max_inflight.
+	counted, overCap bool
+	// errCode is the code of the error answered (writeError), "" when none was.
+	errCode string
 
 	// The upstream response being streamed. respBuf holds what was read of it before the response started
 	// (a non-streaming body is read whole, up to maxPrefetch); respOff is how much of it was sent.
@@ -124,48 +136,45 @@ var callPool sync.Pool
 
 // post handles the proxied POST endpoints: parse once, route, rank, forward.
 func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep promptkey.Endpoint, hs *reqHeaders) {
+	c := g.begin(ctx, hs, ep.Path())
+	c.ep, c.spanName = ep, spanNames[ep]
 	if !ctx.IsPost() {
 		ctx.Response.Header.Set("Allow", "POST")
-		g.reject(ctx, &apiError{status: fasthttp.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
+		c.answerError(ctx, &apiError{status: fasthttp.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
 			message: "this method is not allowed on " + ep.Path() + "; use POST", noRetry: true})
 		return
 	}
-	snap := g.acquireSnapshot()
-	n := g.inflight.Add(1)
-	c := g.acquireCall(snap)
-	if max := int64(snap.cfg.Queue.MaxInflight); max > 0 && n > max {
-		g.rejectBusy(ctx, snap)
-		c.release()
+	if !c.admitGlobal() {
+		c.answerError(ctx, globalBusy(c.snap))
 		return
 	}
-	c.start = time.Now()
-	c.ep = ep
-	c.hdr = *hs
-	c.reqID = requestID(hs.requestID, c.reqID[:0])
-	c.observe(ctx)
 	e := c.readBody(ctx)
 	if e == nil {
 		e = c.prepare(ctx)
 	}
 	if e != nil {
-		if c.route != nil {
-			c.setDecisionHeaders(ctx)
-			c.status = e.status
-			writeError(ctx, e)
-			c.finishUnstreamed(ctx)
-			return
-		}
-		ctx.Response.Header.SetBytesV("X-Request-Id", c.reqID)
-		g.reject(ctx, e)
-		c.recordEnd(e.status)
-		c.release()
+		c.answerError(ctx, e)
 		return
 	}
 	c.run(ctx)
 }
 
-// acquireCall returns a pooled call for a request on snap, which the caller took with acquireSnapshot and
-// counted in g.inflight; release gives both back.
+// begin starts the call of a request the gateway refuses or proxies - every request but the GET
+// endpoints it answers itself: it takes the live snapshot and a pooled call, and notes when the request
+// came, the headers checkRequest read, the request's id and its records (observe). path is the constant the
+// records name the request's path by (loggedPath). The call ends with finish.
+func (g *Gateway) begin(ctx *fasthttp.RequestCtx, hs *reqHeaders, path string) *call {
+	c := g.acquireCall(g.acquireSnapshot())
+	c.start = time.Now()
+	c.hdr = *hs
+	c.logPath, c.method = path, methodName(ctx)
+	c.reqID = requestID(hs.requestID, c.reqID[:0])
+	c.observe(ctx)
+	return c
+}
+
+// acquireCall returns a pooled call for a request on snap, which the caller took with acquireSnapshot;
+// release gives both back.
 func (g *Gateway) acquireCall(snap *Snapshot) *call {
 	c, _ := callPool.Get().(*call)
 	if c == nil {
@@ -175,6 +184,31 @@ func (g *Gateway) acquireCall(snap *Snapshot) *call {
 	c.g = g
 	c.snap = snap
 	return c
+}
+
+// admitGlobal counts the request in the gateway's requests in flight (release uncounts it) and reports
+// whether it is within [queue] max_inflight.
+func (c *call) admitGlobal() bool {
+	n := c.g.inflight.Add(1)
+	c.counted = true
+	if max := int64(c.snap.cfg.Queue.MaxInflight); max > 0 && n > max {
+		c.g.global.Admission("global")
+		c.overCap = true
+		return false
+	}
+	return true
+}
+
+// globalBusy is the answer to a request over [queue] max_inflight.
+func globalBusy(snap *Snapshot) *apiError {
+	return &apiError{status: fasthttp.StatusTooManyRequests, typ: typeRateLimit, code: "too_many_requests",
+		message: "the gateway is at queue.max_inflight; retry later", retryAfterMs: int(snap.cfg.Queue.RetryAfterSecs * 1000)}
+}
+
+// answerError answers e and ends the request.
+func (c *call) answerError(ctx *fasthttp.RequestCtx, e *apiError) {
+	c.writeError(ctx, e)
+	c.finish(c.status)
 }
 
 // readBody reads the request body into c.reqBody. The buffer grows as the bytes arrive - never to the
@@ -400,13 +434,17 @@ func (c *call) release() {
 	c.watch.disarm()
 	c.endShadow(-1, false)
 	c.resetObserve()
-	c.g.inflight.Add(-1)
+	if c.counted {
+		c.g.inflight.Add(-1)
+		c.counted, c.overCap = false, false
+	}
 	c.snap.releaseUser()
 	if c.held > 0 {
 		c.g.bodyMem.Add(-c.held)
 		c.held = 0
 	}
 	c.g, c.snap, c.route, c.target = nil, nil, nil, nil
+	c.ep, c.logPath, c.method, c.spanName, c.errCode = 0, "", "", "", ""
 	c.failingOpen, c.probe, c.recorded, c.stripAuth = false, false, false, false
 	c.pick = Pick{}
 	c.hdr = reqHeaders{}
@@ -477,7 +515,7 @@ func (c *call) run(ctx *fasthttp.RequestCtx) {
 		if !c.admit(t) {
 			if c.watch.gone.Load() {
 				c.clientLeft(ctx, nil)
-				c.finishUnstreamed(ctx)
+				c.finish(c.status)
 				return
 			}
 			last = attemptResult{kind: failBusy, err: c.busyError(t)}
@@ -500,7 +538,7 @@ func (c *call) run(ctx *fasthttp.RequestCtx) {
 		case outStreaming:
 			return
 		case outDone:
-			c.finishUnstreamed(ctx)
+			c.finish(c.status)
 			return
 		}
 		last = res
@@ -518,10 +556,7 @@ func (c *call) run(ctx *fasthttp.RequestCtx) {
 		}
 		e = &apiError{status: status, typ: typeForStatus(status), code: code, message: e.message}
 	}
-	c.setDecisionHeaders(ctx)
-	writeError(ctx, e)
-	c.status = e.status
-	c.finishUnstreamed(ctx)
+	c.answerError(ctx, e)
 }
 
 // admit takes a concurrency slot on t (waiting in its bounded queue if it has one) and asks its breaker
@@ -624,18 +659,11 @@ func (c *call) nextTarget(k int) int {
 // maxPooledBuf is the largest buffer a pooled call keeps.
 const maxPooledBuf = 1 << 20
 
-// finishUnstreamed ends a request whose response is not a streamed upstream body: an error, an upstream
-// 4xx passed on, a body-less answer, or a departed client.
-func (c *call) finishUnstreamed(ctx *fasthttp.RequestCtx) {
-	if c.status == 0 {
-		c.status = ctx.Response.StatusCode()
-	}
-	c.finish(c.status)
-}
-
-// finish is where every request that reached routing ends - once, whether its response was written from
-// the handler (finishUnstreamed) or streamed by the server afterwards (CloseWithError): it records the
-// final status, duration and bytes, and gives the call back.
+// finish is the one place a request ends, once, whatever its path: refused before routing (refuse), answered
+// from the handler after routing (run), or streamed by the server after the handler returned
+// (CloseWithError). It records the final status in the metrics (the target's, the route's, or the
+// gateway's refusals), the routing evidence (reuse, the routing trace, the shadow strategies), the access-log
+// line and the span, and gives the call back.
 func (c *call) finish(status int) {
 	switch {
 	case c.target != nil:
@@ -649,6 +677,8 @@ func (c *call) finish(status int) {
 		}
 	case c.route != nil:
 		c.route.m.UnroutedRequest(status)
+	case !c.overCap: // a request over the cap is counted as refused by admission (admitGlobal)
+		c.g.global.BadRequest(c.errCode)
 	}
 	if w := c.g.capture.Load(); w != nil && c.route != nil {
 		w.record(c, status)

@@ -42,7 +42,7 @@ func scanError(e *promptkey.Error) *apiError {
 	return badRequest(e.Code, e.Param, e.Message)
 }
 
-// appendErrorBody appends the JSON body of e.
+// appendBody appends the JSON body of e.
 func (e *apiError) appendBody(dst []byte) []byte {
 	dst = append(dst, `{"error":{"message":`...)
 	dst = appendJSONString(dst, e.message)
@@ -59,20 +59,38 @@ func (e *apiError) appendBody(dst []byte) []byte {
 	return append(dst, "}}"...)
 }
 
-// writeError sets the response to e. The response must not have a body stream yet.
-func writeError(ctx *fasthttp.RequestCtx, e *apiError) {
-	ctx.Response.ResetBody()
-	ctx.Response.SetStatusCode(e.status)
-	ctx.Response.Header.SetContentType("application/json")
+// writeError answers e to the client; every error answer the gateway gives is written here, whether the
+// request was refused before routing or failed after it. It sets the status, the OpenAI-shaped body,
+// Retry-After and Retry-After-Ms when e has a wait, X-Should-Retry: false when retrying is pointless, and
+// the headers of every answer (answerHeaders: X-Request-Id, and the decision headers once routed). The
+// response must not have a body stream yet. The request then ends with finish(c.status).
+func (c *call) writeError(ctx *fasthttp.RequestCtx, e *apiError) {
+	r := &ctx.Response
+	r.ResetBody()
+	r.SetStatusCode(e.status)
+	r.Header.SetContentType("application/json")
 	if e.retryAfterMs > 0 {
-		ctx.Response.Header.Set("Retry-After", strconv.Itoa((e.retryAfterMs+999)/1000))
-		ctx.Response.Header.Set("Retry-After-Ms", strconv.Itoa(e.retryAfterMs))
+		var num [20]byte
+		r.Header.SetCanonical(hdrRetryAfter, strconv.AppendInt(num[:0], int64((e.retryAfterMs+999)/1000), 10))
+		r.Header.SetCanonical(hdrRetryAfterMs, strconv.AppendInt(num[:0], int64(e.retryAfterMs), 10))
 	}
 	if e.noRetry {
-		ctx.Response.Header.Set("X-Should-Retry", "false")
+		r.Header.SetCanonical(hdrShouldRetry, valueFalse)
 	}
-	ctx.Response.SetBodyRaw(e.appendBody(nil))
+	// The body is copied into the response, so the call's buffer is free again when the call is released.
+	c.errBuf = e.appendBody(c.errBuf[:0])
+	r.SetBody(c.errBuf)
+	c.answerHeaders(ctx)
+	c.status, c.errCode = e.status, e.code
 }
+
+// Header names of error answers, in canonical form.
+var (
+	hdrRetryAfter   = []byte("Retry-After")
+	hdrRetryAfterMs = []byte("Retry-After-Ms")
+	hdrShouldRetry  = []byte("X-Should-Retry")
+	valueFalse      = []byte("false")
+)
 
 // normaliseUpstreamError turns an upstream error body into an apiError with the upstream's status.
 // Accepted shapes: OpenAI/new vLLM {"error":{"message","type","param","code":int|string}}, old vLLM

@@ -404,7 +404,7 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 	if e == nil {
 		return fasthttp.StatusContinue
 	}
-	g.reject(ctx, e)
+	g.refuse(ctx, &hs, e)
 	return e.status
 }
 
@@ -416,7 +416,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		e = g.checkLoop(hs.hop)
 	}
 	if e != nil {
-		g.reject(ctx, e)
+		g.refuse(ctx, &hs, e)
 		return
 	}
 	path := ctx.Path()
@@ -432,7 +432,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	case "/v1/messages":
 		g.post(ctx, promptkey.Messages, &hs)
 	case "/v1/models":
-		if g.onlyGet(ctx) {
+		if g.onlyGet(ctx, &hs) {
 			snap := g.snap.Load()
 			body := snap.models
 			if org, ok, _ := snap.keyOrg(hs.authorization, nil); ok {
@@ -444,27 +444,27 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 			ctx.SetBody(body)
 		}
 	case "/healthz":
-		if g.onlyGet(ctx) {
+		if g.onlyGet(ctx, &hs) {
 			ctx.SetContentType("text/plain; charset=utf-8")
 			ctx.SetBodyString("ok\n")
 		}
 	case "/readyz":
-		if g.onlyGet(ctx) {
+		if g.onlyGet(ctx, &hs) {
 			g.ready(ctx)
 		}
 	case "/metrics":
 		if !g.snap.Load().cfg.Server.ExposeMetrics {
-			g.reject(ctx, notFound())
+			g.refuse(ctx, &hs, notFound())
 			return
 		}
-		if g.onlyGet(ctx) {
+		if g.onlyGet(ctx, &hs) {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 			g.WriteMetrics(ctx, "")
 		}
 	default:
 		if len(path) > len("/v1/models/") && string(path[:len("/v1/models/")]) == "/v1/models/" {
-			if g.onlyGet(ctx) {
-				g.model(ctx, path[len("/v1/models/"):])
+			if g.onlyGet(ctx, &hs) {
+				g.model(ctx, &hs, path[len("/v1/models/"):])
 			}
 			return
 		}
@@ -472,7 +472,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 			g.post(ctx, promptkey.Other, &hs)
 			return
 		}
-		g.reject(ctx, notFound())
+		g.refuse(ctx, &hs, notFound())
 	}
 }
 
@@ -514,7 +514,7 @@ func (g *Gateway) ready(ctx *fasthttp.RequestCtx) {
 	ctx.SetBodyString("no target can take requests\n")
 }
 
-func (g *Gateway) model(ctx *fasthttp.RequestCtx, id []byte) {
+func (g *Gateway) model(ctx *fasthttp.RequestCtx, hs *reqHeaders, id []byte) {
 	snap := g.snap.Load()
 	r := snap.route(id)
 	if r != nil && r.keyed {
@@ -524,7 +524,7 @@ func (g *Gateway) model(ctx *fasthttp.RequestCtx, id []byte) {
 		}
 	}
 	if r == nil {
-		g.reject(ctx, modelNotFound(id))
+		g.refuse(ctx, hs, modelNotFound(id))
 		return
 	}
 	b := append([]byte(`{"id":`), appendJSONString(nil, r.Model)...)
@@ -558,24 +558,21 @@ func modelNotFoundMessage(model []byte) string {
 	return "The model `" + string(model) + "` does not exist."
 }
 
-func (g *Gateway) onlyGet(ctx *fasthttp.RequestCtx) bool {
+// onlyGet reports whether the request is a GET or a HEAD, and refuses it otherwise.
+func (g *Gateway) onlyGet(ctx *fasthttp.RequestCtx, hs *reqHeaders) bool {
 	if ctx.IsGet() || ctx.IsHead() {
 		return true
 	}
 	ctx.Response.Header.Set("Allow", "GET, HEAD")
-	g.reject(ctx, &apiError{status: fasthttp.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
+	g.refuse(ctx, hs, &apiError{status: fasthttp.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
 		message: "this method is not allowed here; use GET", noRetry: true})
 	return false
 }
 
-// reject answers a request refused before routing.
-func (g *Gateway) reject(ctx *fasthttp.RequestCtx, e *apiError) {
-	g.global.BadRequest(e.code)
-	if len(ctx.Response.Header.Peek("X-Request-Id")) == 0 {
-		var id [16]byte
-		ctx.Response.Header.SetBytesV("X-Request-Id", requestID(ctx.Request.Header.Peek("X-Request-Id"), id[:0]))
-	}
-	writeError(ctx, e)
+// refuse answers a request the gateway refuses before post takes it: it begins the request's call, so
+// that the refusal is answered (writeError) and ends (finish) the way every request does.
+func (g *Gateway) refuse(ctx *fasthttp.RequestCtx, hs *reqHeaders, e *apiError) {
+	g.begin(ctx, hs, loggedPath(ctx.Path())).answerError(ctx, e)
 }
 
 // serverError answers requests fasthttp could not parse, in OpenAI's shape.
@@ -606,7 +603,9 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 	}
 	g.log.Debug("request refused by the HTTP parser", "client", ctx.RemoteAddr().String(), "error", err.Error())
 	clientconn.CloseAfter(ctx) // fasthttp closes the connection after this answer, with the rest of the request unread
-	g.reject(ctx, e)
+	// The head was not read whole: only its request id is looked up, and the path is not trusted.
+	hs := reqHeaders{requestID: ctx.Request.Header.Peek("X-Request-Id")}
+	g.begin(ctx, &hs, "").answerError(ctx, e)
 }
 
 // requestID appends id, the client's x-request-id, if it is sane, or else a fresh random one to dst.

@@ -70,16 +70,6 @@ func checkRequest(ctx *fasthttp.RequestCtx, hs *reqHeaders) *apiError {
 	return nil
 }
 
-// rejectBusy answers a request over [queue] max_inflight.
-func (g *Gateway) rejectBusy(ctx *fasthttp.RequestCtx, snap *Snapshot) {
-	ms := int(snap.cfg.Queue.RetryAfterSecs * 1000)
-	g.global.Admission("global")
-	writeError(ctx, &apiError{status: fasthttp.StatusTooManyRequests, typ: typeRateLimit, code: "too_many_requests",
-		message: "the gateway is at queue.max_inflight; retry later", retryAfterMs: ms})
-	var id [16]byte
-	ctx.Response.Header.SetBytesV("X-Request-Id", requestID(ctx.Request.Header.Peek("X-Request-Id"), id[:0]))
-}
-
 // checkContentType accepts JSON bodies (application/json, application/*+json, or no Content-Type, which
 // curl-like clients omit) without a content encoding.
 func checkContentType(ctx *fasthttp.RequestCtx) *apiError {

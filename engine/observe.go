@@ -178,7 +178,7 @@ func (c *call) recordEnd(status int) {
 		r.Time = c.start
 		r.SetRequestID(c.reqID)
 		r.Client = c.client
-		r.Path = c.ep.Path()
+		r.Path = c.logPath
 		r.Status = status
 		r.Retries = c.retries
 		r.Duration = d
@@ -213,8 +213,11 @@ func (c *call) recordEnd(status int) {
 		s := &c.span
 		s.Context = c.trace
 		s.Parent = c.traceParent
-		s.Name = spanNames[c.ep]
-		s.Method, s.Path = "POST", c.ep.Path()
+		s.Name = c.spanName
+		s.Method, s.Path = c.method, c.logPath
+		if s.Name == "" && s.Path == "" {
+			s.Name = c.method
+		}
 		s.Start, s.End = c.start, end
 		s.Status = status
 		s.Retries = c.retries
@@ -267,6 +270,66 @@ var spanNames = func() (n [promptkey.NumEndpoints]string) {
 	}
 	return n
 }()
+
+// loggedPath is the constant a request's records name its path by: the path of an endpoint or of one of
+// the gateway's own, "/v1/*" for another proxied one, "" for any other path (a request's own bytes never
+// reach a record).
+func loggedPath(path []byte) string {
+	switch string(path) {
+	case "/v1/chat/completions":
+		return promptkey.Chat.Path()
+	case "/v1/completions":
+		return promptkey.Completions.Path()
+	case "/v1/embeddings":
+		return promptkey.Embeddings.Path()
+	case "/v1/responses":
+		return promptkey.Responses.Path()
+	case "/v1/messages":
+		return promptkey.Messages.Path()
+	case "/v1/models":
+		return "/v1/models"
+	case "/healthz":
+		return "/healthz"
+	case "/readyz":
+		return "/readyz"
+	case "/metrics":
+		return "/metrics"
+	}
+	const models = "/v1/models/"
+	switch {
+	case len(path) > len(models) && string(path[:len(models)]) == models:
+		return "/v1/models/*"
+	case proxiedPath(path):
+		return promptkey.Other.Path()
+	}
+	return ""
+}
+
+// methodName is the constant a request's span names its method by: the method for the ones HTTP defines,
+// "_OTHER" (OpenTelemetry's name for the rest) otherwise.
+func methodName(ctx *fasthttp.RequestCtx) string {
+	switch string(ctx.Method()) {
+	case "POST":
+		return "POST"
+	case "GET":
+		return "GET"
+	case "HEAD":
+		return "HEAD"
+	case "PUT":
+		return "PUT"
+	case "DELETE":
+		return "DELETE"
+	case "PATCH":
+		return "PATCH"
+	case "OPTIONS":
+		return "OPTIONS"
+	case "CONNECT":
+		return "CONNECT"
+	case "TRACE":
+		return "TRACE"
+	}
+	return "_OTHER"
+}
 
 // appendTraceparent writes the upstream's traceparent: the request's trace, the gateway's span as the
 // parent.

@@ -158,6 +158,74 @@ func TestAccessLog(t *testing.T) {
 	}
 }
 
+// TestAccessLogRefusals: a request the gateway refuses before routing ends like every other one: its answer
+// carries the X-Request-Id the client sent, and it has its access-log line with the status it was answered
+// - over [queue] max_inflight (429), refused by checkRequest (a header name that is not a token: 400; an
+// expectation other than 100-continue, answered before the body: 417), an unknown path (404), and one the
+// HTTP parser refused (431).
+func TestAccessLogRefusals(t *testing.T) {
+	release := make(chan struct{})
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		okJSON(w, r)
+	})
+	defer close(release)
+	path := filepath.Join(t.TempDir(), "access.log")
+	gw := startGateway(t, gatewayConfig("round_robin", fmt.Sprintf("[log]\naccess = %q\n[queue]\nmax_inflight = 1\n", path), up.URL))
+	go fire(gw.URL+"/v1/chat/completions", chatBody("m", "x", false))
+	waitFor(t, 2*time.Second, "1 in flight", func() bool { return gw.g.inflight.Load() == 1 })
+
+	body := chatBody("m", "x", false)
+	f := func(id string, raw string, method string, status int) {
+		t.Helper()
+		c, br := rawRequest(t, gw.addr, raw)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, got := readResponse(t, br, method)
+		// The head too large to parse has a fresh id: its X-Request-Id was never read.
+		if rid := resp.Header.Get("X-Request-Id"); resp.StatusCode != status || rid != id && (id != "" || len(rid) != 16) {
+			t.Fatalf("%s: status %d, X-Request-Id %q: %s", id, resp.StatusCode, rid, got)
+		}
+	}
+	f("req-capped", rawPost("/v1/chat/completions", body, "X-Request-Id: req-capped\r\n"), "POST", 429)
+	f("req-bad-header", rawPost("/v1/chat/completions", body, "X-Request-Id: req-bad-header\r\nX Spaced: 1\r\n"), "POST", 400)
+	f("req-teapot", rawPost("/v1/chat/completions", body, "X-Request-Id: req-teapot\r\nExpect: teapot\r\n"), "POST", 417)
+	f("req-unknown", "GET /nowhere HTTP/1.1\r\nHost: x\r\nX-Request-Id: req-unknown\r\n\r\n", "GET", 404)
+	f("", "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Request-Id: req-huge-head\r\nX-Big: "+strings.Repeat("a", 64<<10)+"\r\n\r\n", "GET", 431)
+
+	want := map[string]float64{"req-capped": 429, "req-bad-header": 400, "req-teapot": 417, "req-unknown": 404}
+	var lines []map[string]any
+	waitFor(t, 5*time.Second, "a line for every refusal", func() bool {
+		lines = accessLines(t, path)
+		for id := range want {
+			if lineFor(lines, id) == nil {
+				return false
+			}
+		}
+		return len(lines) >= len(want)+1
+	})
+	for id, status := range want {
+		l := lineFor(lines, id)
+		if l["status"] != status || l["error"] != "client_error" || l["route"] != nil {
+			t.Fatalf("%s: %v", id, l)
+		}
+	}
+	if l := lineFor(lines, "req-capped"); l["path"] != "/v1/chat/completions" {
+		t.Fatalf("refused at the cap: %v", l)
+	}
+	if l := lineFor(lines, "req-unknown"); l["path"] != nil {
+		t.Fatalf("an unknown path is logged as %v, not as an engine constant", l["path"])
+	}
+	n := 0
+	for _, l := range lines {
+		if l["status"] == 431.0 {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d lines with status 431, want 1: %v", n, lines)
+	}
+}
+
 // TestAccessLogModes: sampling logs about the configured fraction; slow-only mode logs only slow requests.
 func TestAccessLogModes(t *testing.T) {
 	var slow atomic.Bool
