@@ -9,16 +9,18 @@
 //
 //   - gateway.go: New builds the server; serve checks the request (handler.go, loop.go) and dispatches
 //     by path.
-//   - call.go: post takes the live snapshot and a pooled call; readBody reads the body within the body
+//   - call.go: post takes the live snapshot and a pooled call (begin: start time, request id, records;
+//     a refusal before routing goes through refuse, which begins a call too); readBody reads the body within the body
 //     memory; prepare scans the JSON for the model and the prompt key, finds the route and ranks the
 //     eligible targets (health.go) with the route's strategy (strategy*.go, session.go); run admits
 //     (admission.go) and attempts, retrying on another target when one fails.
-//   - proxy.go: one attempt writes the upstream request on a pooled connection (upstream.go), reads the
-//     response head, and streams the body to the client while the client watch (watch*.go) notices a
-//     client that leaves.
-//   - call.go, finish: the one place a request ends - status, metrics, the access log and trace
-//     (observe.go), the routing evidence (usage.go, shadow.go, capture.go); errors.go shapes every error
-//     answer.
+//   - proxy.go: one attempt - send writes the upstream request on a pooled connection (upstream.go) in
+//     the wire format of wire.go, head reads the response head, fail or succeed decide what follows.
+//   - stream.go: the response body streamed to the client (Read, the SSE error event, CloseWithError)
+//     while the client watch (watch*.go) notices a client that leaves.
+//   - errors.go: writeError, the one writer of an error answer; call.go, finish: the one place a request
+//     ends - status, metrics, the access log and trace (observe.go), the routing evidence (usage.go,
+//     shadow.go, capture.go) - refusals included.
 //
 // # Who owns which state
 //
