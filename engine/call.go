@@ -34,7 +34,7 @@ import (
 //
 // A call is pooled: acquired when a request arrives and released when its response is finished - after the
 // handler returns for a streamed body, since it is the body stream the server reads (Read and
-// CloseWithError in proxy.go; docs/architecture.md, "fasthttp behaviours we work around").
+// CloseWithError in proxy.go; docs/internals/fasthttp.md).
 type call struct {
 	g       *Gateway
 	snap    *Snapshot

@@ -473,7 +473,7 @@ func metricValue(text, name string) float64 {
 	return -1
 }
 
-// TestListenerIdleFlood is the check: 2,000 idle connections at ulimit -n 256 leave the gateway
+// TestListenerIdleFlood: 2,000 idle connections at ulimit -n 256 leave the gateway
 // serving (fresh requests get in, the descriptor count stays under the limit) and draining normally.
 func TestListenerIdleFlood(t *testing.T) {
 	const limit, flood = 256, 2000

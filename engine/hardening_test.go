@@ -1,6 +1,6 @@
 package engine
 
-// Regression tests for the findings of the adversarial review (hardening issue): each test names the
+// Regression tests for the findings of an adversarial review: each test names the
 // finding it pins. They run over real sockets on loopback, with raw-socket clients and deliberately broken
 // upstreams where the finding needs one.
 
@@ -570,7 +570,7 @@ func TestTrieCeilingsShareTheBudget(t *testing.T) {
 		}
 	}
 	f("", 8, 524288, 26843545)   // 512 MiB / 8 = 64 MiB: 0.4 of it in bytes, 0.5 of it / 64 in nodes
-	f("", 1, 1000000, 214748364) // the node ceiling never passes the seed page's million
+	f("", 1, 1000000, 214748364) // the node ceiling never passes the documented million
 	f("routing_memory_bytes = 67108864\n", 4, 131072, 6710886)
 }
 

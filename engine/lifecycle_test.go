@@ -13,7 +13,7 @@ import (
 	"github.com/rolter-ai/rolter/sim"
 )
 
-// TestEngineRestartResetsTrie is the check: after an engine restart (its process stopped and a new
+// TestEngineRestartResetsTrie: after an engine restart (its process stopped and a new
 // one started on the same port), once the gateway has seen it - a new process_start_time_seconds, or the
 // target back from unhealthy - the first requests are not routed to it as prefix_hit on stale evidence.
 func TestEngineRestartResetsTrie(t *testing.T) {

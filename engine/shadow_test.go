@@ -100,7 +100,7 @@ func (s slowStrategy) Rank(p *Pick, out []int) (int, Decision) {
 	return 1, decide(ReasonRoundRobin)
 }
 
-// TestShadowSlowNeverDelays is the check: a shadow slower than the traffic drops and counts what it
+// TestShadowSlowNeverDelays: a shadow slower than the traffic drops and counts what it
 // cannot keep up with, and the live requests take no longer than without it.
 func TestShadowSlowNeverDelays(t *testing.T) {
 	config.Strategies["slow_test"] = config.StrategySpec{}

@@ -15,7 +15,7 @@ import (
 	"github.com/rolter-ai/rolter/promptkey"
 )
 
-// Request shapes, cache identity and session keys through a real gateway over loopback (issue 17). The
+// Request shapes, cache identity and session keys through a real gateway over loopback. The
 // engines are fake upstreams: the routing decision is the gateway's, read from its headers.
 
 // fakeFleet starts n fake upstreams answering okJSON, each counting its requests and keeping the path and

@@ -12,7 +12,7 @@ import (
 const (
 	defaultThreshold    = config.DefaultThreshold
 	defaultMaxTrieNodes = config.DefaultMaxTrieNodes
-	// defaultOverloadMargin and defaultOverloadFactor are the seed page's overload rule: more than 2
+	// defaultOverloadMargin and defaultOverloadFactor are the overload rule of docs/routing/cache-aware.md: more than 2
 	// requests beyond the least-loaded eligible target and more than 1.5 times its load.
 	defaultOverloadMargin = config.DefaultOverloadMargin
 	defaultOverloadFactor = config.DefaultOverloadFactor
@@ -59,7 +59,7 @@ type trieHolder interface {
 	triesOf() []*trie.Trie
 }
 
-// cacheAware is the seed page's cache_aware strategy. Each target has a byte trie of the prompt keys it was
+// cacheAware is the cache_aware strategy (docs/routing/cache-aware.md). Each target has a byte trie of the prompt keys it was
 // sent; a request scores each eligible target by the fraction of its leading prompt-key bytes present there.
 //
 //   - best score >= threshold and the best target not overloaded: pin to it (prefix_hit);
@@ -172,7 +172,7 @@ func (s *cacheAware) Rank(p *Pick, out []int) (int, Decision) {
 	return 1, Decision{Reason: reason, Score: score}
 }
 
-// overloaded is the seed page's rule: more than 2 requests beyond the least-loaded eligible target and more
+// overloaded is the documented rule: more than 2 requests beyond the least-loaded eligible target and more
 // than 1.5 times its load.
 func overloaded(load, minLoad int64) bool {
 	return load > minLoad+defaultOverloadMargin && float64(load) > defaultOverloadFactor*float64(minLoad)

@@ -30,7 +30,7 @@ func rank(r *Route, p *Pick) (int, Decision) {
 	return out[0], d
 }
 
-// TestCacheAwareRules pins the seed page's rule on the strategy itself (home = false: the seed's rule for a
+// TestCacheAwareRules pins the documented rule on the strategy itself (home = false: the seed's rule for a
 // request nothing clears the threshold for; TestCacheAwareHome pins the home).
 func TestCacheAwareRules(t *testing.T) {
 	r, s := cacheRoute(t, 3, "home = false")
@@ -474,7 +474,7 @@ func TestCacheAwareEviction(t *testing.T) {
 }
 
 // TestCacheAwareRecordsAtSend: a prompt is recorded in the winner's trie once it is sent, not once its answer
-// comes back (seed page: "after forwarding, record the prompt"), so a request that shares its prefix and
+// comes back (docs/routing/cache-aware.md: after forwarding, record the prompt), so a request that shares its prefix and
 // arrives while the first one is still being answered goes to the same target as a prefix hit.
 func TestCacheAwareRecordsAtSend(t *testing.T) {
 	release := make(chan struct{})

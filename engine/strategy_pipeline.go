@@ -58,7 +58,7 @@ func (r *hotPrefixes) record(h uint64) float64 {
 	return float64(n) / float64(len(r.slots))
 }
 
-// pipeline is the seed page's three-stage strategy: filter (only eligible targets reach Rank) -> score ->
+// pipeline is the three-stage strategy of docs/routing/pipeline.md: filter (only eligible targets reach Rank) -> score ->
 // argmax with a random tie-break. score(t) = weight_factor x weight(t)/max weight
 //
 //   - load_factor x (min load + 1)/(load(t) + 1)

@@ -67,7 +67,7 @@ func TestPipelineArgmaxAndTies(t *testing.T) {
 }
 
 // TestPipelineSharedPrefixNotCounted: the cache term counts only what a target holds beyond the prefix every
-// eligible target holds (issue 18, multi-turn). A conversation whose first half is an agent prompt on every
+// eligible target holds (multi-turn). A conversation whose first half is an agent prompt on every
 // engine stays on the engine holding its history at a load imbalance that moved it when the shared half
 // counted (2.2 x 1/3 + 2.1 x 0.98 < 2.2 + 2.1 x 0.49), and still leaves it when the imbalance grows (the
 // load term can always win: load_factor > cache_factor; here past 2.2 x 1/(load+1) + 2.1 < 2.2, load 21);

@@ -28,7 +28,7 @@ import (
 // engine stops generating (HostClient never exposes the connection of an in-flight request), and (2) bound
 // the wait for headers and each gap between body reads separately (HostClient's read deadline stays active
 // for the whole streamed body, capping long generations: fasthttp client.go field docs of ReadTimeout and
-// DoDeadline; docs/architecture.md, "fasthttp behaviours we work around"). So this pool owns the
+// DoDeadline; docs/internals/fasthttp.md). So this pool owns the
 // connections and reuses fasthttp's HTTP/1.1 response parser and body streams on them.
 //
 // upstream is safe for concurrent use.

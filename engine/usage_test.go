@@ -111,7 +111,7 @@ func BenchmarkUsageScan(b *testing.B) {
 	}
 }
 
-// TestDeliveredReuseMatchesEngines is the check: the gateway's delivered counters equal the
+// TestDeliveredReuseMatchesEngines: the gateway's delivered counters equal the
 // simulated engines' own counts of queried and cached prompt tokens, for JSON answers and for streams
 // with a usage chunk; streams without one are counted as unmeasured.
 func TestDeliveredReuseMatchesEngines(t *testing.T) {
