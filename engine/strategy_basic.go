@@ -73,7 +73,7 @@ type weighted struct {
 	_    [56]byte
 }
 
-// maxWeightedSlots bounds the precomputed sequence; weights are scaled to integers at this resolution.
+// weightResolution is what the largest weight becomes when weights are scaled to integers for the sequence.
 const weightResolution = 1000
 
 func newWeighted(r *Route) *weighted {
