@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rolter-ai/rolter/internal/syncbuf"
 	"io"
 	"log/slog"
 	"net"
@@ -215,7 +216,7 @@ type env struct {
 	gwURL    string
 	file     atomic.Pointer[config.Config]
 	S, A, B  *upstream
-	logs     *syncBuffer
+	logs     *syncbuf.Buffer
 	closeAPI func()
 	keys     map[string]string // org id -> a data-plane key made by orgKey
 	replica  string            // the control plane's replica id
@@ -225,23 +226,6 @@ type env struct {
 
 // envs numbers the envs, for their replica ids.
 var envs atomic.Int64
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func fileConfigText(sharedURL string) string {
 	return fmt.Sprintf(`[server]
@@ -303,7 +287,7 @@ func newEnvFor(t *testing.T, path, listen, extra string, secretsKey []byte) *env
 	if strings.Contains(path, "://") { // a PostgreSQL URL, not a file
 		dir = t.TempDir()
 	}
-	e := &env{t: t, dir: dir, path: path, S: newUpstream(t), A: newUpstream(t), B: newUpstream(t), logs: &syncBuffer{}, secretsKey: secretsKey}
+	e := &env{t: t, dir: dir, path: path, S: newUpstream(t), A: newUpstream(t), B: newUpstream(t), logs: &syncbuf.Buffer{}, secretsKey: secretsKey}
 	e.file.Store(parseFile(t, strings.Replace(fileConfigText(e.S.URL), `"127.0.0.1:0"`, strconv.Quote(listen), 1)+extra))
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	gw, err := engine.New(e.file.Load(), engine.Options{Logger: log, Version: "test", Resolver: fakeDNS{"kv.test": "169.254.169.254"}})
@@ -525,7 +509,7 @@ func TestAPIOpenMode(t *testing.T) {
 	st := openStoreAt(t, filepath.Join(t.TempDir(), "rolter.db"))
 	f := func(token, listen string, ok bool) {
 		t.Helper()
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		_, err := NewServer(Options{
 			Store: st, File: func() *config.Config { return config.Default() }, Apply: func(*config.Config) error { return nil },
 			State: func() engine.State { return engine.State{} }, AdminToken: token, Listen: listen,
@@ -1264,7 +1248,7 @@ func TestAPIRestart(t *testing.T) {
 	e.wantChat("m", key, 200, a+"/p")
 	e.closeAPI()
 
-	e2 := &env{t: t, dir: dir, path: e.path, A: e.A, S: e.S, logs: &syncBuffer{}}
+	e2 := &env{t: t, dir: dir, path: e.path, A: e.A, S: e.S, logs: &syncbuf.Buffer{}}
 	e2.file.Store(parseFile(t, fileConfigText(e.S.URL)))
 	gw, err := engine.New(e2.file.Load(), engine.Options{Logger: slog.New(slog.NewTextHandler(e2.logs, nil))})
 	if err != nil {

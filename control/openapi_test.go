@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rolter-ai/rolter/internal/syncbuf"
 	"io"
 	"net/http"
 	"os"
@@ -71,7 +72,7 @@ type specOperation struct {
 type specChecker struct {
 	dir    string // holds the binary and the document
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 
 	mu  sync.Mutex
 	in  io.WriteCloser
@@ -110,7 +111,7 @@ func startSpecChecker() (*specChecker, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &specChecker{dir: dir, stderr: &syncBuffer{}}
+	c := &specChecker{dir: dir, stderr: &syncbuf.Buffer{}}
 	bin, doc := filepath.Join(dir, "apicheck"), filepath.Join(dir, "openapi.json")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/apicheck")
 	build.Dir = "webtest"

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/rolter-ai/rolter/internal/syncbuf"
 	"io"
 	"log/slog"
 	"net"
@@ -221,26 +222,9 @@ type gatewayChild struct {
 	addr   string
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr syncBuffer
+	stderr syncbuf.Buffer
 	exited chan struct{}
 	err    error // after exited
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func startChild(t *testing.T, nofile int) *gatewayChild {

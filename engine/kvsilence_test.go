@@ -4,6 +4,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/rolter-ai/rolter/internal/syncbuf"
 	"log/slog"
 	"strings"
 	"sync"
@@ -41,7 +42,7 @@ func TestKVSilenceLogged(t *testing.T) {
 			"[providers.kv_events]\nendpoint = %q\n"+
 			"[[routes]]\nmodel = \"m\"\nstrategy = \"precise_cache_aware\"\n[[routes.targets]]\nprovider = \"sim-0\"\nmodel = \"sim-model\"\n",
 			engines[0].URL(), endpoint)
-		logs := &syncBuffer{}
+		logs := &syncbuf.Buffer{}
 		gw := startGatewayWith(t, text, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 		// Requests in flight on the engine for ~4 janitor ticks.
 		var wg sync.WaitGroup

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/rolter-ai/rolter/internal/syncbuf"
 	"io"
 	"net"
 	"net/http"
@@ -85,7 +86,7 @@ provider = "a"
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestControlFloodChild$", "-test.v")
 	cmd.Env = append(os.Environ(), controlChildEnv+"="+strconv.Itoa(limit), "ROLTER_CONTROL_CHILD_CONFIG="+cfg, "ROLTER_TEST_ADMIN=root-secret")
-	var logs syncLog
+	var logs syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -235,22 +236,4 @@ func metricOf(text, name string) float64 {
 		}
 	}
 	return -1
-}
-
-// syncLog is a buffer safe for concurrent writes and reads.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncLog) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncLog) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/rolter-ai/rolter/internal/syncbuf"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,27 +42,9 @@ type fleetGateway struct {
 	data     string // the data plane's address
 	api      string // the control plane's address
 	cmd      *exec.Cmd
-	log      *syncBuf
+	log      *syncbuf.Buffer
 	done     chan struct{}
 	exitCode int
-}
-
-// syncBuf is a bytes.Buffer safe for concurrent use (a child's stderr while the test reads it).
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // freeAddr is a loopback address for a gateway the test starts (freeport.Loopback: one another package's
@@ -81,7 +62,7 @@ func freeAddr(t *testing.T) string {
 // answers; it is killed at cleanup if still running.
 func startGateway(t *testing.T, store string) *fleetGateway {
 	t.Helper()
-	g := &fleetGateway{t: t, data: freeAddr(t), api: freeAddr(t), log: &syncBuf{}, done: make(chan struct{})}
+	g := &fleetGateway{t: t, data: freeAddr(t), api: freeAddr(t), log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cfg := filepath.Join(t.TempDir(), "rolter.toml")
 	text := fmt.Sprintf("[server]\nlisten = %q\ndrain_secs = 2\n[retry]\nmax_retries = 0\n[control]\nenabled = true\nlisten = %q\nstore = %q\nadmin_token_env = \"ROLTER_TEST_ADMIN\"\n", g.data, g.api, store)
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -269,7 +268,7 @@ func serialOf(s tls.ConnectionState) int64 {
 	if len(s.PeerCertificates) == 0 {
 		return 0
 	}
-	return new(big.Int).Set(s.PeerCertificates[0].SerialNumber).Int64()
+	return s.PeerCertificates[0].SerialNumber.Int64()
 }
 
 // waitFor polls cond for up to 10 s.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/rolter-ai/rolter/internal/syncbuf"
 	"io"
 	"log/slog"
 	"net"
@@ -215,25 +216,8 @@ type env struct {
 	gw       *engine.Gateway
 	gwURL    string
 	file     atomic.Pointer[config.Config]
-	logs     *syncBuffer
+	logs     *syncbuf.Buffer
 	closeAPI func()
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func fileConfigText(sharedURL string) string {
@@ -264,7 +248,7 @@ func parseFile(t *testing.T, text string) *config.Config {
 // control plane on it, after a first Reload.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, logs: &syncBuffer{}}
+	e := &env{t: t, logs: &syncbuf.Buffer{}}
 	e.file.Store(parseFile(t, fileConfigText(newEngineStub(t).URL)))
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	gw, err := engine.New(e.file.Load(), engine.Options{Logger: log, Version: "test"})
