@@ -15,6 +15,7 @@ type Config struct {
 	Server        ServerConfig     `toml:"server" json:"server"`
 	Providers     []ProviderConfig `toml:"providers" json:"providers"`
 	Routes        []RouteConfig    `toml:"routes" json:"routes"`
+	Sources       []SourceConfig   `toml:"sources" json:"sources,omitempty"`
 	MetricsScrape ScrapeConfig     `toml:"metrics_scrape" json:"metrics_scrape"`
 	Health        HealthConfig     `toml:"health" json:"health"`
 	Cooldown      CooldownConfig   `toml:"cooldown" json:"cooldown"`

@@ -73,32 +73,10 @@ func (cfg *Config) SetDefaults() {
 	cfg.Log.SetDefaults()
 	cfg.Tracing.SetDefaults()
 	for i := range cfg.Providers {
-		p := &cfg.Providers[i]
-		if p.Kind == "" {
-			p.Kind = kindOpenAICompatible
-		}
-		if p.MaxConns == 0 {
-			p.MaxConns = defaultProviderMaxConns
-		}
-		if kv := p.KVEvents; kv != nil {
-			if kv.Mode == "" {
-				kv.Mode = defaultKVMode
-			}
-			if kv.MaxBlocks == 0 {
-				kv.MaxBlocks = defaultKVMaxBlocks
-			}
-			if kv.StaleSecs == 0 {
-				kv.StaleSecs = defaultKVStaleSecs
-			}
-		}
-		if lc := p.LMCache; lc != nil {
-			if lc.RefreshSecs == 0 {
-				lc.RefreshSecs = defaultLMCacheRefreshSecs
-			}
-			if lc.StaleSecs == 0 {
-				lc.StaleSecs = defaultLMCacheStaleSecs
-			}
-		}
+		cfg.Providers[i].setDefaults()
+	}
+	for i := range cfg.Sources {
+		cfg.Sources[i].setDefaults()
 	}
 	for i := range cfg.Routes {
 		r := &cfg.Routes[i]
@@ -114,6 +92,35 @@ func (cfg *Config) SetDefaults() {
 				w := defaultTargetWeight
 				t.Weight = &w
 			}
+		}
+	}
+}
+
+// setDefaults fills the zero keys of p.
+func (p *ProviderConfig) setDefaults() {
+	if p.Kind == "" {
+		p.Kind = kindOpenAICompatible
+	}
+	if p.MaxConns == 0 {
+		p.MaxConns = defaultProviderMaxConns
+	}
+	if kv := p.KVEvents; kv != nil {
+		if kv.Mode == "" {
+			kv.Mode = defaultKVMode
+		}
+		if kv.MaxBlocks == 0 {
+			kv.MaxBlocks = defaultKVMaxBlocks
+		}
+		if kv.StaleSecs == 0 {
+			kv.StaleSecs = defaultKVStaleSecs
+		}
+	}
+	if lc := p.LMCache; lc != nil {
+		if lc.RefreshSecs == 0 {
+			lc.RefreshSecs = defaultLMCacheRefreshSecs
+		}
+		if lc.StaleSecs == 0 {
+			lc.StaleSecs = defaultLMCacheStaleSecs
 		}
 	}
 }

@@ -38,9 +38,11 @@ func (rc *RouteConfig) NeedsKVEvents() bool {
 // MaxShadows bounds the shadow strategies of one route.
 const MaxShadows = 4
 
-// TargetConfig is one (provider, upstream model) pair of a route.
+// TargetConfig is one (provider, upstream model) pair of a route, or, with Source, one such pair for every
+// endpoint a discovery source finds ([[sources]]).
 type TargetConfig struct {
 	Provider string   `toml:"provider" json:"provider"`
+	Source   string   `toml:"source" json:"source,omitempty"`
 	Model    string   `toml:"model" json:"model"`
 	Weight   *float64 `toml:"weight" json:"weight,omitempty"`
 }

@@ -99,6 +99,7 @@ func (s *SourceConfig) setDefaults() {
 	if s.MaxEndpoints == 0 {
 		s.MaxEndpoints = MaxTargets
 	}
+	s.Provider.setDefaults()
 	if k := s.Kubernetes; k != nil {
 		if k.ResyncSecs == 0 {
 			k.ResyncSecs = defaultResyncSecs
