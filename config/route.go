@@ -9,6 +9,10 @@ type RouteConfig struct {
 	Strategy string         `toml:"strategy" json:"strategy"`
 	Targets  []TargetConfig `toml:"targets" json:"targets"`
 	Params   RouteParams    `toml:"params" json:"params"`
+	// Discovered names the sources whose endpoints are among Targets (set by the discovery Fleet, which
+	// replaces each target naming a source by one per endpoint): such a route may have no targets yet, and
+	// answers 503 until it has.
+	Discovered []string `toml:"-" json:"-"`
 	// Shadow ranks every request with other strategies too, without moving traffic ([routes.shadow];
 	// engine/shadow.go).
 	Shadow *ShadowConfig `toml:"shadow" json:"shadow,omitempty"`
@@ -41,8 +45,8 @@ const MaxShadows = 4
 // TargetConfig is one (provider, upstream model) pair of a route, or, with Source, one such pair for every
 // endpoint a discovery source finds ([[sources]]).
 type TargetConfig struct {
-	Provider string   `toml:"provider" json:"provider"`
-	Source   string   `toml:"source" json:"source,omitempty"`
+	Provider string   `toml:"provider,omitempty" json:"provider"`
+	Source   string   `toml:"source,omitempty" json:"source,omitempty"`
 	Model    string   `toml:"model" json:"model"`
 	Weight   *float64 `toml:"weight" json:"weight,omitempty"`
 }

@@ -1,5 +1,11 @@
 package config
 
+import (
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
 // SourceConfig is one [[sources]] entry: where a route's targets come from when an operator does not list
 // them. Every endpoint the source finds becomes a provider made from Provider, named
 // "<source>/<address>:<port>" (and "/<first 8 of its UID>" where the source knows the engine's UID), and a
@@ -122,4 +128,46 @@ func (s *SourceConfig) setDefaults() {
 			d.TimeoutSecs = defaultDNSTimeoutSecs
 		}
 	}
+}
+
+// ProviderFor returns the provider of the endpoint at addr: the source's template with "{ip}" and
+// "{port}" filled in, named name. kvEvents and lmcache, when not "", replace the endpoints of the
+// template's kv_events and lmcache (they come from the endpoint itself, a pod's annotation).
+func (s *SourceConfig) ProviderFor(name string, addr netip.AddrPort, kvEvents, lmcache string) ProviderConfig {
+	ip := addr.Addr().String()
+	if addr.Addr().Is6() {
+		ip = "[" + ip + "]"
+	}
+	fill := strings.NewReplacer("{ip}", ip, "{port}", strconv.Itoa(int(addr.Port())))
+	p := s.Provider
+	p.Name = name
+	p.APIBase = fill.Replace(p.APIBase)
+	if kv := s.Provider.KVEvents; kv != nil {
+		c := *kv
+		c.Endpoint, c.ReplayEndpoint = fill.Replace(c.Endpoint), fill.Replace(c.ReplayEndpoint)
+		if kvEvents != "" {
+			c.Endpoint = kvEvents
+		}
+		p.KVEvents = &c
+	}
+	if lc := s.Provider.LMCache; lc != nil {
+		c := *lc
+		c.Endpoint = fill.Replace(c.Endpoint)
+		if lmcache != "" {
+			c.Endpoint = lmcache
+		}
+		p.LMCache = &c
+	}
+	return p
+}
+
+// EndpointName is the provider name of the endpoint at addr of source: "<source>@<address>:<port>", and
+// "/<the first 8 characters of uid>" when the source knows the engine's UID, so a new engine on a reused
+// address is a new target.
+func EndpointName(source string, addr netip.AddrPort, uid string) string {
+	n := source + "@" + addr.String()
+	if uid != "" {
+		n += "/" + uid[:min(len(uid), 8)]
+	}
+	return n
 }

@@ -26,6 +26,9 @@ type validator struct {
 	// gateway dials may be one of them. kvBindPorts is [egress] kv_bind_ports.
 	self        []selfListener
 	kvBindPorts []int
+	// srcs are [[sources]] and bySource the index of each source name.
+	srcs     []SourceConfig
+	bySource map[string]int
 }
 
 // addf records a problem with the value at key (an indexed path such as "routes[1].targets[0].provider").
@@ -40,6 +43,7 @@ func (v *validator) validate(cfg *Config) {
 	v.self = ownListeners(cfg)
 	v.kvBindPorts = cfg.Egress.KVBindPorts
 	providers := v.providers(cfg.Providers, cfg.Control.ProviderEnv)
+	v.srcs, v.bySource = cfg.Sources, v.sources(cfg.Sources, providers, cfg.Control.ProviderEnv)
 	v.routes(cfg.Routes, cfg.Providers, providers)
 	v.routingMemory(cfg)
 	v.metricsScrape(&cfg.MetricsScrape)
@@ -173,7 +177,7 @@ func (v *validator) routes(rs []RouteConfig, ps []ProviderConfig, byName map[str
 		if !known {
 			v.addf(key+".strategy", "unknown strategy %q; want one of %s", r.Strategy, strategyNames())
 		}
-		if len(r.Targets) == 0 {
+		if len(r.Targets) == 0 && len(r.Discovered) == 0 {
 			v.addf(key+".targets", "route %q has no targets", r.Model)
 		}
 		if len(r.Targets) > MaxTargets {
@@ -182,7 +186,9 @@ func (v *validator) routes(rs []RouteConfig, ps []ProviderConfig, byName map[str
 		for j := range r.Targets {
 			t := &r.Targets[j]
 			tk := fmt.Sprintf("%s.targets[%d]", key, j)
-			if t.Provider == "" {
+			if t.Source != "" || t.Provider == "" && len(v.srcs) > 0 {
+				v.sourceTarget(tk, i, r, j)
+			} else if t.Provider == "" {
 				v.addf(tk+".provider", "missing provider")
 			} else if pi, ok := byName[t.Provider]; !ok {
 				v.addf(tk+".provider", "unknown provider %q", t.Provider)
@@ -207,6 +213,26 @@ func (v *validator) routes(rs []RouteConfig, ps []ProviderConfig, byName map[str
 		if r.Shadow != nil {
 			v.shadow(key, r, ps, byName)
 		}
+	}
+}
+
+// sourceTarget checks target j of route i (r), which names a source: a source of the file, named once
+// in the route, on a route of the file, that gives the KV events the route's strategies need.
+func (v *validator) sourceTarget(tk string, i int, r *RouteConfig, j int) {
+	t := &r.Targets[j]
+	si, ok := v.bySource[t.Source]
+	switch {
+	case t.Provider != "":
+		v.addf(tk+".source", "set provider or source, not both")
+	case t.Source == "":
+		v.addf(tk+".provider", "missing provider or source")
+	case !ok || r.Org != "":
+		// Sources are the operator's: an org's route cannot take an engine the operator's source found.
+		v.addf(tk+".source", "unknown source %q", t.Source)
+	case slices.IndexFunc(r.Targets[:j], func(o TargetConfig) bool { return o.Source == t.Source }) >= 0:
+		v.addf(tk+".source", "source %q is already a target of routes[%d]", t.Source, i)
+	case r.NeedsKVEvents() && v.srcs[si].Provider.KVEvents == nil:
+		v.addf(tk+".source", "the route's strategies need KV events: source %q needs [sources.provider.kv_events]", t.Source)
 	}
 }
 

@@ -91,36 +91,41 @@ func (v *validator) providers(ps []ProviderConfig, allowed []string) map[string]
 		} else {
 			byName[p.Name] = i
 		}
-		if p.Kind != kindOpenAICompatible {
-			v.addf(key+".kind", "unknown provider kind %q; supported: %q", p.Kind, kindOpenAICompatible)
-		}
-		if err := checkHTTPURL(p.APIBase); err != nil {
-			v.addf(key+".api_base", "%s", err)
-		} else {
-			v.egressURL(key+".api_base", p.APIBase)
-			v.notSelfURL(key+".api_base", p.APIBase)
-		}
-		v.providerAuth(key, p, allowed)
-		for _, name := range slices.Sorted(maps.Keys(p.Headers)) {
-			if !validHeaderName(name) {
-				v.addf(key+".headers", "invalid header name %q", name)
-			} else if strings.HasPrefix(strings.ToLower(name), "x-rolter-") {
-				v.addf(key+".headers", "cannot set header %q: x-rolter-* headers are the gateway's own", name)
-			} else if why := fieldValueFault(p.Headers[name]); why != "" {
-				// The value is not quoted: it may be a credential.
-				v.addf(key+".headers", "invalid value of header %q: %s", name, why)
-			}
-		}
-		v.positiveInt(key+".max_conns", p.MaxConns)
-		if p.KVEvents != nil {
-			v.kvEvents(key+".kv_events", p, allowed)
-		}
-		if p.LMCache != nil {
-			v.lmcache(key+".lmcache", p.LMCache)
-		}
+		v.provider(key, p, allowed)
 	}
 	v.kvSharedBinds(ps, allowed)
 	return byName
+}
+
+// provider checks everything of provider p but its name (key: where it is, "providers[3]").
+func (v *validator) provider(key string, p *ProviderConfig, allowed []string) {
+	if p.Kind != kindOpenAICompatible {
+		v.addf(key+".kind", "unknown provider kind %q; supported: %q", p.Kind, kindOpenAICompatible)
+	}
+	if err := checkHTTPURL(p.APIBase); err != nil {
+		v.addf(key+".api_base", "%s", err)
+	} else {
+		v.egressURL(key+".api_base", p.APIBase)
+		v.notSelfURL(key+".api_base", p.APIBase)
+	}
+	v.providerAuth(key, p, allowed)
+	for _, name := range slices.Sorted(maps.Keys(p.Headers)) {
+		if !validHeaderName(name) {
+			v.addf(key+".headers", "invalid header name %q", name)
+		} else if strings.HasPrefix(strings.ToLower(name), "x-rolter-") {
+			v.addf(key+".headers", "cannot set header %q: x-rolter-* headers are the gateway's own", name)
+		} else if why := fieldValueFault(p.Headers[name]); why != "" {
+			// The value is not quoted: it may be a credential.
+			v.addf(key+".headers", "invalid value of header %q: %s", name, why)
+		}
+	}
+	v.positiveInt(key+".max_conns", p.MaxConns)
+	if p.KVEvents != nil {
+		v.kvEvents(key+".kv_events", p, allowed)
+	}
+	if p.LMCache != nil {
+		v.lmcache(key+".lmcache", p.LMCache)
+	}
 }
 
 // providerAuth checks where provider p's credentials come from: an environment variable (any for the
