@@ -12,8 +12,11 @@ import (
 type ProviderConfig struct {
 	// Org owns a provider made through the control plane ("" for the file's); its name is then
 	// "<org id>/<name>" here, so orgs never collide.
-	Org       string            `toml:"-" json:"-"`
-	Name      string            `toml:"name" json:"name"`
+	Org  string `toml:"-" json:"-"`
+	Name string `toml:"name" json:"name"`
+	// Source is the discovery source that found the engine ([[sources]]; "" for a provider declared in
+	// the file or through the API).
+	Source    string            `toml:"-" json:"-"`
 	Kind      string            `toml:"kind" json:"kind"`
 	APIBase   string            `toml:"api_base" json:"api_base"`
 	APIKeyEnv string            `toml:"api_key_env" json:"api_key_env"`

@@ -140,7 +140,7 @@ func (s *SourceConfig) ProviderFor(name string, addr netip.AddrPort, kvEvents, l
 	}
 	fill := strings.NewReplacer("{ip}", ip, "{port}", strconv.Itoa(int(addr.Port())))
 	p := s.Provider
-	p.Name = name
+	p.Name, p.Source = name, s.Name
 	p.APIBase = fill.Replace(p.APIBase)
 	if kv := s.Provider.KVEvents; kv != nil {
 		c := *kv

@@ -13,7 +13,7 @@ import (
 var sampleEndpoint = netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, 1}), 8000)
 
 // sources checks [[sources]] and returns the index of each source name.
-func (v *validator) sources(ss []SourceConfig, providers map[string]int, allowed []string) map[string]int {
+func (v *validator) sources(ss []SourceConfig, ps []ProviderConfig, providers map[string]int, allowed []string) map[string]int {
 	byName := make(map[string]int, len(ss))
 	for i := range ss {
 		s := &ss[i]
@@ -29,7 +29,7 @@ func (v *validator) sources(ss []SourceConfig, providers map[string]int, allowed
 			}
 			byName[s.Name] = i
 			for name, pi := range providers {
-				if strings.HasPrefix(name, s.Name+"@") {
+				if strings.HasPrefix(name, s.Name+"@") && ps[pi].Source != s.Name {
 					v.addf(fmt.Sprintf("providers[%d].name", pi), "provider name %q is taken by source %q, whose endpoints are named %q", name, s.Name, s.Name+"@<address>:<port>")
 				}
 			}

@@ -348,6 +348,9 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 		_, ok, c.authBuf = c.snap.keyOrg(c.hdr.authorization, c.authBuf)
 		c.stripAuth = ok
 	}
+	if len(r.Targets) == 0 {
+		return noEndpoints(r)
+	}
 	c.modelAt[0], c.modelAt[1] = info.ModelStart, info.ModelEnd
 	c.route = r
 
@@ -398,6 +401,13 @@ func (c *call) eligibleTargets() bool {
 		}
 	}
 	return len(p.Eligible) > 0
+}
+
+// noEndpoints answers a request for route r while its discovery sources have found no engine.
+func noEndpoints(r *Route) *apiError {
+	r.m.Rejected.Inc()
+	return &apiError{status: fasthttp.StatusServiceUnavailable, typ: typeServer, code: "no_available_target",
+		message: "model " + r.Model + " has no engine yet: its discovery sources have found none ready", retryAfterMs: 1000}
 }
 
 // failOpen handles a route with no eligible target: by default the request goes to the least-bad target

@@ -296,6 +296,13 @@ func (g *Gateway) buildSnapshot(cfg *config.Config, prev *Snapshot) (_ *Snapshot
 				gap:       ts.gap,
 			})
 		}
+		if len(r.Targets) == 0 {
+			// Every target of the route comes from discovery sources that have found no engine yet: it has no
+			// strategy to build, and answers 503 until they do (prepare).
+			s.routes[r.Model] = r
+			s.Routes = append(s.Routes, r)
+			continue
+		}
 		spec := config.Strategies[rc.Strategy]
 		params := rc.Params
 		if spec.UsesTries {

@@ -1,0 +1,156 @@
+package discovery
+
+import (
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/rolter-ai/rolter/config"
+	"github.com/rolter-ai/rolter/egress"
+)
+
+// Endpoint states, as Status reports them.
+const (
+	StateLive        = "live"        // a target of the routes that name the source
+	StateSettling    = "settling"    // ready for less than settle_secs
+	StateNotReady    = "not_ready"   // known, takes no new requests
+	StateTerminating = "terminating" // going away: takes no new requests, its streams finish
+	StateCapped      = "capped"      // ready, beyond max_endpoints (or the route's target limit)
+	StateRefused     = "refused"     // its address is one [egress] refuses
+)
+
+// expansion is one expanded config and what it was made of.
+type expansion struct {
+	cfg *config.Config
+	// key identifies the discovered part (every live endpoint's provider, and its KV and LMCache
+	// endpoints, in order): two expansions with the same key and base are the same config.
+	key string
+	// next is when a settling endpoint becomes live (zero if none is settling).
+	next time.Time
+	// endpoints are each source's endpoints with their states, for Status.
+	endpoints map[string][]EndpointStatus
+}
+
+// expand returns base with every target that names a source replaced by one target per live endpoint of
+// that source, and a provider per live endpoint, made from the source's template. base is not changed.
+func expand(base *config.Config, sources map[string]*watched, policy *egress.Policy, now time.Time) *expansion {
+	x := &expansion{endpoints: map[string][]EndpointStatus{}}
+	live := map[string][]config.ProviderConfig{}
+	for name, w := range sources {
+		eps, states, next := w.view(now)
+		if !next.IsZero() && (x.next.IsZero() || next.Before(x.next)) {
+			x.next = next
+		}
+		sc := &w.cfg
+		var ps []config.ProviderConfig
+		st := make([]EndpointStatus, len(eps))
+		for i, e := range eps {
+			state := states[i]
+			if state == StateLive && policy != nil && policy.CheckAddr(sc.Name, e.Addr.Addr()) != nil {
+				state = StateRefused
+			}
+			if state == StateLive && len(ps) >= sc.MaxEndpoints {
+				state = StateCapped
+			}
+			pname := config.EndpointName(sc.Name, e.Addr, e.UID)
+			if state == StateLive {
+				ps = append(ps, sc.ProviderFor(pname, e.Addr, e.KVEvents, e.LMCache))
+			}
+			st[i] = EndpointStatus{Provider: pname, Addr: e.Addr, UID: e.UID, Name: e.Name, State: state}
+		}
+		live[name], x.endpoints[name] = ps, st
+	}
+	x.cfg, x.key = expandRoutes(base, live, x.endpoints)
+	return x
+}
+
+// expandRoutes makes the expanded config of base from the live providers of each source.
+func expandRoutes(base *config.Config, live map[string][]config.ProviderConfig, states map[string][]EndpointStatus) (*config.Config, string) {
+	cfg := *base
+	cfg.Routes = make([]config.RouteConfig, len(base.Routes))
+	cfg.Providers = append([]config.ProviderConfig(nil), base.Providers...)
+	added := map[string]bool{}
+	var key strings.Builder
+	for i, rc := range base.Routes {
+		if !namesSource(&rc) {
+			cfg.Routes[i] = rc
+			continue
+		}
+		room := config.MaxTargets - explicitTargets(&rc)
+		targets := make([]config.TargetConfig, 0, len(rc.Targets))
+		rc.Discovered = nil
+		for _, t := range rc.Targets {
+			if t.Source == "" {
+				targets = append(targets, t)
+				continue
+			}
+			rc.Discovered = append(rc.Discovered, t.Source)
+			for _, p := range live[t.Source] {
+				if room == 0 {
+					capProvider(states[t.Source], p.Name)
+					continue
+				}
+				room--
+				targets = append(targets, config.TargetConfig{Provider: p.Name, Model: t.Model, Weight: t.Weight})
+				if !added[p.Name] {
+					added[p.Name] = true
+					cfg.Providers = append(cfg.Providers, p)
+					writeKey(&key, &p)
+				}
+			}
+		}
+		rc.Targets = targets
+		cfg.Routes[i] = rc
+	}
+	return &cfg, key.String()
+}
+
+func namesSource(rc *config.RouteConfig) bool {
+	for _, t := range rc.Targets {
+		if t.Source != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func explicitTargets(rc *config.RouteConfig) int {
+	n := 0
+	for _, t := range rc.Targets {
+		if t.Source == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// capProvider marks the live endpoint of provider name capped: the route it would join is full.
+func capProvider(st []EndpointStatus, name string) {
+	for i := range st {
+		if st[i].Provider == name && st[i].State == StateLive {
+			st[i].State = StateCapped
+		}
+	}
+}
+
+func writeKey(b *strings.Builder, p *config.ProviderConfig) {
+	b.WriteString(p.Name)
+	b.WriteByte(0)
+	if p.KVEvents != nil {
+		b.WriteString(p.KVEvents.Endpoint)
+	}
+	b.WriteByte(0)
+	if p.LMCache != nil {
+		b.WriteString(p.LMCache.Endpoint)
+	}
+	b.WriteByte(0)
+}
+
+// EndpointStatus is one endpoint a source sees.
+type EndpointStatus struct {
+	Provider string         `json:"provider"`
+	Addr     netip.AddrPort `json:"address"`
+	UID      string         `json:"uid,omitempty"`
+	Name     string         `json:"name,omitempty"`
+	State    string         `json:"state"`
+}
