@@ -46,7 +46,7 @@ const MaxShadows = 4
 // endpoint a discovery source finds ([[sources]]).
 type TargetConfig struct {
 	Provider string   `toml:"provider,omitempty" json:"provider"`
-	Source   string   `toml:"source,omitempty" json:"source,omitempty"`
+	Source   string   `toml:"source,omitempty" json:"-"` // the file's only: an org's route cannot name a source
 	Model    string   `toml:"model" json:"model"`
 	Weight   *float64 `toml:"weight" json:"weight,omitempty"`
 }

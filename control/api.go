@@ -20,6 +20,7 @@ import (
 	"github.com/rolter-ai/rolter/control/store"
 
 	"github.com/rolter-ai/rolter/config"
+	"github.com/rolter-ai/rolter/discovery"
 	"github.com/rolter-ai/rolter/docs"
 	"github.com/rolter-ai/rolter/engine"
 )
@@ -49,6 +50,8 @@ type Options struct {
 	Apply func(*config.Config) error
 	// State returns the gateway's live state (engine.Gateway.State).
 	State func() engine.State
+	// Sources reports the discovery sources (discovery.Fleet.Status); nil without any.
+	Sources func() []discovery.Status
 	// Metrics writes the gateway's metrics for a scope (engine.Gateway.WriteMetrics); nil: GET
 	// /api/v1/metrics answers none.
 	Metrics func(w io.Writer, scope string)
@@ -83,6 +86,7 @@ type Server struct {
 	file    func() *config.Config
 	apply   func(*config.Config) error
 	state   func() engine.State
+	sources func() []discovery.Status
 	metrics func(w io.Writer, scope string)
 	log     *slog.Logger
 
@@ -128,6 +132,7 @@ func NewServer(opts Options) (*Server, error) {
 		file:    opts.File,
 		apply:   opts.Apply,
 		state:   opts.State,
+		sources: opts.Sources,
 		metrics: opts.Metrics,
 		log:     opts.Logger,
 		pepper:  opts.Store.Pepper(),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rolter-ai/rolter/control/store"
 
+	"github.com/rolter-ai/rolter/discovery"
 	"github.com/rolter-ai/rolter/engine"
 )
 
@@ -420,6 +421,8 @@ type stateView struct {
 	ReplicasError string `json:"replicas_error,omitempty"`
 	// SuspendedRoutes are the org routes not served because rolter.toml routes their model (Compose).
 	SuspendedRoutes []suspendedView `json:"suspended_routes"`
+	// Sources are the discovery sources and what each sees (the superadmin's only: they are the operator's).
+	Sources []discovery.Status `json:"sources,omitempty"`
 }
 
 // suspendedView is an org route set aside (openapi.json's SuspendedRoute).
@@ -489,6 +492,9 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request, c *caller) err
 		org = c.org
 	}
 	v.SuspendedRoutes = s.suspended(org)
+	if c.super && s.sources != nil {
+		v.Sources = s.sources()
+	}
 	if c.super {
 		rs, err := s.store.Replicas(r.Context())
 		if err != nil {

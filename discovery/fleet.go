@@ -149,7 +149,7 @@ func (f *Fleet) reconcile(base *config.Config) (map[string]*watched, []*watched,
 				w.cancel()
 				<-w.done
 			}
-			return nil, nil, fmt.Errorf("cannot start source %q: %w", sc.Name, err)
+			return nil, nil, &StartError{Source: sc.Name, Err: err}
 		}
 		w := newWatched(sc, f.kick)
 		if old := f.sources[sc.Name]; old != nil {
@@ -278,3 +278,14 @@ func (f *Fleet) Close() {
 		<-f.loop
 	}
 }
+
+// StartError is a source that cannot start (a kubeconfig that does not load, say): the config that names
+// it is refused before the gateway sees it.
+type StartError struct {
+	Source string
+	Err    error
+}
+
+func (e *StartError) Error() string { return fmt.Sprintf("cannot start source %q: %s", e.Source, e.Err) }
+
+func (e *StartError) Unwrap() error { return e.Err }

@@ -48,6 +48,9 @@ func (f *Fleet) Status() []Status {
 		if !c.lastErrorAt.IsZero() {
 			st.LastErrorAt = &c.lastErrorAt
 		}
+		if st.Endpoints == nil {
+			st.Endpoints = []EndpointStatus{}
+		}
 		for _, e := range st.Endpoints {
 			st.States[e.State]++
 		}

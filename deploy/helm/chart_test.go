@@ -15,6 +15,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rolter-ai/rolter/config"
@@ -63,6 +64,7 @@ func TestChartLint(t *testing.T) {
 	}
 	f("defaults", nil)
 	f("fleet", fleetValues)
+	f("discovery", discoveryValues)
 }
 
 // render is `helm template rolter deploy/helm/rolter -n rolter --kube-version 1.31` with values: the
@@ -106,6 +108,9 @@ type manifests struct {
 	secret     *corev1.Secret
 	pdb        *policyv1.PodDisruptionBudget
 	hpa        *autoscalingv2.HorizontalPodAutoscaler
+	account    *corev1.ServiceAccount
+	roles      []*rbacv1.Role
+	bindings   []*rbacv1.RoleBinding
 }
 
 // decode decodes every document of the rendered templates into its Kubernetes type, refusing unknown and
@@ -142,6 +147,15 @@ func decode(t *testing.T, rendered map[string]string) manifests {
 			case "autoscaling/v2 HorizontalPodAutoscaler":
 				m.hpa = &autoscalingv2.HorizontalPodAutoscaler{}
 				obj = m.hpa
+			case "v1 ServiceAccount":
+				m.account = &corev1.ServiceAccount{}
+				obj = m.account
+			case "rbac.authorization.k8s.io/v1 Role":
+				m.roles = append(m.roles, &rbacv1.Role{})
+				obj = m.roles[len(m.roles)-1]
+			case "rbac.authorization.k8s.io/v1 RoleBinding":
+				m.bindings = append(m.bindings, &rbacv1.RoleBinding{})
+				obj = m.bindings[len(m.bindings)-1]
 			default:
 				t.Fatalf("%s: unexpected %s %s", name, meta.APIVersion, meta.Kind)
 			}
@@ -245,4 +259,94 @@ func TestChartTemplate(t *testing.T) {
 	refused(map[string]any{"control": map[string]any{"store": "postgres://rolter:secret@db/rolter"}}, "must not hold the password")
 	refused(map[string]any{"control": map[string]any{"store": "postgres://rolter@db/rolter"}, "podDisruptionBudget": map[string]any{"maxUnavailable": "", "minAvailable": ""}}, "podDisruptionBudget")
 	refused(map[string]any{"control": map[string]any{"tls": map[string]any{"clientCA": true}}}, "control.tls.clientCA needs control.tls.secretName")
+}
+
+// discoveryValues: a Service in the release's namespace and an InferencePool in another, routed by config.
+var discoveryValues = map[string]any{
+	"discovery": map[string]any{"sources": []any{
+		map[string]any{"name": "vllm", "settle_secs": 2, "kubernetes": map[string]any{"service": "vllm", "port_name": "http"},
+			"provider": map[string]any{"api_base": "http://{ip}:{port}/v1", "kv_events": map[string]any{"endpoint": "tcp://{ip}:5557"}}},
+		map[string]any{"name": "pool", "kubernetes": map[string]any{"inference_pool": "llama", "namespace": "models"},
+			"provider": map[string]any{"api_base": "http://{ip}:{port}", "headers": map[string]any{"x-team": "a"}}},
+	}},
+	"config": `[[routes]]
+model = "llama"
+strategy = "precise_cache_aware"
+[[routes.targets]]
+source = "vllm"
+[[routes]]
+model = "pool"
+[[routes.targets]]
+source = "pool"
+`,
+}
+
+// TestChartDiscovery: discovery.sources render as [[sources]] the gateway loads, with the release's
+// namespace by default, and a read-only Role bound to the pods' service account in each namespace a
+// source reads; without sources no API token is mounted.
+func TestChartDiscovery(t *testing.T) {
+	rendered, err := render(t, discoveryValues)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decode(t, rendered)
+	toml := m.configMap.Data["rolter.toml"]
+	cfg, err := config.Parse([]byte(toml), "rolter.toml")
+	if err != nil {
+		t.Fatalf("the gateway refuses the chart's rolter.toml: %v\n%s", err, toml)
+	}
+	if len(cfg.Sources) != 2 {
+		t.Fatalf("sources %+v\n%s", cfg.Sources, toml)
+	}
+	vllm, pool := cfg.Sources[0], cfg.Sources[1]
+	if vllm.Kind != "kubernetes" || vllm.Kubernetes.Namespace != "rolter" || vllm.Kubernetes.PortName != "http" || vllm.SettleSecs != 2 ||
+		vllm.Provider.KVEvents == nil || vllm.Provider.KVEvents.Endpoint != "tcp://{ip}:5557" {
+		t.Fatalf("source vllm %+v\n%s", vllm, toml)
+	}
+	if pool.Kubernetes.Namespace != "models" || pool.Kubernetes.InferencePool != "llama" || pool.Provider.Headers["x-team"] != "a" {
+		t.Fatalf("source pool %+v", pool)
+	}
+	pod := m.deployment.Spec.Template.Spec
+	if m.account == nil || pod.ServiceAccountName != m.account.Name || pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken {
+		t.Fatalf("service account %+v, pod %q automount %v", m.account, pod.ServiceAccountName, pod.AutomountServiceAccountToken)
+	}
+	var namespaces []string
+	for i, r := range m.roles {
+		namespaces = append(namespaces, r.Namespace)
+		b := m.bindings[i]
+		if b.RoleRef.Name != r.Name || b.Namespace != r.Namespace || len(b.Subjects) != 1 || b.Subjects[0].Name != m.account.Name || b.Subjects[0].Namespace != "rolter" {
+			t.Fatalf("binding %+v for role %s/%s", b, r.Namespace, r.Name)
+		}
+		granted := map[string]bool{}
+		for _, rule := range r.Rules {
+			if !slices.Equal(rule.Verbs, []string{"get", "list", "watch"}) {
+				t.Fatalf("role %s grants %v: want read-only", r.Namespace, rule.Verbs)
+			}
+			for _, g := range rule.APIGroups {
+				for _, res := range rule.Resources {
+					granted[g+"/"+res] = true
+				}
+			}
+		}
+		for _, want := range []string{"discovery.k8s.io/endpointslices", "/pods", "inference.networking.k8s.io/inferencepools", "inference.networking.x-k8s.io/inferencepools"} {
+			if !granted[want] {
+				t.Fatalf("role %s does not grant %s: %v", r.Namespace, want, granted)
+			}
+		}
+		if len(granted) != 4 {
+			t.Fatalf("role %s grants more than discovery reads: %v", r.Namespace, granted)
+		}
+	}
+	if !slices.Equal(namespaces, []string{"rolter", "models"}) || len(m.bindings) != 2 {
+		t.Fatalf("roles in %v, %d bindings", namespaces, len(m.bindings))
+	}
+
+	rendered, err = render(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = decode(t, rendered)
+	if a := m.deployment.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a || len(m.roles) != 0 {
+		t.Fatalf("without sources: automount %v, %d roles", a, len(m.roles))
+	}
 }

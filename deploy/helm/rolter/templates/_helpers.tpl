@@ -88,8 +88,64 @@ tls_key_file = "/etc/rolter-tls/control/tls.key"
 tls_client_ca_file = "/etc/rolter-tls/control/ca.crt"
 {{- end }}
 {{- end }}
+{{- range (include "rolter.sources" . | fromJsonArray) }}
+
+[[sources]]
+{{- include "rolter.tomlTable" (list "sources" .) }}
+{{- end }}
 {{ with .Values.config }}
 {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* discovery.sources as JSON, with their defaults: kind "kubernetes", in the release's namespace. */}}
+{{- define "rolter.sources" -}}
+{{- $out := list }}
+{{- range .Values.discovery.sources }}
+{{- $s := deepCopy . }}
+{{- if not (hasKey $s "kind") }}{{ $_ := set $s "kind" "kubernetes" }}{{ end }}
+{{- if eq $s.kind "kubernetes" }}
+{{- $k := default dict $s.kubernetes }}
+{{- if not $k.namespace }}{{ $_ := set $k "namespace" $.Release.Namespace }}{{ end }}
+{{- $_ := set $s "kubernetes" $k }}
+{{- end }}
+{{- $out = append $out $s }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/* The namespaces the kubernetes sources read, as JSON. */}}
+{{- define "rolter.sourceNamespaces" -}}
+{{- $ns := list }}
+{{- range (include "rolter.sources" . | fromJsonArray) }}
+{{- if eq .kind "kubernetes" }}{{ $ns = append $ns .kubernetes.namespace }}{{ end }}
+{{- end }}
+{{- toJson (uniq $ns) }}
+{{- end }}
+
+{{/* One TOML table's keys from a map (list path map): scalars and arrays as JSON, which TOML reads the
+same, then each map value as the sub-table [path.key]. */}}
+{{- define "rolter.tomlTable" -}}
+{{- $path := index . 0 }}
+{{- $m := index . 1 }}
+{{- range $k, $v := $m }}
+{{- if not (kindIs "map" $v) }}
+{{ $k }} = {{ toJson $v }}
+{{- end }}
+{{- end }}
+{{- range $k, $v := $m }}
+{{- if kindIs "map" $v }}
+[{{ $path }}.{{ $k }}]
+{{- include "rolter.tomlTable" (list (printf "%s.%s" $path $k) $v) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "rolter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "rolter.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
 
