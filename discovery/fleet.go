@@ -286,6 +286,8 @@ type StartError struct {
 	Err    error
 }
 
-func (e *StartError) Error() string { return fmt.Sprintf("cannot start source %q: %s", e.Source, e.Err) }
+func (e *StartError) Error() string {
+	return fmt.Sprintf("cannot start source %q: %s", e.Source, e.Err)
+}
 
 func (e *StartError) Unwrap() error { return e.Err }
