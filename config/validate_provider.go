@@ -91,7 +91,11 @@ func (v *validator) providers(ps []ProviderConfig, allowed []string) map[string]
 		} else {
 			byName[p.Name] = i
 		}
-		v.provider(key, p, allowed)
+		if p.Source == "" {
+			// A discovered provider is its source's template, checked once (sourceProvider), with an
+			// address filled in, which the fleet checks against [egress].
+			v.provider(key, p, allowed)
+		}
 	}
 	v.kvSharedBinds(ps, allowed)
 	return byName

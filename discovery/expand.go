@@ -44,7 +44,9 @@ func expand(base *config.Config, sources map[string]*watched, policy *egress.Pol
 		sc := &w.cfg
 		var ps []config.ProviderConfig
 		st := make([]EndpointStatus, len(eps))
-		for i, e := range eps {
+		made := make(map[Key]madeProvider, len(eps))
+		for i := range eps {
+			e := &eps[i]
 			state := states[i]
 			if state == StateLive && policy != nil && policy.CheckAddr(sc.Name, e.Addr.Addr()) != nil {
 				state = StateRefused
@@ -52,12 +54,13 @@ func expand(base *config.Config, sources map[string]*watched, policy *egress.Pol
 			if state == StateLive && len(ps) >= sc.MaxEndpoints {
 				state = StateCapped
 			}
-			pname := config.EndpointName(sc.Name, e.Addr, e.UID)
+			p := w.provider(e, made)
 			if state == StateLive {
-				ps = append(ps, sc.ProviderFor(pname, e.Addr, e.KVEvents, e.LMCache))
+				ps = append(ps, p)
 			}
-			st[i] = EndpointStatus{Provider: pname, Addr: e.Addr, UID: e.UID, Name: e.Name, State: state}
+			st[i] = EndpointStatus{Provider: p.Name, Addr: e.Addr, UID: e.UID, Name: e.Name, State: state}
 		}
+		w.made = made
 		live[name], x.endpoints[name] = ps, st
 	}
 	x.cfg, x.key = expandRoutes(base, live, x.endpoints)

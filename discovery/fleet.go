@@ -41,6 +41,7 @@ type Fleet struct {
 	sources map[string]*watched
 	applied string // the key of the discovered part last applied
 	last    time.Time
+	took    time.Duration // how long the last apply took
 
 	statusMu sync.Mutex
 	views    map[string][]EndpointStatus
@@ -203,7 +204,9 @@ func (f *Fleet) follow() {
 			return
 		}
 		f.applyMu.Lock()
-		wait := time.Until(f.last.Add(f.opts.Interval))
+		// Changes are applied at most every Interval, and at most a fifth of the time goes to applying
+		// them however large the fleet is.
+		wait := time.Until(f.last.Add(max(f.opts.Interval, 4*f.took)))
 		f.applyMu.Unlock()
 		if wait > 0 {
 			select {
@@ -240,7 +243,9 @@ func (f *Fleet) reapply() time.Time {
 	}
 	f.last = time.Now()
 	msg := ""
-	if err := f.apply(x.cfg); err != nil {
+	err := f.apply(x.cfg)
+	f.took = time.Since(f.last)
+	if err != nil {
 		msg = err.Error()
 		f.log.Error("the config with the discovered endpoints was refused; the last one keeps serving", "error", msg)
 	} else {

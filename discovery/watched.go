@@ -24,6 +24,29 @@ type watched struct {
 	readySince map[Key]time.Time // when each ready endpoint of eps was first seen ready, in a row
 	settled    bool              // a Set came: later endpoints settle before they take traffic
 	counters   sourceCounters
+
+	// made are the providers made of the endpoints so far, by key, so an expansion makes only the new
+	// ones. Used by expand only, under the fleet's applyMu.
+	made map[Key]madeProvider
+}
+
+// madeProvider is the provider made of one endpoint, and the overrides it was made with.
+type madeProvider struct {
+	kvEvents, lmcache string
+	p                 config.ProviderConfig
+}
+
+// provider returns the provider of endpoint e, made once per endpoint (and again if its overrides
+// change); next collects the ones in use, which replace made after the expansion.
+func (w *watched) provider(e *Endpoint, next map[Key]madeProvider) config.ProviderConfig {
+	k := e.Key()
+	m, ok := w.made[k]
+	if !ok || m.kvEvents != e.KVEvents || m.lmcache != e.LMCache {
+		m = madeProvider{kvEvents: e.KVEvents, lmcache: e.LMCache,
+			p: w.cfg.ProviderFor(config.EndpointName(w.cfg.Name, e.Addr, e.UID), e.Addr, e.KVEvents, e.LMCache)}
+	}
+	next[k] = m
+	return m.p
 }
 
 // sourceCounters are what a source's status counts.
@@ -121,7 +144,7 @@ func (w *watched) view(now time.Time) (eps []Endpoint, states []string, next tim
 			states[i] = StateTerminating
 		case !ready:
 			states[i] = StateNotReady
-		case now.Sub(since) < settle:
+		case settle > 0 && now.Sub(since) < settle:
 			states[i] = StateSettling
 			if at := since.Add(settle); next.IsZero() || at.Before(next) {
 				next = at

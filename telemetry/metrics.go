@@ -178,16 +178,19 @@ var latencyBuckets = []float64{
 type Set struct {
 	s *metrics.Set
 
-	mu       sync.Mutex
-	counters []counterFunc // sorted by name when written
+	mu     sync.Mutex
+	funcs  []seriesFunc // grouped by family when written (sorted marks them grouped)
+	sorted bool
 }
 
-// counterFunc is a cumulative count kept by another package (a trie, a KV stream, a poller), exposed as a
-// Prometheus counter: VictoriaMetrics' callback gauges would be typed "gauge", which Prometheus tooling
-// rejects for *_total names.
-type counterFunc struct {
-	name string // name{labels}
-	f    func() uint64
+// seriesFunc is a series whose value another package keeps (a trie, a KV stream, a poller), read when
+// /metrics is written: a counter (count) or a gauge (gauge). Counters are typed counter, which
+// VictoriaMetrics' callback gauges are not and Prometheus tooling wants for *_total names; gauges are
+// written here too, so registering a snapshot's thousands of them costs no name validation each.
+type seriesFunc struct {
+	name  string // name{labels}
+	count func() uint64
+	gauge func() float64
 }
 
 // NewSet returns an empty, unregistered set.
@@ -196,15 +199,16 @@ func NewSet() *Set { return &Set{s: metrics.NewSet()} }
 // Register makes the set visible on /metrics.
 func (s *Set) Register() { metrics.RegisterSet(s.s) }
 
-// Unregister removes the set (and its metrics) from /metrics.
-func (s *Set) Unregister() { metrics.UnregisterSet(s.s, true) }
+// Unregister removes the set from /metrics. Its metrics are not unregistered one by one (VictoriaMetrics
+// scans the set for each, which costs the square of a large fleet's series): the set is dropped whole.
+func (s *Set) Unregister() { metrics.UnregisterSet(s.s, false) }
 
 // Inner returns the underlying VictoriaMetrics set, for gauges owned by other packages.
 func (s *Set) Inner() *metrics.Set { return s.s }
 
-// Gauge registers a callback gauge name{labels}.
+// Gauge exposes f as the gauge name{labels}.
 func (s *Set) Gauge(name, labels string, f func() float64) {
-	s.s.NewGauge(series(name, labels), f)
+	s.add(seriesFunc{name: series(name, labels), gauge: f})
 }
 
 // series names one series: name{labels}, or name alone without labels.
@@ -217,26 +221,47 @@ func series(name, labels string) string {
 
 // CounterFunc exposes f as the counter name{labels}.
 func (s *Set) CounterFunc(name, labels string, f func() uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.counters == nil {
-		s.s.RegisterMetricsWriter(s.writeCounters)
-	}
-	s.counters = append(s.counters, counterFunc{name + "{" + labels + "}", f})
-	sort.SliceStable(s.counters, func(a, b int) bool { return family(s.counters[a].name) < family(s.counters[b].name) })
+	s.add(seriesFunc{name: name + "{" + labels + "}", count: f})
 }
 
-func (s *Set) writeCounters(w io.Writer) {
+func (s *Set) add(f seriesFunc) {
 	s.mu.Lock()
-	cs := s.counters
+	defer s.mu.Unlock()
+	if s.funcs == nil {
+		s.s.RegisterMetricsWriter(s.writeFuncs)
+	}
+	s.funcs = append(s.funcs, f)
+	s.sorted = false
+}
+
+func (s *Set) writeFuncs(w io.Writer) {
+	s.mu.Lock()
+	if !s.sorted {
+		// Sorted once, at the first write after a change: a snapshot registers series per target, and
+		// sorting at every one of them would cost the square of the fleet.
+		sort.SliceStable(s.funcs, func(a, b int) bool { return family(s.funcs[a].name) < family(s.funcs[b].name) })
+		s.sorted = true
+	}
+	fs := s.funcs
 	s.mu.Unlock()
 	last := ""
-	for _, c := range cs {
-		if f := family(c.name); f != last {
-			fmt.Fprintf(w, "# HELP %s\n# TYPE %s counter\n", f, f)
-			last = f
+	var b []byte
+	for _, f := range fs {
+		if fam := family(f.name); fam != last {
+			typ := "counter"
+			if f.gauge != nil {
+				typ = "gauge"
+			}
+			fmt.Fprintf(w, "# HELP %s\n# TYPE %s %s\n", fam, fam, typ)
+			last = fam
 		}
-		fmt.Fprintf(w, "%s %d\n", c.name, c.f())
+		b = append(append(b[:0], f.name...), ' ')
+		if f.gauge != nil {
+			b = strconv.AppendFloat(b, f.gauge(), 'g', -1, 64)
+		} else {
+			b = strconv.AppendUint(b, f.count(), 10)
+		}
+		_, _ = w.Write(append(b, '\n'))
 	}
 }
 
