@@ -2,7 +2,7 @@
 // Per route and target: in flight, finished requests and their rate, the engine's queue, eligibility and
 // why, the prefix trie, the KV index and its stream, the delivered cache hits; the route's decisions by
 // reason; and a chart of requests per second per target over the last minutes, from successive
-// `requests` counts.
+// `requests` counts. Then the discovery sources, for the superadmin: each one's health and endpoints.
 
 import { api, describe, APIError } from "./api.js";
 import { h, svg, replace, clock } from "./dom.js";
@@ -103,8 +103,9 @@ export function fleetPage(ctx) {
 }
 
 function render(ctx, content, state, now) {
+  const sources = (state.sources || []).map(sourceSection);
   if (!state.routes.length) {
-    replace(content, h("p", { class: "empty" }, "No routes serve yet."));
+    replace(content, h("p", { class: "empty" }, "No routes serve yet."), sources);
     return;
   }
   const orgName = (id) => (id ? (ctx.orgs.find((o) => o.id === id) || { name: id }).name : "rolter.toml");
@@ -140,7 +141,28 @@ function render(ctx, content, state, now) {
         decisions.length ? decisions.map(([r, n]) => `${r} ${n}`).join(" · ") : "none yet"),
       h("p", { class: "ratio", "data-col": "hit-ratio" }, hitRatio(route)));
   });
-  replace(content, chart(keys, now, content.clientWidth), sections);
+  replace(content, chart(keys, now, content.clientWidth), sections, sources);
+}
+
+// sourceSection is one discovery source ([[sources]], the superadmin's view only): whether its last
+// report was its set or a failure (the last set then stands), and every endpoint it sees with its state.
+function sourceSection(src) {
+  const when = (t) => (t ? clock(new Date(t)) : "never");
+  const health = src.up ? `up, last set ${when(src.last_sync)}`
+    : `failing since ${when(src.last_error_at)}: ${src.last_error || "no answer yet"}; the last set stands`;
+  const counts = Object.entries(src.states).filter(([, n]) => n > 0).map(([st, n]) => `${n} ${st.replace("_", " ")}`);
+  const rows = src.endpoints.map((e) => h("tr", { "data-source": src.name, "data-provider": e.provider, "data-state": e.state },
+    h("th", { scope: "row", "data-label": "Target" }, h("span", {}, e.provider)),
+    h("td", { "data-label": "Address" }, e.address),
+    h("td", { "data-label": "Name" }, e.name || "—"),
+    h("td", { "data-label": "State", "data-col": "state" }, e.state.replace("_", " "))));
+  return h("section", { class: "route-state source-state", "data-source": src.name },
+    h("h2", {}, src.name, h("span", { class: "sub" }, ` · ${src.kind} source · ${counts.join(", ") || "no endpoints"}`)),
+    h("p", { class: src.up ? "source-health" : "source-health error", "data-col": "source-health" }, health),
+    src.apply_error ? h("p", { class: "error" }, `The gateway refused the config with these endpoints: ${src.apply_error}`) : null,
+    rows.length ? h("div", { class: "table-wrap" }, h("table", { class: "cards" },
+      h("thead", {}, h("tr", {}, ["Target", "Address", "Name", "State"].map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {}, rows))) : null);
 }
 
 // Delivered cache hits: the engines' own usage.prompt_tokens_details.cached_tokens over usage.prompt_tokens
