@@ -96,7 +96,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if k == 1 {
 				bin, strategy = o.B, o.StrategyB
 			}
-			run, err := abRun(ctx, oo, bin, o.Case, strategy, o.Warmup, &seq)
+			run, err := measure(ctx, oo, bin, o.Case, strategy, o.Warmup, &seq)
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", round+1, bin, err)
 			}
@@ -106,14 +106,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		rep.Rounds = append(rep.Rounds, pair)
 	}
-	rep.Median = abMedians(rep.Rounds)
+	rep.Median = medians(rep.Rounds)
 	return rep, nil
 }
 
-// abMedians returns each build's median over rounds: of each figure the middle round, or the mean of the
+// medians returns each build's median over rounds: of each figure the middle round, or the mean of the
 // two middle ones (loadtest.Percentile's nearest rank would take the lower of them: with few rounds that
 // moves the ratio by a round's noise); Errors is the sum.
-func abMedians(rounds [][2]Result) [2]Result {
+func medians(rounds [][2]Result) [2]Result {
 	var m [2]Result
 	for k := range m {
 		med := func(f func(Result) float64) float64 {
@@ -137,8 +137,8 @@ func abMedians(rounds [][2]Result) [2]Result {
 	return m
 }
 
-// abRun measures one build (overhead.Measure).
-func abRun(ctx context.Context, o overhead.Options, bin, caseName, strategy string, warmup time.Duration, seq *atomic.Uint64) (Result, error) {
+// measure measures one build (overhead.Measure).
+func measure(ctx context.Context, o overhead.Options, bin, caseName, strategy string, warmup time.Duration, seq *atomic.Uint64) (Result, error) {
 	t, err := overhead.Measure(ctx, o, bin, caseName, strategy, warmup, seq)
 	return Result{RPS: t.RPS, GatewayCPU: t.GatewayCPU, MachineCPUs: t.MachineCPUs, Errors: t.Errors}, err
 }

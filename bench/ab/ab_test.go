@@ -69,11 +69,11 @@ func TestABMedians(t *testing.T) {
 		return Result{RPS: rps, GatewayCPU: cpu, MachineCPUs: 1, Errors: errs}
 	}
 	odd := [][2]Result{{r(10, 50, 0), r(20, 40, 1)}, {r(30, 70, 0), r(10, 60, 0)}, {r(20, 60, 2), r(30, 50, 0)}}
-	if m := abMedians(odd); m[0].RPS != 20 || m[0].GatewayCPU != 60 || m[1].RPS != 20 || m[1].GatewayCPU != 50 || m[0].Errors != 2 || m[1].Errors != 1 {
+	if m := medians(odd); m[0].RPS != 20 || m[0].GatewayCPU != 60 || m[1].RPS != 20 || m[1].GatewayCPU != 50 || m[0].Errors != 2 || m[1].Errors != 1 {
 		t.Fatalf("odd rounds: %+v", m)
 	}
 	even := append(odd, [2]Result{r(40, 80, 0), r(40, 30, 0)})
-	if m := abMedians(even); m[0].RPS != 25 || m[0].GatewayCPU != 65 || m[1].RPS != 25 || m[1].GatewayCPU != 45 {
+	if m := medians(even); m[0].RPS != 25 || m[0].GatewayCPU != 65 || m[1].RPS != 25 || m[1].GatewayCPU != 45 {
 		t.Fatalf("even rounds: %+v", m)
 	}
 }

@@ -25,6 +25,7 @@ func WriteReport(dir, name, markdown string, v any) ([]string, error) {
 	return []string{md, js}, nil
 }
 
+// WriteJSON writes v as indented JSON, with a final newline, to path.
 func WriteJSON(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -36,8 +37,10 @@ func WriteJSON(path string, v any) error {
 	return nil
 }
 
+// EscapePipes escapes the pipes of s, so it stays one cell of a Markdown table.
 func EscapePipes(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
 
+// FirstLine returns s up to its first newline.
 func FirstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		return s[:i]
@@ -45,7 +48,6 @@ func FirstLine(s string) string {
 	return s
 }
 
-// SortedKeys returns m's keys in order.
 // VersionsLine renders a report's "Versions:" line (name: `version`, by name), or "" for none.
 func VersionsLine(versions map[string]string) string {
 	if len(versions) == 0 {
@@ -58,6 +60,7 @@ func VersionsLine(versions map[string]string) string {
 	return "Versions: " + strings.Join(v, ", ") + ".\n"
 }
 
+// SortedKeys returns m's keys in order.
 func SortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

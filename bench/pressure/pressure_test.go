@@ -28,8 +28,6 @@ func TestPressureQuick(t *testing.T) {
 	if want := len(WorkloadNames) * len(Capacities) * len(fleet.Strategies); len(rep.Cells) != want {
 		t.Fatalf("%d cells, want %d", len(rep.Cells), want)
 	}
-	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
-	in01 := func(v float64) bool { return v >= 0 && v <= 1 }
 	for _, w := range WorkloadNames {
 		info := rep.Info(w)
 		if info == nil || len(info.Levels) != len(Capacities) || info.Plan.Blocks == 0 {
@@ -43,37 +41,7 @@ func TestPressureQuick(t *testing.T) {
 		}
 		for _, capacity := range Capacities {
 			for _, s := range fleet.Strategies {
-				c := rep.Cell(w, capacity, s)
-				switch {
-				case c == nil:
-					t.Fatalf("%s %v %s: missing", w, capacity, s)
-				case c.Unavailable != "" && s == "precise_cache_aware":
-					continue // a build without cgo
-				case !c.Available():
-					t.Fatalf("%s %v %s: not measured: %s%s", w, capacity, s, c.Unavailable, c.Error)
-				}
-				if c.Succeeded != c.Planned || c.Failed+c.Cancelled != 0 {
-					t.Fatalf("%s %v %s: %d of %d answered, %d failed, %d cancelled", w, capacity, s, c.Succeeded, c.Planned, c.Failed, c.Cancelled)
-				}
-				if !in01(c.HitRate) || !in01(c.OracleHitRate) || !in01(c.PlacementHitRate) || !in01(c.PooledHitRate) {
-					t.Fatalf("%s %v %s: rates %+v", w, capacity, s, c)
-				}
-				// The engines count what the responses report.
-				if c.EnginePromptTokens == 0 || !near(c.HitRate, float64(c.EngineCachedTokens)/float64(c.EnginePromptTokens)) {
-					t.Fatalf("%s %v %s: hit %v, engines %d/%d", w, capacity, s, c.HitRate, c.EngineCachedTokens, c.EnginePromptTokens)
-				}
-				// A capacity-aware placement hits only what an earlier request computed. A live fleet can beat
-				// the unlimited bound only by reordering requests whose shared blocks the bound counts anyway
-				// (every prompt here ends in its own question), so within a token or two per request.
-				if c.PlacementHitRate > c.OracleHitRate+1e-9 || c.HitRate > c.OracleHitRate+0.01 {
-					t.Fatalf("%s %v %s: hit %v, placement %v above the unlimited bound %v", w, capacity, s, c.HitRate, c.PlacementHitRate, c.OracleHitRate)
-				}
-				if len(c.Load.Requests) != 4 || pressureSum(c.Load.Requests) != c.Succeeded || len(c.Evictions) != 4 {
-					t.Fatalf("%s %v %s: load %+v, evictions %v", w, capacity, s, c.Load, c.Evictions)
-				}
-				if (w == HotBurst) != (c.Burst != nil) {
-					t.Fatalf("%s %v %s: burst %+v", w, capacity, s, c.Burst)
-				}
+				checkCell(t, rep.Cell(w, capacity, s), w, capacity, s)
 			}
 		}
 	}
@@ -96,6 +64,45 @@ func TestPressureQuick(t *testing.T) {
 	}
 	if again.Markdown() != rep.Markdown() {
 		t.Fatalf("the report rendered from JSON differs")
+	}
+}
+
+// checkCell checks one cell of TestPressureQuick: measured (precise_cache_aware may be unavailable
+// without cgo), every request answered, rates in [0, 1], the engines' counters agreeing with the client's,
+// the bounds holding.
+func checkCell(t *testing.T, c *Cell, w string, capacity float64, s string) {
+	t.Helper()
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	in01 := func(v float64) bool { return v >= 0 && v <= 1 }
+	switch {
+	case c == nil:
+		t.Fatalf("%s %v %s: missing", w, capacity, s)
+	case c.Unavailable != "" && s == "precise_cache_aware":
+		return // a build without cgo
+	case !c.Available():
+		t.Fatalf("%s %v %s: not measured: %s%s", w, capacity, s, c.Unavailable, c.Error)
+	}
+	if c.Succeeded != c.Planned || c.Failed+c.Cancelled != 0 {
+		t.Fatalf("%s %v %s: %d of %d answered, %d failed, %d cancelled", w, capacity, s, c.Succeeded, c.Planned, c.Failed, c.Cancelled)
+	}
+	if !in01(c.HitRate) || !in01(c.OracleHitRate) || !in01(c.PlacementHitRate) || !in01(c.PooledHitRate) {
+		t.Fatalf("%s %v %s: rates %+v", w, capacity, s, c)
+	}
+	// The engines count what the responses report.
+	if c.EnginePromptTokens == 0 || !near(c.HitRate, float64(c.EngineCachedTokens)/float64(c.EnginePromptTokens)) {
+		t.Fatalf("%s %v %s: hit %v, engines %d/%d", w, capacity, s, c.HitRate, c.EngineCachedTokens, c.EnginePromptTokens)
+	}
+	// A capacity-aware placement hits only what an earlier request computed. A live fleet can beat
+	// the unlimited bound only by reordering requests whose shared blocks the bound counts anyway
+	// (every prompt here ends in its own question), so within a token or two per request.
+	if c.PlacementHitRate > c.OracleHitRate+1e-9 || c.HitRate > c.OracleHitRate+0.01 {
+		t.Fatalf("%s %v %s: hit %v, placement %v above the unlimited bound %v", w, capacity, s, c.HitRate, c.PlacementHitRate, c.OracleHitRate)
+	}
+	if len(c.Load.Requests) != 4 || sum(c.Load.Requests) != c.Succeeded || len(c.Evictions) != 4 {
+		t.Fatalf("%s %v %s: load %+v, evictions %v", w, capacity, s, c.Load, c.Evictions)
+	}
+	if (w == HotBurst) != (c.Burst != nil) {
+		t.Fatalf("%s %v %s: burst %+v", w, capacity, s, c.Burst)
 	}
 }
 
@@ -176,7 +183,7 @@ func TestPressurePlans(t *testing.T) {
 			t.Fatalf("%s: %d and %d requests", name, len(p1.Requests), len(p2.Requests))
 		}
 		for i := range p1.Requests {
-			if pressureKey(p1.Requests[i]) != pressureKey(p2.Requests[i]) {
+			if requestKey(p1.Requests[i]) != requestKey(p2.Requests[i]) {
 				t.Fatalf("%s: request %d differs between two plans of one seed", name, i)
 			}
 		}
@@ -192,7 +199,7 @@ func TestPressurePlans(t *testing.T) {
 				t.Fatalf("request %d opens conversation %d after %d with %d messages", i, r.Group, r.After, len(r.Messages))
 			}
 		} else {
-			pt, ct := pressureTokens(nil, p.Requests[prev].Messages), pressureTokens(nil, r.Messages)
+			pt, ct := appendTokens(nil, p.Requests[prev].Messages), appendTokens(nil, r.Messages)
 			if r.After != prev+1 || len(ct) <= len(pt) || !slices.Equal(ct[:len(pt)], pt) {
 				t.Fatalf("request %d (conversation %d) does not extend request %d (after %d)", i, r.Group, prev, r.After)
 			}
@@ -220,7 +227,7 @@ func TestPressurePlans(t *testing.T) {
 	}
 }
 
-func pressureKey(r loadtest.Request) string {
+func requestKey(r loadtest.Request) string {
 	var b strings.Builder
 	for _, m := range r.Messages {
 		b.WriteString(m.Role + ":" + m.Content + "|")

@@ -177,93 +177,105 @@ func (w Workload) Plan() (*loadtest.Plan, error) {
 	p := &loadtest.Plan{Workload: loadtest.Workload{Scenario: w.Name, Seed: w.Seed, OutputTokens: w.OutputTokens}}
 	switch w.Name {
 	case SharedPrefix, SharedPrefixSkewed, HotBurst:
-		text, order, sizes := rng(1), rng(2), rng(3)
-		systems := make([]string, w.Groups)
-		for g := range systems {
-			systems[g] = pressureText(text, w.SystemMin+sizes.IntN(w.SystemMax-w.SystemMin+1), 1, uint64(g))
-		}
-		hot := ""
-		if w.Name == HotBurst {
-			hot = pressureText(text, w.HotTokens, 2, 0)
-		}
-		z := newPressureZipf(order, w.ZipfS, w.Groups)
-		lo, hi := int(w.BurstStart*float64(w.Requests)), int(w.BurstEnd*float64(w.Requests))
-		for i := 0; i < w.Requests; i++ {
-			g := int(z.Uint64())
-			system := systems[g]
-			if hot != "" && i >= lo && i < hi && order.Float64() < w.HotShare {
-				g, system = w.hotGroup(), hot
-			}
-			p.Requests = append(p.Requests, loadtest.Request{Group: g, Messages: []loadtest.Message{
-				{Role: "system", Content: system},
-				{Role: "user", Content: pressureText(text, w.QuestionTokens, 3, uint64(i))},
-			}})
-		}
+		w.sharedPrefixRequests(p, rng)
 	case MultiTurn, MultiTurnShort:
-		text, order := rng(1), rng(2)
-		agents := make([]string, w.Agents)
-		for a := range agents {
-			agents[a] = pressureText(text, w.AgentTokens, 1, uint64(a))
-		}
-		type conv struct {
-			id, turns, sent int
-			msgs            []loadtest.Message
-			last            int // 1 + plan index of the previous turn
-		}
-		start := func(id int) *conv {
-			c := &conv{id: id, turns: w.TurnsMin + order.IntN(w.TurnsMax-w.TurnsMin+1)}
-			c.msgs = []loadtest.Message{
-				{Role: "system", Content: agents[order.IntN(w.Agents)]},
-				{Role: "user", Content: pressureText(text, w.OpeningTokens, 4, uint64(id))},
-			}
-			return c
-		}
-		var active []*conv
-		next := 0
-		for next < w.Conversations && len(active) < w.Active {
-			active = append(active, start(next))
-			next++
-		}
-		for len(active) > 0 {
-			k := order.IntN(len(active))
-			c := active[k]
-			if c.sent > 0 {
-				c.msgs = append(c.msgs,
-					loadtest.Message{Role: "assistant", Content: pressureText(text, w.AnswerTokens, 5, uint64(c.id))},
-					loadtest.Message{Role: "user", Content: pressureText(text, w.QuestionTokens, 6, uint64(c.id))})
-			}
-			// The messages so far, shared with later turns' slices only up to their own length.
-			msgs := c.msgs[:len(c.msgs):len(c.msgs)]
-			p.Requests = append(p.Requests, loadtest.Request{Group: c.id, Messages: msgs, After: c.last})
-			c.last = len(p.Requests)
-			c.sent++
-			if c.sent == c.turns {
-				if next < w.Conversations {
-					active[k] = start(next)
-					next++
-				} else {
-					active = append(active[:k], active[k+1:]...)
-				}
-			}
-		}
+		w.multiTurnRequests(p, rng)
 	}
 	return p, nil
 }
 
-// pressureZipf draws group ranks 0..n-1 with P(k) proportional to (k+1)^-s. Exponents above 1 use
+// sharedPrefixRequests appends the requests of a shared-prefix workload (with HotBurst's hot prefix) to p:
+// a Zipf-drawn system prompt and a question of its own each.
+func (w Workload) sharedPrefixRequests(p *loadtest.Plan, rng func(stream uint64) *rand.Rand) {
+	text, order, sizes := rng(1), rng(2), rng(3)
+	systems := make([]string, w.Groups)
+	for g := range systems {
+		systems[g] = phrase(text, w.SystemMin+sizes.IntN(w.SystemMax-w.SystemMin+1), 1, uint64(g))
+	}
+	hot := ""
+	if w.Name == HotBurst {
+		hot = phrase(text, w.HotTokens, 2, 0)
+	}
+	z := newZipf(order, w.ZipfS, w.Groups)
+	lo, hi := int(w.BurstStart*float64(w.Requests)), int(w.BurstEnd*float64(w.Requests))
+	for i := 0; i < w.Requests; i++ {
+		g := int(z.Uint64())
+		system := systems[g]
+		if hot != "" && i >= lo && i < hi && order.Float64() < w.HotShare {
+			g, system = w.hotGroup(), hot
+		}
+		p.Requests = append(p.Requests, loadtest.Request{Group: g, Messages: []loadtest.Message{
+			{Role: "system", Content: system},
+			{Role: "user", Content: phrase(text, w.QuestionTokens, 3, uint64(i))},
+		}})
+	}
+}
+
+// multiTurnRequests appends the turns of Active conversations open at once to p, a conversation's next
+// turn its previous prompt plus an answer and a question.
+func (w Workload) multiTurnRequests(p *loadtest.Plan, rng func(stream uint64) *rand.Rand) {
+	text, order := rng(1), rng(2)
+	agents := make([]string, w.Agents)
+	for a := range agents {
+		agents[a] = phrase(text, w.AgentTokens, 1, uint64(a))
+	}
+	type conv struct {
+		id, turns, sent int
+		msgs            []loadtest.Message
+		last            int // 1 + plan index of the previous turn
+	}
+	start := func(id int) *conv {
+		c := &conv{id: id, turns: w.TurnsMin + order.IntN(w.TurnsMax-w.TurnsMin+1)}
+		c.msgs = []loadtest.Message{
+			{Role: "system", Content: agents[order.IntN(w.Agents)]},
+			{Role: "user", Content: phrase(text, w.OpeningTokens, 4, uint64(id))},
+		}
+		return c
+	}
+	var active []*conv
+	next := 0
+	for next < w.Conversations && len(active) < w.Active {
+		active = append(active, start(next))
+		next++
+	}
+	for len(active) > 0 {
+		k := order.IntN(len(active))
+		c := active[k]
+		if c.sent > 0 {
+			c.msgs = append(c.msgs,
+				loadtest.Message{Role: "assistant", Content: phrase(text, w.AnswerTokens, 5, uint64(c.id))},
+				loadtest.Message{Role: "user", Content: phrase(text, w.QuestionTokens, 6, uint64(c.id))})
+		}
+		// The messages so far, shared with later turns' slices only up to their own length.
+		msgs := c.msgs[:len(c.msgs):len(c.msgs)]
+		p.Requests = append(p.Requests, loadtest.Request{Group: c.id, Messages: msgs, After: c.last})
+		c.last = len(p.Requests)
+		c.sent++
+		if c.sent == c.turns {
+			if next < w.Conversations {
+				active[k] = start(next)
+				next++
+			} else {
+				active = append(active[:k], active[k+1:]...)
+			}
+		}
+	}
+}
+
+// zipf draws group ranks 0..n-1 with P(k) proportional to (k+1)^-s. Exponents above 1 use
 // math/rand/v2's Zipf (the sampler the s=1.1 plans were generated with, so they stay the same); s <= 1, which
 // it does not take, inverts the cumulative distribution.
-type pressureZipf struct {
+type zipf struct {
 	z   *rand.Zipf
 	rng *rand.Rand
 	cdf []float64
 }
 
-func newPressureZipf(rng *rand.Rand, s float64, n int) *pressureZipf {
+func newZipf(rng *rand.Rand, s float64, n int) *zipf {
 	if s > 1 {
-		return &pressureZipf{z: rand.NewZipf(rng, s, 1, uint64(n-1))}
+		return &zipf{z: rand.NewZipf(rng, s, 1, uint64(n-1))}
 	}
-	z := &pressureZipf{rng: rng, cdf: make([]float64, n)}
+	z := &zipf{rng: rng, cdf: make([]float64, n)}
 	sum := 0.0
 	for k := range z.cdf {
 		sum += math.Pow(float64(k+1), -s)
@@ -275,7 +287,7 @@ func newPressureZipf(rng *rand.Rand, s float64, n int) *pressureZipf {
 	return z
 }
 
-func (z *pressureZipf) Uint64() uint64 {
+func (z *zipf) Uint64() uint64 {
 	if z.z != nil {
 		return z.z.Uint64()
 	}
@@ -286,10 +298,10 @@ func (z *pressureZipf) Uint64() uint64 {
 // wordSpace is the number of three-letter lowercase words.
 const wordSpace = 26 * 26 * 26
 
-// pressureText returns n tokens of three-letter words (wordSpace of them, as the replay report's prompts). The first two words spell (kind, id) - kind in the
+// phrase returns n tokens of three-letter words (wordSpace of them, as the replay report's prompts). The first two words spell (kind, id) - kind in the
 // first word, id in the rest of it and the second - so texts of different ids differ from their first token
 // on; the rest are random.
-func pressureText(rng *rand.Rand, n int, kind, id uint64) string {
+func phrase(rng *rand.Rand, n int, kind, id uint64) string {
 	b := make([]byte, 0, 4*n)
 	put := func(v uint64) {
 		if len(b) > 0 {
@@ -324,14 +336,14 @@ type PlanStats struct {
 	OracleHitRate float64 `json:"oracle_hit_rate"`
 }
 
-// pressurePlanStats computes the working set of p with blocks of blockSize tokens.
-func pressurePlanStats(p *loadtest.Plan, blockSize int) PlanStats {
+// planStats computes the working set of p with blocks of blockSize tokens.
+func planStats(p *loadtest.Plan, blockSize int) PlanStats {
 	st := PlanStats{Requests: len(p.Requests)}
 	oracle := loadtest.NewOracle(blockSize)
 	var tokens []uint32
 	for i := range p.Requests {
 		r := &p.Requests[i]
-		tokens = pressureTokens(tokens[:0], r.Messages)
+		tokens = appendTokens(tokens[:0], r.Messages)
 		oracle.AddTokens(tokens)
 		st.PromptTokens += int64(len(tokens))
 		out := r.MaxTokens
@@ -344,8 +356,8 @@ func pressurePlanStats(p *loadtest.Plan, blockSize int) PlanStats {
 	return st
 }
 
-// pressureTokens appends the sim's tokens of msgs (chat template and generation prompt) to dst.
-func pressureTokens(dst []uint32, msgs []loadtest.Message) []uint32 {
+// appendTokens appends the sim's tokens of msgs (chat template and generation prompt) to dst.
+func appendTokens(dst []uint32, msgs []loadtest.Message) []uint32 {
 	pairs := make([][2][]byte, len(msgs))
 	for i, m := range msgs {
 		pairs[i] = [2][]byte{[]byte(m.Role), []byte(m.Content)}

@@ -136,12 +136,32 @@ func TracePlan(tr *capture.Trace, o PlanOptions) (*loadtest.Plan, PlanStats, err
 		Workload: loadtest.Workload{Scenario: Scenario, OutputTokens: DefaultOutputTokens},
 		Timed:    o.Speed > 0,
 	}
-	// Pass 1: which requests are replayed, and their segments.
-	type planned struct {
-		r    *capture.Request
-		segs []segment
-		prev int // the session's previous planned request, or -1
+	reqs := selectRequests(tr, o, sz, &st)
+	if !o.NoContinuation {
+		continueBlocks(reqs, &st)
 	}
+	writeRequests(plan, reqs, o, sz, &st)
+	st.Planned = len(plan.Requests)
+	if len(st.Skipped) == 0 {
+		st.Skipped = nil
+	}
+	if len(plan.Requests) == 0 {
+		return nil, st, fmt.Errorf("cannot plan the replay: every one of the %d requests was skipped (%v)", st.Read, st.Skipped)
+	}
+	return plan, st, nil
+}
+
+// planned is a request of the trace TracePlan replays: its segments, and the session's previous planned
+// request (-1 for none).
+type planned struct {
+	r    *capture.Request
+	segs []segment
+	prev int
+}
+
+// selectRequests is TracePlan's first pass: which requests are replayed (counting the others in
+// st.Skipped by reason), with their segments and their sessions' previous requests.
+func selectRequests(tr *capture.Trace, o PlanOptions, sz *sizer, st *PlanStats) []planned {
 	var reqs []planned
 	lastOfSession := map[string]int{}
 	for i := range tr.Requests {
@@ -155,11 +175,7 @@ func TracePlan(tr *capture.Trace, o PlanOptions) (*loadtest.Plan, PlanStats, err
 			continue
 		}
 		segs := sz.segments(nil, r)
-		content := 0
-		for _, s := range segs {
-			content += s.tokens
-		}
-		if o.MaxModelLen > 0 && content+TemplateTokens+sz.output(r) > o.MaxModelLen {
+		if o.MaxModelLen > 0 && contentTokens(segs)+TemplateTokens+sz.output(r) > o.MaxModelLen {
 			st.Skipped[SkipTooLong]++
 			continue
 		}
@@ -172,27 +188,42 @@ func TracePlan(tr *capture.Trace, o PlanOptions) (*loadtest.Plan, PlanStats, err
 		}
 		reqs = append(reqs, p)
 	}
-	// Pass 2: a session's partial last block continues into its next request (see
-	// PlanOptions.NoContinuation). Last to first, so a request's own block is final when the
-	// request before it takes it.
-	if !o.NoContinuation {
-		for j := len(reqs) - 1; j >= 0; j-- {
-			if reqs[j].prev < 0 {
-				continue
-			}
-			p, next := &reqs[reqs[j].prev], &reqs[j]
-			k := len(p.r.Blocks) - 1
-			if k < 0 || !p.segs[k].partial || len(next.r.Blocks) <= k || next.segs[k].tail {
-				continue
-			}
-			if next.r.Blocks[k] == p.r.Blocks[k] || !slices.Equal(next.r.Blocks[:k], p.r.Blocks[:k]) {
-				continue
-			}
-			p.segs[k].hash = next.segs[k].hash
-			st.Continued++
-		}
+	return reqs
+}
+
+// contentTokens is the tokens of a prompt's segments, the chat template left out.
+func contentTokens(segs []segment) int {
+	n := 0
+	for _, s := range segs {
+		n += s.tokens
 	}
-	// Pass 3: the text, in order.
+	return n
+}
+
+// continueBlocks is TracePlan's second pass: a session's partial last block continues into its next
+// request (see PlanOptions.NoContinuation). Last to first, so a request's own block is final when the
+// request before it takes it.
+func continueBlocks(reqs []planned, st *PlanStats) {
+	for j := len(reqs) - 1; j >= 0; j-- {
+		if reqs[j].prev < 0 {
+			continue
+		}
+		p, next := &reqs[reqs[j].prev], &reqs[j]
+		k := len(p.r.Blocks) - 1
+		if k < 0 || !p.segs[k].partial || len(next.r.Blocks) <= k || next.segs[k].tail {
+			continue
+		}
+		if next.r.Blocks[k] == p.r.Blocks[k] || !slices.Equal(next.r.Blocks[:k], p.r.Blocks[:k]) {
+			continue
+		}
+		p.segs[k].hash = next.segs[k].hash
+		st.Continued++
+	}
+}
+
+// writeRequests is TracePlan's third pass: the text of every planned request, in order, into plan, and
+// the totals into st.
+func writeRequests(plan *loadtest.Plan, reqs []planned, o PlanOptions, sz *sizer, st *PlanStats) {
 	ch := newChunker()
 	sessionGroup := map[string]int{}
 	var first, last float64
@@ -200,10 +231,6 @@ func TracePlan(tr *capture.Trace, o PlanOptions) (*loadtest.Plan, PlanStats, err
 	var text []byte
 	for i := range reqs {
 		r, segs := reqs[i].r, reqs[i].segs
-		content := 0
-		for _, s := range segs {
-			content += s.tokens
-		}
 		out := sz.output(r)
 		text = ch.appendText(text[:0], segs, i)
 		req := loadtest.Request{
@@ -233,24 +260,16 @@ func TracePlan(tr *capture.Trace, o PlanOptions) (*loadtest.Plan, PlanStats, err
 			liveCached += int64(r.Cached)
 			st.LiveRequests++
 		}
-		st.PromptTokens += int64(content + TemplateTokens)
+		st.PromptTokens += int64(contentTokens(segs) + TemplateTokens)
 		st.OutputTokens += int64(out)
 		plan.Requests = append(plan.Requests, req)
 	}
-	st.Planned = len(plan.Requests)
 	st.Sessions = len(sessionGroup)
 	st.Blocks = ch.blocks
 	st.SpanSeconds = last - first
 	if liveIn > 0 {
 		st.LiveHitRate = float64(liveCached) / float64(liveIn)
 	}
-	if len(st.Skipped) == 0 {
-		st.Skipped = nil
-	}
-	if len(plan.Requests) == 0 {
-		return nil, st, fmt.Errorf("cannot plan the replay: every one of the %d requests was skipped (%v)", st.Read, st.Skipped)
-	}
-	return plan, st, nil
 }
 
 // segment is one part of a prompt: a block of the trace (hash, the hashes before it implied by

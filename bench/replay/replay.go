@@ -157,7 +157,7 @@ type Report struct {
 	Machine   fleet.Machine `json:"machine"`
 
 	plan    *loadtest.Plan               // for tests
-	samples map[string][]loadtest.Sample // per strategy, for tests (replay with keepSamples)
+	samples map[string][]loadtest.Sample // per strategy, for tests (runTrace with keepSamples)
 }
 
 // ReportOptions is the serialisable part of Options, defaults filled in.
@@ -239,10 +239,11 @@ func (r *Result) Available() bool { return r.Unavailable == "" && r.Error == "" 
 // options are bad or the trace has nothing to replay, and ctx's error with a partial report when
 // ctx ends; a strategy that cannot run is recorded in its run.
 func Run(ctx context.Context, name string, tr *capture.Trace, o Options) (*Report, error) {
-	return replay(ctx, name, tr, o, false)
+	return runTrace(ctx, name, tr, o, false)
 }
 
-func replay(ctx context.Context, name string, tr *capture.Trace, o Options, keepSamples bool) (*Report, error) {
+// runTrace is Run; keepSamples keeps each strategy's samples in the report (the tests compare them).
+func runTrace(ctx context.Context, name string, tr *capture.Trace, o Options, keepSamples bool) (*Report, error) {
 	o.normalize()
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -278,7 +279,7 @@ func replay(ctx context.Context, name string, tr *capture.Trace, o Options, keep
 			break
 		}
 		share := time.Until(deadline) / time.Duration(len(o.Strategies)-i)
-		run, res := replayOne(ctx, &o, sc, plan, strategy, share, log)
+		run, res := runOne(ctx, &o, sc, plan, strategy, share, log)
 		rep.Runs = append(rep.Runs, run)
 		switch {
 		case run.Unavailable != "":
@@ -309,8 +310,8 @@ const (
 	stopMargin = time.Second
 )
 
-// replayOne replays plan under one strategy on a fresh fleet within share.
-func replayOne(ctx context.Context, o *Options, sc sim.Config, plan *loadtest.Plan, strategy string, share time.Duration,
+// runOne replays plan under one strategy on a fresh fleet within share.
+func runOne(ctx context.Context, o *Options, sc sim.Config, plan *loadtest.Plan, strategy string, share time.Duration,
 	log *slog.Logger) (*Result, *loadtest.Result) {
 	run := &Result{Strategy: strategy}
 	start := time.Now()

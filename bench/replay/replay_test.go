@@ -352,7 +352,7 @@ func TestReplayReproducesLive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := replay(context.Background(), "live.jsonl", &tr, opts, true)
+		rep, err := runTrace(context.Background(), "live.jsonl", &tr, opts, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -100,53 +100,23 @@ func (c *barChart) save(dir, file string) error {
 // drawCharts draws the routing report's charts into dir and returns their file names.
 func drawCharts(rep *Report, dir string) ([]string, error) {
 	o := rep.Options
-	label := func(s string) string {
-		for _, run := range rep.Runs {
-			if run.Strategy == s && run.Available() {
-				return s
-			}
-		}
-		return s + " (n/a)"
-	}
 	var labels []string
 	for _, s := range o.Strategies {
-		labels = append(labels, label(s))
-	}
-	perScenario := func(f func(*Trial) float64) [][]float64 {
-		vs := make([][]float64, len(o.Strategies))
-		for i, s := range o.Strategies {
-			vs[i] = make([]float64, len(o.Scenarios))
-			for j, sc := range o.Scenarios {
-				if run := rep.Run(sc, s); run != nil && run.Available() {
-					vs[i][j] = f(run)
-				}
-			}
-		}
-		return vs
-	}
-	oracle := make([]float64, len(o.Scenarios))
-	for j, sc := range o.Scenarios {
-		oracle[j] = -1
-		for _, run := range rep.Runs {
-			if run.Scenario == sc && run.Available() {
-				oracle[j] = run.Result.OracleHitRate
-				break
-			}
-		}
+		labels = append(labels, rep.chartLabel(s))
 	}
 	charts := []struct {
 		file string
 		c    barChart
 	}{
 		{"routing-hit-rate.png", barChart{title: "Token hit rate (cached / prompt tokens)", yLabel: "token hit rate",
-			groups: o.Scenarios, series: labels, values: perScenario(func(r *Trial) float64 { return r.Result.HitRate }),
-			marks: oracle, markLabel: "oracle bound"}},
+			groups: o.Scenarios, series: labels, values: rep.perScenario(func(r *Trial) float64 { return r.Result.HitRate }),
+			marks: rep.oracles(), markLabel: "oracle bound"}},
 		{"routing-ttft-p50.png", barChart{title: "TTFT p50 (first body byte)", yLabel: "ms",
-			groups: o.Scenarios, series: labels, values: perScenario(func(r *Trial) float64 { return r.Result.TTFT.P50 })}},
+			groups: o.Scenarios, series: labels, values: rep.perScenario(func(r *Trial) float64 { return r.Result.TTFT.P50 })}},
 		{"routing-ttft-p99.png", barChart{title: "TTFT p99 (first body byte)", yLabel: "ms",
-			groups: o.Scenarios, series: labels, values: perScenario(func(r *Trial) float64 { return r.Result.TTFT.P99 })}},
+			groups: o.Scenarios, series: labels, values: rep.perScenario(func(r *Trial) float64 { return r.Result.TTFT.P99 })}},
 		{"routing-throughput.png", barChart{title: "Throughput (closed loop)", yLabel: "requests / s",
-			groups: o.Scenarios, series: labels, values: perScenario(func(r *Trial) float64 { return r.Result.Throughput })}},
+			groups: o.Scenarios, series: labels, values: rep.perScenario(func(r *Trial) float64 { return r.Result.Throughput })}},
 	}
 	var files []string
 	for _, ch := range charts {
@@ -156,49 +126,101 @@ func drawCharts(rep *Report, dir string) ([]string, error) {
 		files = append(files, ch.file)
 	}
 	// Per-engine views: requests per engine on shared-prefix, mean in flight on hot-prefix.
-	perEngine := func(scenario, file, title, yLabel string, f func(*Trial) []float64) error {
-		var groups []string
-		var rows [][]float64
-		for _, s := range o.Strategies {
-			if run := rep.Run(scenario, s); run != nil && run.Available() {
-				groups = append(groups, s)
-				rows = append(rows, f(run))
-			}
-		}
-		if len(groups) == 0 {
-			return nil
-		}
-		series := make([]string, o.Engines)
-		values := make([][]float64, o.Engines)
-		for e := range series {
-			series[e] = fmt.Sprintf("sim-%d", e+1)
-			values[e] = make([]float64, len(groups))
-			for g := range groups {
-				if e < len(rows[g]) {
-					values[e][g] = rows[g][e]
-				}
-			}
-		}
-		c := barChart{title: title, yLabel: yLabel, groups: groups, series: series, values: values}
-		if err := c.save(dir, file); err != nil {
-			return err
-		}
-		files = append(files, file)
-		return nil
+	perEngine := []struct {
+		scenario, file, title, yLabel string
+		f                             func(*Trial) []float64
+	}{
+		{"shared-prefix", "routing-share-shared-prefix.png", "shared-prefix: requests per engine", "requests", requestsPerEngine},
+		{"hot-prefix", "routing-inflight-hot-prefix.png", "hot-prefix: mean requests in flight per engine", "running + waiting",
+			func(r *Trial) []float64 { return r.Inflight.Mean }},
 	}
-	if err := perEngine("shared-prefix", "routing-share-shared-prefix.png", "shared-prefix: requests per engine", "requests",
-		func(r *Trial) []float64 {
-			v := make([]float64, len(r.Result.Targets))
-			for i, t := range r.Result.Targets {
-				v[i] = float64(t.Requests)
-			}
-			return v
-		}); err != nil {
-		return nil, err
-	}
-	if err := perEngine("hot-prefix", "routing-inflight-hot-prefix.png", "hot-prefix: mean requests in flight per engine", "running + waiting",
-		func(r *Trial) []float64 { return r.Inflight.Mean }); err != nil {
-		return nil, err
+	for _, ch := range perEngine {
+		c, ok := rep.perEngine(ch.scenario, ch.title, ch.yLabel, ch.f)
+		if !ok {
+			continue
+		}
+		if err := c.save(dir, ch.file); err != nil {
+			return nil, err
+		}
+		files = append(files, ch.file)
 	}
 	return files, nil
+}
+
+// chartLabel is strategy s in a chart's legend, marked "(n/a)" when none of its runs measured anything.
+func (rep *Report) chartLabel(s string) string {
+	for _, run := range rep.Runs {
+		if run.Strategy == s && run.Available() {
+			return s
+		}
+	}
+	return s + " (n/a)"
+}
+
+// perScenario returns f of each strategy's representative run in each scenario (0 where it measured
+// nothing): values[strategy][scenario].
+func (rep *Report) perScenario(f func(*Trial) float64) [][]float64 {
+	o := rep.Options
+	vs := make([][]float64, len(o.Strategies))
+	for i, s := range o.Strategies {
+		vs[i] = make([]float64, len(o.Scenarios))
+		for j, sc := range o.Scenarios {
+			if run := rep.Run(sc, s); run != nil && run.Available() {
+				vs[i][j] = f(run)
+			}
+		}
+	}
+	return vs
+}
+
+// oracles returns each scenario's oracle bound, -1 where no run measured it.
+func (rep *Report) oracles() []float64 {
+	oracle := make([]float64, len(rep.Options.Scenarios))
+	for j, sc := range rep.Options.Scenarios {
+		oracle[j] = -1
+		for _, run := range rep.Runs {
+			if run.Scenario == sc && run.Available() {
+				oracle[j] = run.Result.OracleHitRate
+				break
+			}
+		}
+	}
+	return oracle
+}
+
+// perEngine is the chart of f (a value per engine) of each strategy's representative run on scenario: a
+// group per strategy that measured something, a series per engine; false when none did.
+func (rep *Report) perEngine(scenario, title, yLabel string, f func(*Trial) []float64) (barChart, bool) {
+	var groups []string
+	var rows [][]float64
+	for _, s := range rep.Options.Strategies {
+		if run := rep.Run(scenario, s); run != nil && run.Available() {
+			groups = append(groups, s)
+			rows = append(rows, f(run))
+		}
+	}
+	if len(groups) == 0 {
+		return barChart{}, false
+	}
+	series := make([]string, rep.Options.Engines)
+	values := make([][]float64, rep.Options.Engines)
+	for e := range series {
+		series[e] = fmt.Sprintf("sim-%d", e+1)
+		values[e] = make([]float64, len(groups))
+		for g := range groups {
+			if e < len(rows[g]) {
+				values[e][g] = rows[g][e]
+			}
+		}
+	}
+	return barChart{title: title, yLabel: yLabel, groups: groups, series: series, values: values}, true
+}
+
+// requestsPerEngine is the requests each engine got in a run.
+func requestsPerEngine(r *Trial) []float64 {
+	v := make([]float64, len(r.Result.Targets))
+	for i, t := range r.Result.Targets {
+		v[i] = float64(t.Requests)
+	}
+	return v
 }

@@ -376,104 +376,116 @@ func runOne(ctx context.Context, o *Options, sc sim.Config, scenario, strategy s
 
 // goalsOf evaluates the routing goals on the report.
 func goalsOf(rep *Report) []fleet.Goal {
-	var goals []fleet.Goal
-	na := func(name, target, why string) {
-		goals = append(goals, fleet.Goal{Name: name, Target: target, Measured: why, Verdict: "n/a"})
+	var g fleet.Goals
+	rep.sharedPrefixGoals(&g)
+	rep.hotPrefixGoals(&g)
+	for _, scenario := range []string{loadtest.SharedPrefix, loadtest.MultiTurn} {
+		rep.preciseGoal(&g, scenario)
 	}
-	get := func(scenario, strategy string) (*Trial, string) {
-		r := rep.Run(scenario, strategy)
-		switch {
-		case r == nil:
-			return nil, "not run"
-		case r.Unavailable != "":
-			return nil, strategy + " " + r.Unavailable
-		case r.Error != "":
-			return nil, strategy + " failed: " + r.Error
-		}
-		return r, ""
+	return g
+}
+
+// goalRun returns the representative run of a cell for a goal, or nil and why it measured nothing.
+func (rep *Report) goalRun(scenario, strategy string) (*Trial, string) {
+	r := rep.Run(scenario, strategy)
+	switch {
+	case r == nil:
+		return nil, "not run"
+	case r.Unavailable != "":
+		return nil, strategy + " " + r.Unavailable
+	case r.Error != "":
+		return nil, strategy + " failed: " + r.Error
 	}
-	sp, why := get(loadtest.SharedPrefix, "cache_aware")
+	return r, ""
+}
+
+// sharedPrefixGoals judges cache_aware on shared-prefix: its hit rate against the oracle bound and
+// against round robin's, and how evenly it spread the requests.
+func (rep *Report) sharedPrefixGoals(g *fleet.Goals) {
 	const (
 		gOracle = "cache_aware token hit rate vs the oracle bound (shared-prefix)"
 		gRR     = "cache_aware token hit rate vs round_robin's (shared-prefix)"
 		gShare  = "cache_aware max/min requests per engine (shared-prefix)"
 	)
+	sp, why := rep.goalRun(loadtest.SharedPrefix, "cache_aware")
 	if sp == nil {
-		na(gOracle, ">= 0.96", why)
-		na(gRR, ">= 1.8x", why)
-		na(gShare, "<= 1.25", why)
-	} else {
-		r := sp.Result
-		goals = append(goals, fleet.Goal{Name: gOracle, Target: ">= 0.96",
-			Measured: fmt.Sprintf("%.3f (hit %.3f %s / oracle %.3f)", r.HitVsOracle, r.HitRate, rep.rangeText(loadtest.SharedPrefix, "cache_aware"), r.OracleHitRate),
-			Verdict:  fleet.Verdict(r.HitVsOracle >= 0.96)})
-		if rr, why := get(loadtest.SharedPrefix, "round_robin"); rr == nil {
-			na(gRR, ">= 1.8x", why)
-		} else {
-			ratio := 0.0
-			if rr.Result.HitRate > 0 {
-				ratio = r.HitRate / rr.Result.HitRate
-			}
-			goals = append(goals, fleet.Goal{Name: gRR, Target: ">= 1.8x",
-				Measured: fmt.Sprintf("%.2fx (%.3f / %.3f %s)", ratio, r.HitRate, rr.Result.HitRate, rep.rangeText(loadtest.SharedPrefix, "round_robin")),
-				Verdict:  fleet.Verdict(rr.Result.HitRate > 0 && ratio >= 1.8 || rr.Result.HitRate == 0 && r.HitRate > 0)})
-		}
-		med, lo, hi := rep.medianOf(loadtest.SharedPrefix, "cache_aware", func(r *Trial) float64 { return r.Result.ShareMaxMin })
-		goals = append(goals, fleet.Goal{Name: gShare, Target: "<= 1.25",
-			Measured: fmt.Sprintf("%s median over runs (range %s–%s)", loadtest.FormatMaxMin(med), loadtest.FormatMaxMin(lo), loadtest.FormatMaxMin(hi)),
-			Verdict:  fleet.Verdict(med > 0 && med <= 1.25)})
+		g.NA(gOracle, ">= 0.96", why)
+		g.NA(gRR, ">= 1.8x", why)
+		g.NA(gShare, "<= 1.25", why)
+		return
 	}
+	r := sp.Result
+	g.Add(gOracle, ">= 0.96",
+		fmt.Sprintf("%.3f (hit %.3f %s / oracle %.3f)", r.HitVsOracle, r.HitRate, rep.rangeText(loadtest.SharedPrefix, "cache_aware"), r.OracleHitRate),
+		r.HitVsOracle >= 0.96)
+	if rr, why := rep.goalRun(loadtest.SharedPrefix, "round_robin"); rr == nil {
+		g.NA(gRR, ">= 1.8x", why)
+	} else {
+		ratio := 0.0
+		if rr.Result.HitRate > 0 {
+			ratio = r.HitRate / rr.Result.HitRate
+		}
+		g.Add(gRR, ">= 1.8x",
+			fmt.Sprintf("%.2fx (%.3f / %.3f %s)", ratio, r.HitRate, rr.Result.HitRate, rep.rangeText(loadtest.SharedPrefix, "round_robin")),
+			rr.Result.HitRate > 0 && ratio >= 1.8 || rr.Result.HitRate == 0 && r.HitRate > 0)
+	}
+	med, lo, hi := rep.medianOf(loadtest.SharedPrefix, "cache_aware", func(r *Trial) float64 { return r.Result.ShareMaxMin })
+	g.Add(gShare, "<= 1.25",
+		fmt.Sprintf("%s median over runs (range %s–%s)", loadtest.FormatMaxMin(med), loadtest.FormatMaxMin(lo), loadtest.FormatMaxMin(hi)),
+		med > 0 && med <= 1.25)
+}
 
+// hotPrefixGoals judges cache_aware on hot-prefix: no engine idle in any repeat (the worst), and the
+// in-flight spread (the median over repeats: it varies from run to run).
+func (rep *Report) hotPrefixGoals(g *fleet.Goals) {
 	const (
 		gIdle = "hot-prefix: no idle engine (cache_aware)"
 		gInfl = "hot-prefix: max/min in-flight per engine (cache_aware)"
 	)
-	if hp, why := get(loadtest.HotPrefix, "cache_aware"); hp == nil {
-		na(gIdle, "0 idle", why)
-		na(gInfl, "<= 1.5", why)
-	} else {
-		// Judged on every repeat (the worst) and on the median over repeats respectively: an
-		// idle engine in any run is a failure; the spread varies from run to run.
-		idle, noRequests, runs := 0, 0, 0
-		for _, run := range rep.Runs {
-			if run.Scenario != loadtest.HotPrefix || run.Strategy != "cache_aware" || !run.Available() {
-				continue
-			}
-			runs++
-			idle = max(idle, run.Inflight.Idle)
-			n := 0
-			for _, t := range run.Result.Targets {
-				if t.Requests == 0 {
-					n++
-				}
-			}
-			noRequests = max(noRequests, n)
-		}
-		goals = append(goals, fleet.Goal{Name: gIdle, Target: "0 idle",
-			Measured: fmt.Sprintf("at most %d idle (empty in > half the samples) and %d without a request, over %d runs", idle, noRequests, runs),
-			Verdict:  fleet.Verdict(idle == 0 && noRequests == 0)})
-		med, lo, hi := rep.medianOf(loadtest.HotPrefix, "cache_aware", func(r *Trial) float64 { return r.Inflight.MaxMin })
-		goals = append(goals, fleet.Goal{Name: gInfl, Target: "<= 1.5",
-			Measured: fmt.Sprintf("%s median over runs (range %s–%s)", loadtest.FormatMaxMin(med), loadtest.FormatMaxMin(lo), loadtest.FormatMaxMin(hi)),
-			Verdict:  fleet.Verdict(med > 0 && med <= 1.5)})
+	if hp, why := rep.goalRun(loadtest.HotPrefix, "cache_aware"); hp == nil {
+		g.NA(gIdle, "0 idle", why)
+		g.NA(gInfl, "<= 1.5", why)
+		return
 	}
+	idle, noRequests, runs := 0, 0, 0
+	for _, run := range rep.Runs {
+		if run.Scenario != loadtest.HotPrefix || run.Strategy != "cache_aware" || !run.Available() {
+			continue
+		}
+		runs++
+		idle = max(idle, run.Inflight.Idle)
+		n := 0
+		for _, t := range run.Result.Targets {
+			if t.Requests == 0 {
+				n++
+			}
+		}
+		noRequests = max(noRequests, n)
+	}
+	g.Add(gIdle, "0 idle",
+		fmt.Sprintf("at most %d idle (empty in > half the samples) and %d without a request, over %d runs", idle, noRequests, runs),
+		idle == 0 && noRequests == 0)
+	med, lo, hi := rep.medianOf(loadtest.HotPrefix, "cache_aware", func(r *Trial) float64 { return r.Inflight.MaxMin })
+	g.Add(gInfl, "<= 1.5",
+		fmt.Sprintf("%s median over runs (range %s–%s)", loadtest.FormatMaxMin(med), loadtest.FormatMaxMin(lo), loadtest.FormatMaxMin(hi)),
+		med > 0 && med <= 1.5)
+}
 
-	for _, scenario := range []string{loadtest.SharedPrefix, loadtest.MultiTurn} {
-		name := "precise_cache_aware token hit rate >= cache_aware's under KV pressure (" + scenario + ")"
-		p, why := get(scenario, "precise_cache_aware")
-		if p == nil {
-			na(name, ">= 1.0x", why)
-			continue
-		}
-		c, why := get(scenario, "cache_aware")
-		if c == nil {
-			na(name, ">= 1.0x", why)
-			continue
-		}
-		goals = append(goals, fleet.Goal{Name: name, Target: ">= 1.0x",
-			Measured: fmt.Sprintf("%.3f %s vs %.3f %s", p.Result.HitRate, rep.rangeText(scenario, "precise_cache_aware"),
-				c.Result.HitRate, rep.rangeText(scenario, "cache_aware")),
-			Verdict: fleet.Verdict(p.Result.HitRate >= c.Result.HitRate)})
+// preciseGoal judges precise_cache_aware's hit rate against cache_aware's on scenario.
+func (rep *Report) preciseGoal(g *fleet.Goals, scenario string) {
+	name := "precise_cache_aware token hit rate >= cache_aware's under KV pressure (" + scenario + ")"
+	p, why := rep.goalRun(scenario, "precise_cache_aware")
+	if p == nil {
+		g.NA(name, ">= 1.0x", why)
+		return
 	}
-	return goals
+	c, why := rep.goalRun(scenario, "cache_aware")
+	if c == nil {
+		g.NA(name, ">= 1.0x", why)
+		return
+	}
+	g.Add(name, ">= 1.0x",
+		fmt.Sprintf("%.3f %s vs %.3f %s", p.Result.HitRate, rep.rangeText(scenario, "precise_cache_aware"),
+			c.Result.HitRate, rep.rangeText(scenario, "cache_aware")),
+		p.Result.HitRate >= c.Result.HitRate)
 }

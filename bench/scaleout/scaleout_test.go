@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,9 +21,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// scaleoutBinaries returns the haproxy binary and the gateway binary (ROLTER_BIN, else this test
+// binaries returns the haproxy binary and the gateway binary (ROLTER_BIN, else this test
 // binary, see TestMain), or skips the test without haproxy unless ROLTER_REQUIRE_HAPROXY=1.
-func scaleoutBinaries(t *testing.T) (haproxy, rolter string) {
+func binaries(t *testing.T) (haproxy, rolter string) {
 	t.Helper()
 	o := Options{Rolter: "x"}
 	if err := o.normalize(); errors.Is(err, ErrNoHAProxy) {
@@ -45,7 +47,7 @@ func scaleoutBinaries(t *testing.T) (haproxy, rolter string) {
 // balances the client's connections), the gateways' counters must add up to the client's requests,
 // the report must render, and no process may outlive its cell.
 func TestScaleoutTiny(t *testing.T) {
-	haproxy, rolter := scaleoutBinaries(t)
+	haproxy, rolter := binaries(t)
 	// The cluster variant needs a nats-server: without one the plain strategy runs, unless
 	// ROLTER_REQUIRE_NATS=1 (make test), when that is a failure.
 	strategy := GoalStrategy
@@ -72,45 +74,7 @@ func TestScaleoutTiny(t *testing.T) {
 		t.Fatalf("%d runs, want 4 (2 strategies × 2 gateway counts)", len(rep.Runs))
 	}
 	for _, run := range rep.Runs {
-		for _, pid := range run.pids {
-			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-				t.Fatalf("%s/%d gw: process %d still there after its cell (kill 0: %v)", run.Strategy, run.Gateways, pid, err)
-			}
-		}
-		if run.Strategy == "no_such_strategy" {
-			if !strings.Contains(run.Unavailable, "not available in this build") || len(run.pids) != 0 {
-				t.Fatalf("unknown strategy: unavailable %q, error %q, %d processes", run.Unavailable, run.Error, len(run.pids))
-			}
-			continue
-		}
-		if !run.Available() {
-			t.Fatalf("%d gw did not run: %s", run.Gateways, run.Error)
-		}
-		procs := run.Gateways + 1 // and HAProxy
-		if strategy == GoalStrategy {
-			procs++ // nats-server
-		}
-		if len(run.pids) != procs {
-			t.Fatalf("%d gw: %d processes started, want %d", run.Gateways, len(run.pids), procs)
-		}
-		r := run.Result
-		if r.Succeeded != r.Planned || r.Failed != 0 {
-			t.Fatalf("%d gw: %d of %d ok, %v", run.Gateways, r.Succeeded, r.Planned, r.Errors)
-		}
-		if len(run.GatewayRequests) != run.Gateways || len(run.GatewayConnections) != run.Gateways {
-			t.Fatalf("%d gw: requests per gateway %v, connections %v", run.Gateways, run.GatewayRequests, run.GatewayConnections)
-		}
-		for i := range run.GatewayRequests {
-			if run.GatewayRequests[i] == 0 || run.GatewayConnections[i] == 0 {
-				t.Fatalf("%d gw: gateway %d got no request: requests %v, connections %v", run.Gateways, i+1, run.GatewayRequests, run.GatewayConnections)
-			}
-		}
-		if got := sumInts(run.GatewayRequests); got != r.Succeeded {
-			t.Fatalf("%d gw: the gateways counted %d requests, the client %d", run.Gateways, got, r.Succeeded)
-		}
-		if got := sumInts(run.EngineRequests); got != r.Succeeded || len(run.EngineRequests) != 2 {
-			t.Fatalf("%d gw: engines got %v, the client sent %d", run.Gateways, run.EngineRequests, r.Succeeded)
-		}
+		checkTrial(t, run, strategy)
 	}
 	dir := t.TempDir()
 	files, err := Write(rep, dir)
@@ -133,6 +97,52 @@ func TestScaleoutTiny(t *testing.T) {
 	}
 	if back.Markdown() != rep.Markdown() {
 		t.Fatal("the report rendered from its JSON differs")
+	}
+}
+
+// checkTrial checks one cell of TestScaleoutTiny: its processes are gone, the unknown strategy did not
+// run, and in the others every gateway got requests and the gateways' and the engines' counters add up to
+// the client's.
+func checkTrial(t *testing.T, run *Trial, strategy string) {
+	t.Helper()
+	for _, pid := range run.pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Fatalf("%s/%d gw: process %d still there after its cell (kill 0: %v)", run.Strategy, run.Gateways, pid, err)
+		}
+	}
+	if run.Strategy == "no_such_strategy" {
+		if !strings.Contains(run.Unavailable, "not available in this build") || len(run.pids) != 0 {
+			t.Fatalf("unknown strategy: unavailable %q, error %q, %d processes", run.Unavailable, run.Error, len(run.pids))
+		}
+		return
+	}
+	if !run.Available() {
+		t.Fatalf("%d gw did not run: %s", run.Gateways, run.Error)
+	}
+	procs := run.Gateways + 1 // and HAProxy
+	if strategy == GoalStrategy {
+		procs++ // nats-server
+	}
+	if len(run.pids) != procs {
+		t.Fatalf("%d gw: %d processes started, want %d", run.Gateways, len(run.pids), procs)
+	}
+	r := run.Result
+	if r.Succeeded != r.Planned || r.Failed != 0 {
+		t.Fatalf("%d gw: %d of %d ok, %v", run.Gateways, r.Succeeded, r.Planned, r.Errors)
+	}
+	if len(run.GatewayRequests) != run.Gateways || len(run.GatewayConnections) != run.Gateways {
+		t.Fatalf("%d gw: requests per gateway %v, connections %v", run.Gateways, run.GatewayRequests, run.GatewayConnections)
+	}
+	for i := range run.GatewayRequests {
+		if run.GatewayRequests[i] == 0 || run.GatewayConnections[i] == 0 {
+			t.Fatalf("%d gw: gateway %d got no request: requests %v, connections %v", run.Gateways, i+1, run.GatewayRequests, run.GatewayConnections)
+		}
+	}
+	if got := sumInts(run.GatewayRequests); got != r.Succeeded {
+		t.Fatalf("%d gw: the gateways counted %d requests, the client %d", run.Gateways, got, r.Succeeded)
+	}
+	if got := sumInts(run.EngineRequests); got != r.Succeeded || len(run.EngineRequests) != 2 {
+		t.Fatalf("%d gw: engines got %v, the client sent %d", run.Gateways, run.EngineRequests, r.Succeeded)
 	}
 }
 
@@ -196,7 +206,8 @@ func TestCoV(t *testing.T) {
 	f([]float64{0, 0, 0, 8}, 1.7320508075688772)
 }
 
-func scaleoutRun(scenario string, gateways int, hit, engineCoV float64) *Trial {
+// trial is a cell of the goal strategy that measured hit and engineCoV.
+func trial(scenario string, gateways int, hit, engineCoV float64) *Trial {
 	return &Trial{Scenario: scenario, Strategy: GoalStrategy, Gateways: gateways, EngineCoV: engineCoV,
 		Result: &loadtest.Result{HitRate: hit}}
 }
@@ -216,27 +227,84 @@ func TestScaleoutGoals(t *testing.T) {
 	sp, mt := loadtest.SharedPrefix, loadtest.MultiTurn
 	// Order: shared-prefix hit, CoV; multi-turn hit, CoV. Medians over repeats: 0.70 vs 0.68 loses 2 points.
 	f([]int{1, 2, 4}, []*Trial{
-		scaleoutRun(sp, 1, 0.70, 0.05), scaleoutRun(sp, 1, 0.72, 0.04), scaleoutRun(sp, 1, 0.60, 0.30),
-		scaleoutRun(sp, 4, 0.68, 0.14), scaleoutRun(sp, 4, 0.20, 0.10), scaleoutRun(sp, 4, 0.69, 0.15),
-		scaleoutRun(mt, 1, 0.80, 0.05), scaleoutRun(mt, 4, 0.60, 0.30), scaleoutRun(mt, 2, 0.79, 0.05),
+		trial(sp, 1, 0.70, 0.05), trial(sp, 1, 0.72, 0.04), trial(sp, 1, 0.60, 0.30),
+		trial(sp, 4, 0.68, 0.14), trial(sp, 4, 0.20, 0.10), trial(sp, 4, 0.69, 0.15),
+		trial(mt, 1, 0.80, 0.05), trial(mt, 4, 0.60, 0.30), trial(mt, 2, 0.79, 0.05),
 	}, "PASS", "PASS", "MISS", "MISS")
 	// Exactly 3 points and exactly 0.1 pass; the 2-gateway cell is not the one judged.
 	f([]int{1, 2, 4}, []*Trial{
-		scaleoutRun(sp, 1, 0.50, 0.10), scaleoutRun(sp, 4, 0.47, 0.20), scaleoutRun(sp, 2, 0.10, 0.90),
-		{Scenario: mt, Strategy: GoalStrategy, Gateways: 1, Error: "boom"}, scaleoutRun(mt, 4, 0.6, 0.1),
+		trial(sp, 1, 0.50, 0.10), trial(sp, 4, 0.47, 0.20), trial(sp, 2, 0.10, 0.90),
+		{Scenario: mt, Strategy: GoalStrategy, Gateways: 1, Error: "boom"}, trial(mt, 4, 0.6, 0.1),
 	}, "PASS", "PASS", "n/a", "n/a")
-	f([]int{2, 4}, []*Trial{scaleoutRun(sp, 2, 0.5, 0), scaleoutRun(sp, 4, 0.5, 0)}, "n/a", "n/a", "n/a", "n/a")
+	f([]int{2, 4}, []*Trial{trial(sp, 2, 0.5, 0), trial(sp, 4, 0.5, 0)}, "n/a", "n/a", "n/a", "n/a")
 }
 
-func TestHAProxyTCPConfig(t *testing.T) {
-	cfg := haproxyTCPConfig("127.0.0.1:9000", []string{"http://127.0.0.1:9001", "http://127.0.0.1:9002"}, "/d/p", "/d/s")
-	for _, want := range []string{"mode tcp", "balance roundrobin", "bind 127.0.0.1:9000", "server gw1 127.0.0.1:9001\n",
-		"server gw2 127.0.0.1:9002\n", "stats socket /d/s"} {
-		if !strings.Contains(cfg, want) {
-			t.Fatalf("config lacks %q:\n%s", want, cfg)
+// TestHAProxyConfig: the template renders a cell's config line for line, one server per gateway, and
+// HAProxy accepts it when it is installed; the gateways' config gets its short drain.
+func TestHAProxyConfig(t *testing.T) {
+	f := func(gateways []string, servers string) {
+		t.Helper()
+		cfg, err := haproxyConfig("127.0.0.1:9000", gateways, "/d/p", "/d/s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `# scale-out report: an L4 balancer in front of the gateways
+global
+    maxconn 4096
+    pidfile /d/p
+    stats socket /d/s mode 600 level user
+
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 5m
+    timeout server 5m
+
+frontend fe
+    bind 127.0.0.1:9000
+    default_backend gateways
+
+backend gateways
+    balance roundrobin
+` + servers
+		if cfg != want {
+			t.Fatalf("config:\n%s\nwant:\n%s", cfg, want)
+		}
+		if len(gateways) > 0 {
+			dir := t.TempDir()
+			cfg, err := haproxyConfig("127.0.0.1:9000", gateways, filepath.Join(dir, "p"), filepath.Join(dir, "s"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			haproxyCheck(t, cfg)
 		}
 	}
-	if c := scaleoutConfig("127.0.0.1:1", "cache_aware", []string{"http://127.0.0.1:2"}, []string{""}, "m"); !strings.Contains(c, "[server]\ndrain_secs = 2\nlisten = ") {
+	f(nil, "")
+	f([]string{"http://127.0.0.1:9001"}, "    server gw1 127.0.0.1:9001\n")
+	f([]string{"http://127.0.0.1:9001", "http://127.0.0.1:9002"}, "    server gw1 127.0.0.1:9001\n    server gw2 127.0.0.1:9002\n")
+
+	if c := gatewayConfig("127.0.0.1:1", "cache_aware", []string{"http://127.0.0.1:2"}, []string{""}, "m"); !strings.Contains(c, "[server]\ndrain_secs = 2\nlisten = ") {
 		t.Fatalf("gateway config:\n%s", c)
+	}
+}
+
+// haproxyCheck runs `haproxy -c` on text, when HAProxy is installed (it must be with
+// ROLTER_REQUIRE_HAPROXY=1, as `make test` sets).
+func haproxyCheck(t *testing.T, text string) {
+	t.Helper()
+	h := fleet.LookSbin("haproxy")
+	if h == "" {
+		if os.Getenv("ROLTER_REQUIRE_HAPROXY") == "1" {
+			t.Fatal("ROLTER_REQUIRE_HAPROXY=1: haproxy not found")
+		}
+		t.Log("haproxy not installed: config not checked by it")
+		return
+	}
+	path := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(h, "-c", "-q", "-f", path).CombinedOutput(); err != nil {
+		t.Fatalf("haproxy -c: %s\n%s\n%s", err, out, text)
 	}
 }
