@@ -28,9 +28,12 @@ func source(record, name, addr string, maxTTL float64) *config.SourceConfig {
 	}
 }
 
-// newWatcher is New, failing the test on an error.
+// newWatcher is New, failing the test on an error; it logs nowhere unless opts say.
 func newWatcher(t *testing.T, sc *config.SourceConfig, opts Options) *Watcher {
 	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	w, err := New(sc, opts)
 	if err != nil {
 		t.Fatal(err)
