@@ -69,6 +69,8 @@ func (w *Watcher) setName(d *config.DNSSource) error {
 	}
 	if w.host == "" {
 		errs = append(errs, errors.New("dns.name must be set"))
+	} else if w.host == "." {
+		errs = append(errs, errors.New(`dns.name must be a name below the root ".", not the root`))
 	} else if q, err := newQuestion(w.host, dnsmessage.TypeA); err != nil {
 		errs = append(errs, fmt.Errorf("dns.name %q is not a DNS name: %w", d.Name, err))
 	} else if _, err := q.pack(0); err != nil {
