@@ -3,6 +3,7 @@ package dnssrc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -179,4 +180,34 @@ func TestSRVWithoutAdditional(t *testing.T) {
 	})
 	r := startWatch(t, newWatcher(t, source(config.RecordSRV, "_http._tcp.svc.test", s.addr(), 0.2), Options{}))
 	r.awaitSet(t, within, "A.svc.test 127.0.0.21:8000")
+}
+
+// TestRoundBounded fails a round that would ask for many SRV targets, each answered just in time, after
+// roundTimeouts timeouts, not one per query.
+func TestRoundBounded(t *testing.T) {
+	s := newFakeServer(t, func(req []byte, _ bool) [][]byte {
+		_, q, err := parseQuery(req)
+		if err != nil {
+			return nil
+		}
+		if q.Type != dnsmessage.TypeSRV {
+			time.Sleep(40 * time.Millisecond)
+			return [][]byte{answerTo(req, nil, nil)}
+		}
+		return [][]byte{answerTo(req, nil, func(b *dnsmessage.Builder) error {
+			for i := range 100 {
+				target := dnsmessage.MustNewName(fmt.Sprintf("t%d.svc.test.", i))
+				if err := b.SRVResource(rr("_http._tcp.svc.test.", dnsmessage.TypeSRV), dnsmessage.SRVResource{Target: target, Port: 8000}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})}
+	})
+	sc := source(config.RecordSRV, "_http._tcp.svc.test", s.addr(), 0.2)
+	sc.DNS.TimeoutSecs = 0.1
+	r := startWatch(t, newWatcher(t, sc, Options{}))
+	if err := r.nextFail(t, within); !strings.Contains(err.Error(), "the round took longer than 800ms") {
+		t.Fatalf("Fail(%v), want the round's bound", err)
+	}
 }

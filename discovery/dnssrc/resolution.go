@@ -10,9 +10,15 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 )
 
-// maxSRVTargets bounds the SRV targets one resolution follows (each may cost two queries); targets past
-// it, in the answer's order, are left out and logged.
-const maxSRVTargets = 256
+// Bounds of one round's work.
+const (
+	// maxSRVTargets bounds the SRV targets one round follows (each may cost two queries); targets past
+	// it, in the answer's order, are left out and logged.
+	maxSRVTargets = 256
+	// roundTimeouts is how many of the source's timeouts one round may take in all: a server that lists
+	// many targets and answers each query just in time still fails the round in bounded time.
+	roundTimeouts = 8
+)
 
 // resolution is what one round of queries found: the endpoints, the addresses left out, and the smallest
 // TTL of what it used.
@@ -30,14 +36,21 @@ type refusal struct {
 	err  error
 }
 
-// resolve runs one round: the source's SRV or A/AAAA records, down to endpoints.
+// resolve runs one round: the source's SRV or A/AAAA records, down to endpoints, in at most
+// roundTimeouts timeouts.
 func (w *Watcher) resolve(ctx context.Context) (*resolution, error) {
+	limit := roundTimeouts * w.timeout
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	r := &resolution{}
 	var err error
 	if w.record == recordSRV {
-		err = w.resolveSRV(ctx, r)
+		err = w.resolveSRV(rctx, r)
 	} else {
-		err = w.resolveHost(ctx, r, w.host, w.port)
+		err = w.resolveHost(rctx, r, w.host, w.port)
+	}
+	if err != nil && ctx.Err() == nil && rctx.Err() != nil {
+		return nil, fmt.Errorf("cannot resolve %q: the round took longer than %s: %w", w.host, limit, err)
 	}
 	if err != nil {
 		return nil, err
