@@ -207,7 +207,7 @@ func TestRoundBounded(t *testing.T) {
 	sc := source(config.RecordSRV, "_http._tcp.svc.test", s.addr(), 0.2)
 	sc.DNS.TimeoutSecs = 0.1
 	r := startWatch(t, newWatcher(t, sc, Options{}))
-	if err := r.nextFail(t, within); !strings.Contains(err.Error(), "the round took longer than 800ms") {
+	if err := r.nextFail(t, within); !strings.Contains(err.Error(), "cannot finish a round within 800ms") {
 		t.Fatalf("Fail(%v), want the round's bound", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/discovery"
 	"golang.org/x/net/dns/dnsmessage"
 )
@@ -44,13 +45,13 @@ func (w *Watcher) resolve(ctx context.Context) (*resolution, error) {
 	defer cancel()
 	r := &resolution{}
 	var err error
-	if w.record == recordSRV {
+	if w.record == config.RecordSRV {
 		err = w.resolveSRV(rctx, r)
 	} else {
 		err = w.resolveHost(rctx, r, w.host, w.port)
 	}
 	if err != nil && ctx.Err() == nil && rctx.Err() != nil {
-		return nil, fmt.Errorf("cannot resolve %q: the round took longer than %s: %w", w.host, limit, err)
+		return nil, fmt.Errorf("cannot finish a round within %s: %w", limit, err)
 	}
 	if err != nil {
 		return nil, err

@@ -22,8 +22,6 @@ const (
 	maxTimeout = time.Minute
 )
 
-const recordSRV = config.RecordSRV
-
 // Watcher follows the DNS records of one [[sources]] entry of kind "dns". It holds only what New made of
 // the config: Watch keeps its own state, so a Watcher is safe for concurrent use.
 type Watcher struct {
