@@ -83,9 +83,11 @@ func freeUDPAndTCPPort(t testing.TB) int {
 func (d *dnsmasq) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(d.port)) }
 
 // args are dnsmasq's flags: in the foreground, only on the test's port of 127.0.0.1, answering from its
-// files alone. --user keeps the test's user (root would drop to nobody, who cannot read the test's temporary
-// directory on a SIGHUP); --local-ttl=1 is the TTL of every answer from those files (srv-host records
-// too); local=/test/ makes a missing name under test. NXDOMAIN instead of REFUSED.
+// files alone. --user keeps dnsmasq as the test's own user (run as root it would switch to nobody, who
+// need not be able to read the test's 0700 temporary directory when SIGHUP has it read the hosts file
+// again); --pid-file is one of its own, not /run's. --local-ttl=1 is the TTL of every answer from those
+// files, srv-host records and the additional section included (dnsmasq's default is 0); --local=/test/
+// answers a missing name under test. with NXDOMAIN, where dnsmasq without upstream servers says REFUSED.
 func (d *dnsmasq) args() []string {
 	u := "root"
 	if cur, err := user.Current(); err == nil {
