@@ -93,10 +93,10 @@ func (a *answer) parseSections(p *dnsmessage.Parser) error {
 	n := 0
 	for {
 		r, ok, err := nextRecord(p, section{p.AnswerHeader, p.SkipAnswer}, &n)
-		if err != nil || !ok {
-			if err != nil {
-				return fmt.Errorf("answer section: %w", err)
-			}
+		if err != nil {
+			return fmt.Errorf("answer section: %w", err)
+		}
+		if !ok {
 			break
 		}
 		if r.typ != 0 {
@@ -108,10 +108,10 @@ func (a *answer) parseSections(p *dnsmessage.Parser) error {
 	}
 	for {
 		r, ok, err := nextRecord(p, section{p.AdditionalHeader, p.SkipAdditional}, &n)
-		if err != nil || !ok {
-			if err != nil {
-				return fmt.Errorf("additional section: %w", err)
-			}
+		if err != nil {
+			return fmt.Errorf("additional section: %w", err)
+		}
+		if !ok {
 			return nil
 		}
 		if r.typ == dnsmessage.TypeA || r.typ == dnsmessage.TypeAAAA {

@@ -87,7 +87,7 @@ func (d *dnsmasq) addr() string { return net.JoinHostPort("127.0.0.1", strconv.I
 // need not be able to read the test's 0700 temporary directory when SIGHUP has it read the hosts file
 // again); --pid-file is one of its own, not /run's. --local-ttl=1 is the TTL of every answer from those
 // files, srv-host records and the additional section included (dnsmasq's default is 0); --local=/test/
-// answers a missing name under test. with NXDOMAIN, where dnsmasq without upstream servers says REFUSED.
+// answers a missing name under .test with NXDOMAIN, where dnsmasq without upstream servers says REFUSED.
 func (d *dnsmasq) args() []string {
 	u := "root"
 	if cur, err := user.Current(); err == nil {
