@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rolter-ai/rolter/config"
@@ -47,6 +50,10 @@ type Fleet struct {
 	views    map[string][]EndpointStatus
 	applyErr string
 	running  map[string]*watched // f.sources, for Status
+
+	// egress is the [egress] policy of the config being applied or last applied, which Dial and Check
+	// use: a change of policy reaches running watchers.
+	egress atomic.Pointer[egress.Policy]
 
 	kickc chan struct{}
 	stopc chan struct{}
@@ -105,17 +112,20 @@ func (f *Fleet) Apply(base *config.Config) error {
 // when apply is not nil, applies it. On success base and its sources become the fleet's; on failure the
 // sources it started are stopped. f.applyMu is held.
 func (f *Fleet) change(base *config.Config, apply func(*config.Config) error) (*config.Config, error) {
+	policy, _ := egress.New(base.Egress) // a bad [egress] fails validation, with its reason
+	prev := f.egress.Swap(policy)
 	next, started, err := f.reconcile(base)
 	if err != nil {
+		f.egress.Store(prev)
 		return nil, err
 	}
 	f.waitSynced(started)
-	policy, _ := egress.New(base.Egress) // a bad [egress] fails validation, with its reason
 	x := expand(base, next, policy, time.Now())
 	if apply != nil {
 		err = apply(x.cfg)
 	}
 	if err != nil {
+		f.egress.Store(prev)
 		for _, w := range started {
 			w.cancel()
 			<-w.done
@@ -266,6 +276,21 @@ func (f *Fleet) publish(x *expansion, applyErr string) {
 	f.statusMu.Lock()
 	f.views, f.applyErr, f.running = x.endpoints, applyErr, f.sources
 	f.statusMu.Unlock()
+}
+
+// Dial connects under the fleet's [egress] policy: what sources reach their servers with (a DNS
+// resolver), so the policy covers them as it covers the engines.
+func (f *Fleet) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := egress.Dialer{Policy: f.egress.Load()}
+	return d.DialContext(ctx, network, addr)
+}
+
+// Check is the fleet's [egress] policy's CheckAddr (nil: every address is allowed).
+func (f *Fleet) Check(name string, a netip.Addr) error {
+	if p := f.egress.Load(); p != nil {
+		return p.CheckAddr(name, a)
+	}
+	return nil
 }
 
 // Close stops every source and the following.
