@@ -1,0 +1,40 @@
+package kubesrc
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// watchSelector follows the pods of the source's selector until ctx is done.
+func (w *Watcher) watchSelector(ctx context.Context, r *reporter) {
+	changed := make(chan struct{}, 1)
+	pods := w.podFeed(ctx, w.selector.String(), r, changed)
+	defer pods.stop()
+	loop(ctx, changed, func() bool {
+		if !pods.synced() {
+			return true
+		}
+		r.set(endpointsOfPods(items[*corev1.Pod](pods), w.port, w.ann))
+		return false
+	})
+}
+
+// podFeed follows the pods of selector in the watcher's namespace.
+func (w *Watcher) podFeed(ctx context.Context, selector string, r *reporter, changed chan<- struct{}) *feed {
+	api := w.kube.CoreV1().Pods(w.ns)
+	return startFeed(ctx, fmt.Sprintf("pods %q in namespace %q", selector, w.ns), lister{
+		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return api.List(ctx, o)
+		},
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return api.Watch(ctx, o)
+		},
+	}, &corev1.Pod{}, r, changed)
+}
