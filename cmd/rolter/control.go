@@ -79,14 +79,16 @@ func useSecretsKey(db *store.Store, env string) error {
 	return nil
 }
 
-// start serves /api/v1 and the dashboard (/dashboard/) for gateway g on [control] listen.
-func (cp *controlPlane) start(g *engine.Gateway) error {
+// start serves /api/v1 and the dashboard (/dashboard/) for gateway fg on [control] listen.
+func (cp *controlPlane) start(fg *gateway) error {
+	g := fg.g
 	c := cp.file.Load().Control
 	srv, err := control.NewServer(control.Options{
 		Store:      cp.store,
 		File:       cp.file.Load,
-		Apply:      g.Reload,
+		Apply:      fg.apply,
 		State:      g.State,
+		Sources:    fg.fleet.Status,
 		Metrics:    g.WriteMetrics,
 		AdminToken: os.Getenv(c.AdminTokenEnv),
 		Listen:     c.Listen,

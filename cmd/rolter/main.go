@@ -171,11 +171,13 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer certs.Stop()
-	g, err := engine.New(run, engine.Options{Logger: log, Version: version})
+	fg, err := newGateway(run, log)
 	if err != nil {
 		log.Error("cannot start the gateway", "err", err)
 		return 1
 	}
+	defer fg.close()
+	g := fg.g
 	if cfg.Cluster.NATSURL != "" {
 		// [cluster] is read at start: a reload does not change the NATS connection or its settings.
 		cl, err := cluster.Start(cfg.Cluster, cfg.Egress, g, log)
@@ -186,14 +188,14 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 		defer cl.Close()
 	}
-	reload := func() { _ = g.ReloadFile(*path) } // logs what it refused
+	reload := func() { fg.reloadFile(*path) } // logs what it refused
 	if cp != nil {
-		if err := cp.start(g); err != nil {
+		if err := cp.start(fg); err != nil {
 			log.Error("cannot start the control plane", "err", err)
 			_ = g.Shutdown(context.Background())
 			return 1
 		}
-		reload = func() { cp.reload(g, *path) }
+		reload = func() { cp.reload(fg.g, *path) }
 	}
 	fileReload := reload
 	reload = func() {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/rolter-ai/rolter/clientconn"
 	"github.com/rolter-ai/rolter/config"
-	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/sim"
 )
@@ -136,14 +135,16 @@ func up(args []string, stdout, stderr io.Writer) int {
 		}
 		defer cp.stop()
 	}
-	g, err := engine.New(run, engine.Options{Logger: log, Version: version})
+	fg, err := newGateway(run, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "rolter up: cannot start the gateway: %s\n", err)
 		return 1
 	}
-	reload := func() { _ = g.ReloadFile(path) }
+	defer fg.close()
+	g := fg.g
+	reload := func() { fg.reloadFile(path) }
 	if cp != nil {
-		if err := cp.start(g); err != nil {
+		if err := cp.start(fg); err != nil {
 			fmt.Fprintf(stderr, "rolter up: cannot start the control plane: %s\n", err)
 			return 1
 		}

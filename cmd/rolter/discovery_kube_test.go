@@ -1,0 +1,152 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/rolter-ai/rolter/internal/kubetest"
+	"github.com/rolter-ai/rolter/internal/netns"
+)
+
+// discoveryRules are what the Helm chart's Role grants the gateway (deploy/helm/rolter/templates/rbac.yaml).
+var discoveryRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{"inference.networking.k8s.io", "inference.networking.x-k8s.io"}, Resources: []string{"inferencepools"}, Verbs: []string{"get", "list", "watch"}},
+}
+
+// kubeSourceConfig is a gateway config whose route m takes its targets from source "vllm" of kind
+// kubernetes, selected by sel (`service = "vllm"`, ...), read with kubeconfig in namespace ns.
+func kubeSourceConfig(kubeconfig, ns, sel string) string {
+	return fmt.Sprintf(`[server]
+listen = "127.0.0.1:0"
+[[sources]]
+name = "vllm"
+kind = "kubernetes"
+settle_secs = 0.5
+[sources.kubernetes]
+kubeconfig = %q
+namespace = %q
+%s
+[sources.provider]
+api_base = "http://{ip}:{port}"
+[[routes]]
+model = "m"
+strategy = "cache_aware"
+[[routes.targets]]
+source = "vllm"
+`, kubeconfig, ns, sel)
+}
+
+// TestDiscoveryKubernetesService: the gateway follows a Service's EndpointSlices on a real API server,
+// read with the chart's read-only Role, under a bounded load: 2 -> 6 -> 3 endpoints, one terminating in
+// the middle of a stream, one deleted, a pod replaced behind a reused address. No request fails, the
+// terminating stream completes, new endpoints take traffic within 2 s, the engine that holds a repeated
+// prompt keeps its prefix_hit across every change, and the new pod on the reused address starts cold.
+func TestDiscoveryKubernetesService(t *testing.T) {
+	if !netns.Run(t) {
+		return
+	}
+	c := kubetest.Start(t)
+	ns := c.Namespace(t)
+	kubeconfig := c.Kubeconfig(t, c.Reader(t, ns, discoveryRules...), ns)
+	pods := map[int]*corev1.Pod{}
+	for i := 1; i <= 7; i++ {
+		pods[i] = c.CreatePod(t, ns, kubetest.Pod{Name: fmt.Sprintf("vllm-%d", i), IP: netns.Addr(i).String(), Ready: true})
+	}
+	ports := []discoveryv1.EndpointPort{kubetest.Port("http", enginePort)}
+	slice := func(idx ...int) *discoveryv1.EndpointSlice {
+		var eps []discoveryv1.Endpoint
+		for _, i := range idx {
+			eps = append(eps, kubetest.EndpointOf(pods[i]))
+		}
+		return kubetest.EndpointSlice(ns, "vllm", "vllm-x7k2p", ports, eps...)
+	}
+	c.CreateEndpointSlice(t, slice(1, 2))
+
+	r := newRig(t, 7, kubeSourceConfig(kubeconfig, ns, `service = "vllm"`))
+	r.waitTargets("at start", 1, 2)
+	r.load(4)
+	prompt := "a repeated prompt: " + strings.Repeat("the same long context, ", 100)
+	_, home, _ := r.chat(prompt)
+	h := indexOf(home)
+	r.prefixHit("before any change", prompt, home)
+
+	changed := time.Now()
+	c.UpdateEndpointSlice(t, slice(1, 2, 3, 4, 5, 6))
+	took := r.waitServed("2 -> 6", changed, 3, 4, 5, 6)
+	r.waitTargets("2 -> 6", 1, 2, 3, 4, 5, 6)
+	r.prefixHit("right after 2 -> 6", prompt, home)
+	t.Logf("2 -> 6: every new endpoint took traffic %v after the EndpointSlice changed", took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Fatalf("the new endpoints took traffic %v after the change, over 2 s", took)
+	}
+
+	var others []int
+	for i := 1; i <= 6; i++ {
+		if i != h {
+			others = append(others, i)
+		}
+	}
+	keep := []int{h, others[0], others[1]}
+	c.UpdateEndpointSlice(t, slice(keep...))
+	r.waitTargets("6 -> 3", keep...)
+	r.prefixHit("right after 6 -> 3", prompt, home)
+
+	// A stream on an engine that then terminates: it takes no new request, and the stream completes.
+	x, done := -1, (<-chan error)(nil)
+	for i := 0; x < 0 && i < 50; i++ {
+		target, d := r.stream(fmt.Sprintf("%d: a long answer, please", i))
+		if j := indexOf(target); j != h && slices.Contains(keep, j) {
+			x, done = j, d
+		} else if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if x < 0 {
+		t.Fatal("no stream landed on an engine other than the repeated prompt's")
+	}
+	pods[x] = c.TerminatePod(t, ns, pods[x].Name)
+	c.UpdateEndpointSlice(t, slice(keep...))
+	rest := slices.DeleteFunc(slices.Clone(keep), func(i int) bool { return i == x })
+	r.waitTargets("terminating", rest...)
+	if st := r.stateOf("vllm", x); st != "terminating" {
+		t.Fatalf("the terminating endpoint's state is %q", st)
+	}
+	r.prefixHit("right after an endpoint terminated", prompt, home)
+	if err := <-done; err != nil {
+		t.Fatalf("the terminating engine's stream: %v", err)
+	}
+	c.RemovePod(t, ns, pods[x].Name)
+
+	// Engine 7 joins, then one is deleted.
+	y := rest[1]
+	c.UpdateEndpointSlice(t, slice(h, y, 7))
+	r.waitTargets("one joined", h, y, 7)
+	c.UpdateEndpointSlice(t, slice(h, 7))
+	r.waitTargets("one deleted", h, 7)
+	r.prefixHit("right after a deletion", prompt, home)
+	c.RemovePod(t, ns, pods[y].Name)
+
+	// The repeated prompt's pod replaced by a new one on the same address: a new engine, cold.
+	c.RemovePod(t, ns, pods[h].Name)
+	pods[h] = c.CreatePod(t, ns, kubetest.Pod{Name: fmt.Sprintf("vllm-%d-new", h), IP: netns.Addr(h).String(), Ready: true})
+	c.UpdateEndpointSlice(t, slice(h, 7))
+	r.waitTargetsNamed("the replaced pod", func(names []string) bool { return !slices.Contains(names, home) && len(names) == 2 })
+	_, got, decision := r.chat(prompt)
+	if decision == "prefix_hit" {
+		t.Fatalf("the repeated prompt was a prefix_hit on %q after its pod was replaced: the new pod must start cold", got)
+	}
+	t.Logf("after the replacement the repeated prompt went to %s (%s)", got, decision)
+	if n := r.failed.Load(); n > 0 || r.sent.Load() == 0 {
+		t.Fatalf("%d of %d requests under load failed", n, r.sent.Load())
+	}
+	t.Logf("%d requests under load, none failed", r.sent.Load())
+}
