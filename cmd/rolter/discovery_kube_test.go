@@ -10,6 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/rolter-ai/rolter/internal/kubetest"
 	"github.com/rolter-ai/rolter/internal/netns"
@@ -145,6 +148,99 @@ func TestDiscoveryKubernetesService(t *testing.T) {
 		t.Fatalf("the repeated prompt was a prefix_hit on %q after its pod was replaced: the new pod must start cold", got)
 	}
 	t.Logf("after the replacement the repeated prompt went to %s (%s)", got, decision)
+	if n := r.failed.Load(); n > 0 || r.sent.Load() == 0 {
+		t.Fatalf("%d of %d requests under load failed", n, r.sent.Load())
+	}
+	t.Logf("%d requests under load, none failed", r.sent.Load())
+}
+
+// TestDiscoveryInferencePool: the gateway follows the pods of a Gateway API Inference Extension
+// InferencePool (its CRD installed in a real API server) under a bounded load: pods join (2 -> 5), one
+// turns unready, one terminates in the middle of a stream, one is replaced on a reused address. No
+// request fails, the stream completes, and the repeated prompt's engine keeps its prefix_hit.
+func TestDiscoveryInferencePool(t *testing.T) {
+	if !netns.Run(t) {
+		return
+	}
+	c := kubetest.Start(t)
+	c.InstallCRD(t, kubetest.InferencePoolV1)
+	ns := c.Namespace(t)
+	kubeconfig := c.Kubeconfig(t, c.Reader(t, ns, discoveryRules...), ns)
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+		"metadata": map[string]any{"name": "llama"},
+		"spec": map[string]any{
+			"selector":          map[string]any{"matchLabels": map[string]any{"app": "vllm"}},
+			"targetPorts":       []any{map[string]any{"number": int64(enginePort)}},
+			"endpointPickerRef": map[string]any{"name": "epp", "port": map[string]any{"number": int64(9002)}},
+		},
+	}}
+	gvr := schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
+	if _, err := c.Dynamic.Resource(gvr).Namespace(ns).Create(t.Context(), pool, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(i int, name string) *corev1.Pod {
+		return c.CreatePod(t, ns, kubetest.Pod{Name: name, IP: netns.Addr(i).String(), Ready: true, Labels: map[string]string{"app": "vllm"}})
+	}
+	pods := map[int]*corev1.Pod{1: pod(1, "vllm-1"), 2: pod(2, "vllm-2")}
+	c.CreatePod(t, ns, kubetest.Pod{Name: "other", IP: netns.Addr(9).String(), Ready: true, Labels: map[string]string{"app": "other"}})
+
+	r := newRig(t, 5, kubeSourceConfig(kubeconfig, ns, `inference_pool = "llama"`))
+	r.waitTargets("at start", 1, 2)
+	r.load(4)
+	prompt := "a repeated prompt: " + strings.Repeat("the same long context, ", 100)
+	_, home, _ := r.chat(prompt)
+	h := indexOf(home)
+	r.prefixHit("before any change", prompt, home)
+
+	changed := time.Now()
+	for i := 3; i <= 5; i++ {
+		pods[i] = pod(i, fmt.Sprintf("vllm-%d", i))
+	}
+	took := r.waitServed("2 -> 5", changed, 3, 4, 5)
+	r.waitTargets("2 -> 5", 1, 2, 3, 4, 5)
+	r.prefixHit("right after 2 -> 5", prompt, home)
+	t.Logf("2 -> 5: every new pod took traffic %v after it was created", took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Fatalf("the new pods took traffic %v after they were created, over 2 s", took)
+	}
+
+	var others []int
+	for i := 1; i <= 5; i++ {
+		if i != h {
+			others = append(others, i)
+		}
+	}
+	c.SetPodReady(t, ns, pods[others[0]].Name, false)
+	r.waitTargets("one unready", h, others[1], others[2], others[3])
+	r.prefixHit("right after a pod turned unready", prompt, home)
+
+	x, done := -1, (<-chan error)(nil)
+	for i := 0; x < 0 && i < 50; i++ {
+		target, d := r.stream(fmt.Sprintf("%d: a long answer, please", i))
+		if j := indexOf(target); j == others[1] {
+			x, done = j, d
+		} else if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if x < 0 {
+		t.Fatal("no stream landed on the engine the test terminates")
+	}
+	c.TerminatePod(t, ns, pods[x].Name)
+	r.waitTargets("terminating", h, others[2], others[3])
+	r.prefixHit("right after a pod terminated", prompt, home)
+	if err := <-done; err != nil {
+		t.Fatalf("the terminating pod's stream: %v", err)
+	}
+
+	c.RemovePod(t, ns, pods[h].Name)
+	r.waitTargets("the repeated prompt's pod gone", others[2], others[3])
+	pods[h] = pod(h, fmt.Sprintf("vllm-%d-new", h))
+	r.waitTargetsNamed("the replaced pod", func(names []string) bool { return len(names) == 3 && !slices.Contains(names, home) })
+	if _, got, decision := r.chat(prompt); decision == "prefix_hit" && indexOf(got) == h {
+		t.Fatalf("the repeated prompt was a prefix_hit on the new pod %q: it must start cold", got)
+	}
 	if n := r.failed.Load(); n > 0 || r.sent.Load() == 0 {
 		t.Fatalf("%d of %d requests under load failed", n, r.sent.Load())
 	}
