@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/config"
+	"github.com/rolter-ai/rolter/internal/dnstest"
 	"github.com/rolter-ai/rolter/internal/syncbuf"
 )
 
@@ -44,18 +45,18 @@ func newWatcher(t *testing.T, sc *config.SourceConfig, opts Options) *Watcher {
 // TestWatchA follows a name's A and AAAA records as the hosts file changes, at the answer's TTL: with
 // max_ttl_secs 30 the change is seen only if the 1s TTL is honoured.
 func TestWatchA(t *testing.T) {
-	d := newDNSMasq(t, "", "127.0.0.11 web.test\n127.0.0.12 web.test\n::1 web.test\n")
-	r := startWatch(t, newWatcher(t, source(config.RecordA, "web.test", d.addr(), 30), Options{}))
+	d := dnstest.Start(t, "", "127.0.0.11 web.test\n127.0.0.12 web.test\n::1 web.test\n")
+	r := startWatch(t, newWatcher(t, source(config.RecordA, "web.test", d.Addr(), 30), Options{}))
 	r.awaitSet(t, within, "web.test 127.0.0.11:8000", "web.test 127.0.0.12:8000", "web.test [::1]:8000")
 
-	d.setHosts("127.0.0.12 web.test\n127.0.0.13 web.test\n::1 web.test\n")
+	d.SetHosts("127.0.0.12 web.test\n127.0.0.13 web.test\n::1 web.test\n")
 	r.awaitSet(t, within, "web.test 127.0.0.12:8000", "web.test 127.0.0.13:8000", "web.test [::1]:8000")
 }
 
 // TestWatchUnchanged calls Set once for a set that stays as it is, however often it is asked for.
 func TestWatchUnchanged(t *testing.T) {
-	d := newDNSMasq(t, "", "127.0.0.11 web.test\n")
-	r := startWatch(t, newWatcher(t, source(config.RecordA, "web.test.", d.addr(), 0.1), Options{}))
+	d := dnstest.Start(t, "", "127.0.0.11 web.test\n")
+	r := startWatch(t, newWatcher(t, source(config.RecordA, "web.test.", d.Addr(), 0.1), Options{}))
 	r.awaitSet(t, within, "web.test 127.0.0.11:8000")
 	r.quiet(t, quietSpan)
 }
@@ -65,46 +66,46 @@ func TestWatchSRV(t *testing.T) {
 	conf := "srv-host=_http._tcp.svc.test,a.svc.test,8000,0,0\n" +
 		"srv-host=_http._tcp.svc.test,b.svc.test,8001,0,0\n" +
 		"srv-host=_http._tcp.svc.test,b.svc.test,8002,1,0\n"
-	d := newDNSMasq(t, conf, "127.0.0.11 a.svc.test\n127.0.0.12 b.svc.test\n::12 b.svc.test\n")
-	r := startWatch(t, newWatcher(t, source(config.RecordSRV, "_http._tcp.svc.test", d.addr(), 0.2), Options{}))
+	d := dnstest.Start(t, conf, "127.0.0.11 a.svc.test\n127.0.0.12 b.svc.test\n::12 b.svc.test\n")
+	r := startWatch(t, newWatcher(t, source(config.RecordSRV, "_http._tcp.svc.test", d.Addr(), 0.2), Options{}))
 	r.awaitSet(t, within, "a.svc.test 127.0.0.11:8000", "b.svc.test 127.0.0.12:8001", "b.svc.test 127.0.0.12:8002",
 		"b.svc.test [::12]:8001", "b.svc.test [::12]:8002")
 
 	// srv-host lines are read at start only.
-	d.restart("srv-host=_http._tcp.svc.test,b.svc.test,8001,0,0\n")
+	d.Restart("srv-host=_http._tcp.svc.test,b.svc.test,8001,0,0\n")
 	r.awaitSet(t, within, "b.svc.test 127.0.0.12:8001", "b.svc.test [::12]:8001")
 }
 
 // TestWatchNXDOMAIN reports a name that does not exist as an empty set, not a failure, and follows it
 // when it comes to exist.
 func TestWatchNXDOMAIN(t *testing.T) {
-	d := newDNSMasq(t, "", "")
-	ra := startWatch(t, newWatcher(t, source(config.RecordA, "gone.test", d.addr(), 0.2), Options{}))
-	rs := startWatch(t, newWatcher(t, source(config.RecordSRV, "_http._tcp.gone.test", d.addr(), 0.2), Options{}))
+	d := dnstest.Start(t, "", "")
+	ra := startWatch(t, newWatcher(t, source(config.RecordA, "gone.test", d.Addr(), 0.2), Options{}))
+	rs := startWatch(t, newWatcher(t, source(config.RecordSRV, "_http._tcp.gone.test", d.Addr(), 0.2), Options{}))
 	if got := ra.nextSet(t, within); got != nil {
 		t.Fatalf("A: Set(%q), want Set(nil)", got)
 	}
 	if got := rs.nextSet(t, within); got != nil {
 		t.Fatalf("SRV: Set(%q), want Set(nil)", got)
 	}
-	d.setHosts("127.0.0.11 gone.test\n")
+	d.SetHosts("127.0.0.11 gone.test\n")
 	ra.awaitSet(t, within, "gone.test 127.0.0.11:8000")
 }
 
 // TestWatchServerDown reports Fail while the server is away, with no Set (the last set stands), and the
 // set again once it is back, though it did not change.
 func TestWatchServerDown(t *testing.T) {
-	d := newDNSMasq(t, "", "127.0.0.11 web.test\n")
+	d := dnstest.Start(t, "", "127.0.0.11 web.test\n")
 	var log syncbuf.Buffer
 	opts := Options{Logger: slog.New(slog.NewTextHandler(&log, nil))}
-	r := startWatch(t, newWatcher(t, source(config.RecordA, "web.test", d.addr(), 0.2), opts))
+	r := startWatch(t, newWatcher(t, source(config.RecordA, "web.test", d.Addr(), 0.2), opts))
 	r.awaitSet(t, within, "web.test 127.0.0.11:8000")
 
-	d.stop()
+	d.Stop()
 	if err := r.nextFail(t, within); !strings.Contains(err.Error(), "web.test. A") {
 		t.Fatalf("Fail(%v), want it to name the question", err)
 	}
-	d.restart("")
+	d.Restart("")
 	for {
 		e := r.next(t, within)
 		if e.err == nil {
@@ -121,7 +122,7 @@ func TestWatchServerDown(t *testing.T) {
 
 // TestWatchRefused leaves out an address the egress policy refuses, logging it once, not as a failure.
 func TestWatchRefused(t *testing.T) {
-	d := newDNSMasq(t, "", "127.0.0.11 web.test\n169.254.169.254 web.test\n0.0.0.0 web.test\n")
+	d := dnstest.Start(t, "", "127.0.0.11 web.test\n169.254.169.254 web.test\n0.0.0.0 web.test\n")
 	var log syncbuf.Buffer
 	var (
 		mu      sync.Mutex
@@ -139,7 +140,7 @@ func TestWatchRefused(t *testing.T) {
 			return nil
 		},
 	}
-	r := startWatch(t, newWatcher(t, source(config.RecordA, "web.test", d.addr(), 0.1), opts))
+	r := startWatch(t, newWatcher(t, source(config.RecordA, "web.test", d.Addr(), 0.1), opts))
 	r.awaitSet(t, within, "web.test 127.0.0.11:8000")
 	r.quiet(t, quietSpan)
 	if n := strings.Count(log.String(), "169.254.169.254"); n != 1 {
@@ -163,8 +164,8 @@ func TestWatchTruncated(t *testing.T) {
 		hosts = append(hosts, fmt.Sprintf("127.0.1.%d many.test", i))
 		want = append(want, fmt.Sprintf("many.test 127.0.1.%d:8000", i))
 	}
-	d := newDNSMasq(t, "", strings.Join(hosts, "\n")+"\n")
-	w := newWatcher(t, source(config.RecordA, "many.test", d.addr(), 0.2), Options{})
+	d := dnstest.Start(t, "", strings.Join(hosts, "\n")+"\n")
+	w := newWatcher(t, source(config.RecordA, "many.test", d.Addr(), 0.2), Options{})
 	q, _ := newQuestion("many.test", 1)
 	if a, err := w.exchangeUDP(t.Context(), q); err != nil || !a.truncated {
 		t.Fatalf("the UDP answer: %+v, %v; want it truncated", a, err)

@@ -1,4 +1,7 @@
-package dnssrc
+// Package dnstest runs Debian's dnsmasq for tests: a real DNS server on a loopback port, answering only
+// from the files a test gives it (A and AAAA records in a hosts file, read again on SIGHUP; SRV and other
+// records in its conf file, read at start), with a TTL of one second.
+package dnstest
 
 import (
 	"errors"
@@ -19,15 +22,15 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 )
 
-// requireDNSMasqEnv turns a skip for want of dnsmasq into a failure (make test sets it).
-const requireDNSMasqEnv = "ROLTER_REQUIRE_DNSMASQ"
+// RequireEnv turns a skip for want of dnsmasq into a failure (make test sets it).
+const RequireEnv = "ROLTER_REQUIRE_DNSMASQ"
 
 // dnsmasqBinary is where Debian's dnsmasq-base puts the server.
 const dnsmasqBinary = "/usr/sbin/dnsmasq"
 
-// dnsmasq is one dnsmasq process of a test, serving only what its files say, on a loopback port it keeps
+// Server is one dnsmasq process of a test, serving only what its files say, on a loopback port it keeps
 // across restarts. Safe for concurrent use.
-type dnsmasq struct {
+type Server struct {
 	t     testing.TB
 	dir   string
 	port  int
@@ -39,23 +42,23 @@ type dnsmasq struct {
 	exited chan struct{} // closed when cmd's Wait returned
 }
 
-// newDNSMasq starts dnsmasq with conf (conf-file lines) and hosts (hosts-file lines); it is killed at
+// Start starts dnsmasq with conf (conf-file lines) and hosts (hosts-file lines); it is killed at
 // cleanup. Without dnsmasq the test skips, or fails under ROLTER_REQUIRE_DNSMASQ=1.
-func newDNSMasq(t testing.TB, conf, hosts string) *dnsmasq {
+func Start(t testing.TB, conf, hosts string) *Server {
 	t.Helper()
 	if _, err := os.Stat(dnsmasqBinary); err != nil {
-		if os.Getenv(requireDNSMasqEnv) == "1" {
-			t.Fatalf("%s=1 but there is no %s (Debian's dnsmasq-base; make deps-test installs it)", requireDNSMasqEnv, dnsmasqBinary)
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("%s=1 but there is no %s (Debian's dnsmasq-base; make deps-test installs it)", RequireEnv, dnsmasqBinary)
 		}
-		t.Skipf("no %s (Debian's dnsmasq-base): make deps-test installs it; %s=1 makes this a failure", dnsmasqBinary, requireDNSMasqEnv)
+		t.Skipf("no %s (Debian's dnsmasq-base): make deps-test installs it; %s=1 makes this a failure", dnsmasqBinary, RequireEnv)
 	}
-	d := &dnsmasq{t: t, dir: t.TempDir(), port: freeUDPAndTCPPort(t)}
+	d := &Server{t: t, dir: t.TempDir(), port: freeUDPAndTCPPort(t)}
 	d.conf = filepath.Join(d.dir, "dnsmasq.conf")
 	d.hosts = filepath.Join(d.dir, "hosts")
 	d.writeFile(d.conf, conf)
 	d.writeFile(d.hosts, hosts)
-	t.Cleanup(d.stop)
-	if err := d.start(); err != nil {
+	t.Cleanup(d.Stop)
+	if err := d.run(); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -79,8 +82,8 @@ func freeUDPAndTCPPort(t testing.TB) int {
 	return 0
 }
 
-// addr is the server's "127.0.0.1:port".
-func (d *dnsmasq) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(d.port)) }
+// Addr is the server's "127.0.0.1:port".
+func (d *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(d.port)) }
 
 // args are dnsmasq's flags: in the foreground, only on the test's port of 127.0.0.1, answering from its
 // files alone. --user keeps dnsmasq as the test's own user (run as root it would switch to nobody, who
@@ -88,7 +91,7 @@ func (d *dnsmasq) addr() string { return net.JoinHostPort("127.0.0.1", strconv.I
 // again); --pid-file is one of its own, not /run's. --local-ttl=1 is the TTL of every answer from those
 // files, srv-host records and the additional section included (dnsmasq's default is 0); --local=/test/
 // answers a missing name under .test with NXDOMAIN, where dnsmasq without upstream servers says REFUSED.
-func (d *dnsmasq) args() []string {
+func (d *Server) args() []string {
 	u := "root"
 	if cur, err := user.Current(); err == nil {
 		u = cur.Username
@@ -102,8 +105,8 @@ func (d *dnsmasq) args() []string {
 	}
 }
 
-// start starts the stopped server on its port and waits until it answers.
-func (d *dnsmasq) start() error {
+// run starts the stopped server on its port and waits until it answers.
+func (d *Server) run() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cmd != nil {
@@ -133,19 +136,19 @@ func (d *dnsmasq) start() error {
 }
 
 // awaitAnswer waits until the server answers a query, or exits.
-func (d *dnsmasq) awaitAnswer(exited chan struct{}) error {
+func (d *Server) awaitAnswer(exited chan struct{}) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if answers(d.addr()) {
+		if answers(d.Addr()) {
 			return nil
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("dnsmasq exited at start: %s", d.log())
+			return fmt.Errorf("dnsmasq exited at start: %s", d.Log())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("dnsmasq does not answer on %s after 10s: %s", d.addr(), d.log())
+	return fmt.Errorf("dnsmasq does not answer on %s after 10s: %s", d.Addr(), d.Log())
 }
 
 // answers reports whether a DNS server at addr answers a query over UDP.
@@ -155,10 +158,15 @@ func answers(addr string) bool {
 		return false
 	}
 	defer c.Close()
-	q, _ := newQuestion("ready.test", dnsmessage.TypeA)
-	req, _ := q.pack(1)
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 1, RecursionDesired: true})
+	_ = b.StartQuestions()
+	_ = b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName("ready.test."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	req, err := b.Finish()
+	if err != nil {
+		return false
+	}
 	_ = c.SetDeadline(time.Now().Add(100 * time.Millisecond))
-	if _, err := c.Write(req[2:]); err != nil {
+	if _, err := c.Write(req); err != nil {
 		return false
 	}
 	buf := make([]byte, 512)
@@ -166,14 +174,14 @@ func answers(addr string) bool {
 	return err == nil
 }
 
-// log is what dnsmasq wrote, for failures.
-func (d *dnsmasq) log() string {
+// Log is what dnsmasq wrote, for failures.
+func (d *Server) Log() string {
 	b, _ := os.ReadFile(filepath.Join(d.dir, "dnsmasq.log"))
 	return strings.TrimSpace(string(b))
 }
 
-// stop kills the server and waits for it to exit; a stopped server is left alone.
-func (d *dnsmasq) stop() {
+// Stop kills the server and waits for it to exit; a stopped server is left alone.
+func (d *Server) Stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cmd == nil {
@@ -184,19 +192,19 @@ func (d *dnsmasq) stop() {
 	d.cmd = nil
 }
 
-// restart stops the server, gives it conf as its conf file, and starts it again on the same port (dnsmasq
+// Restart stops the server, gives it conf as its conf file, and starts it again on the same port (dnsmasq
 // reads srv-host lines only at start).
-func (d *dnsmasq) restart(conf string) {
+func (d *Server) Restart(conf string) {
 	d.t.Helper()
-	d.stop()
+	d.Stop()
 	d.writeFile(d.conf, conf)
-	if err := d.start(); err != nil {
+	if err := d.run(); err != nil {
 		d.t.Fatal(err)
 	}
 }
 
-// setHosts gives the server hosts as its addn-hosts file and has it read it again (SIGHUP).
-func (d *dnsmasq) setHosts(hosts string) {
+// SetHosts gives the server hosts as its addn-hosts file and has it read it again (SIGHUP).
+func (d *Server) SetHosts(hosts string) {
 	d.t.Helper()
 	d.writeFile(d.hosts, hosts)
 	d.mu.Lock()
@@ -206,7 +214,7 @@ func (d *dnsmasq) setHosts(hosts string) {
 	}
 }
 
-func (d *dnsmasq) writeFile(path, content string) {
+func (d *Server) writeFile(path, content string) {
 	d.t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		d.t.Fatal(err)
