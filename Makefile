@@ -27,6 +27,8 @@ export ROLTER_REQUIRE_BROWSER := 1
 export ROLTER_REQUIRE_POSTGRES := 1
 export ROLTER_REQUIRE_HAPROXY := 1
 export ROLTER_REQUIRE_NATS := 1
+export ROLTER_REQUIRE_DNSMASQ := 1
+export ROLTER_REQUIRE_NETNS := 1
 
 .PHONY: all deps deps-build deps-test test-modules FORCE build image run test test-unit test-race test-nocgo test-valgrind valgrind bench bench-routing bench-overhead bench-instructions bench-ab bench-scaleout fuzz-short lint fmt vet clean bench-pressure
 
@@ -75,9 +77,9 @@ deps-test:
 		echo "deps: installing postgresql with apt for the PostgreSQL store tests"; \
 		$(APT) postgresql >/dev/null; \
 	fi
-	@if [ ! -x /usr/bin/etcd ] || ! command -v dnsmasq >/dev/null 2>&1 && [ ! -x /usr/sbin/dnsmasq ]; then \
-		echo "deps: installing etcd-server and dnsmasq with apt for the Kubernetes and DNS tests"; \
-		$(APT) etcd-server dnsmasq >/dev/null; \
+	@if [ ! -x /usr/bin/etcd ] || [ ! -x /usr/sbin/dnsmasq ] || ! command -v ip >/dev/null 2>&1; then \
+		echo "deps: installing etcd-server, dnsmasq-base and iproute2 with apt for the discovery tests"; \
+		$(APT) etcd-server dnsmasq-base iproute2 >/dev/null; \
 	fi
 	@$(MAKE) --no-print-directory valgrind
 
@@ -208,6 +210,7 @@ lint: vet $(STATICCHECK)
 kube-apiserver: $(KUBE_APISERVER)
 
 $(KUBE_APISERVER):
+	@echo "== building kube-apiserver $(KUBE_VERSION) for the Kubernetes tests, once per Go version (about 7 minutes on 2 cores)"
 	cd internal/tools/kubeapiserver && $(GO) build -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 
 $(STATICCHECK):
