@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/config"
+	"github.com/rolter-ai/rolter/telemetry"
 )
 
 // handWatcher is a source the test drives by hand: it hands the test the Sink it is given.
@@ -173,6 +174,23 @@ func TestFleetFollowsItsSource(t *testing.T) {
 	st := f.Status()
 	if len(st) != 1 || st[0].Up || st[0].LastError != "dns server down" || st[0].States[StateLive] != 2 || st[0].States[StateNotReady] != 1 {
 		t.Fatalf("status %+v", st)
+	}
+	unregister := f.RegisterMetrics()
+	var exposition strings.Builder
+	telemetry.WritePrometheus(&exposition)
+	unregister()
+	for _, want := range []string{
+		"# TYPE rolter_discovery_endpoints gauge\n",
+		`rolter_discovery_endpoints{source="pool",state="live"} 2` + "\n",
+		`rolter_discovery_endpoints{source="pool",state="not_ready"} 1` + "\n",
+		`rolter_discovery_source_up{source="pool"} 0` + "\n",
+		"# TYPE rolter_discovery_errors_total counter\n",
+		`rolter_discovery_errors_total{source="pool"} 1` + "\n",
+		"rolter_discovery_apply_failed 0\n",
+	} {
+		if !strings.Contains(exposition.String(), want) {
+			t.Fatalf("/metrics lacks %q:\n%s", want, exposition.String())
+		}
 	}
 
 	// A burst of changes is coalesced: far fewer configs than changes.

@@ -39,6 +39,15 @@ func TestCheckAndVersion(t *testing.T) {
 	f([]string{"check", "-config", filepath.Join(dir, "none.toml")}, 1, "cannot read config")
 	f([]string{"check", "extra"}, 2, `unexpected argument "extra"`)
 	f([]string{"serve", "-nope"}, 2, "flag provided but not defined")
+	// Sources are checked: their kind and table, the template they make providers of, the targets naming them.
+	sources := filepath.Join(dir, "sources.toml")
+	os.WriteFile(sources, []byte("[[sources]]\nname = \"pool\"\nkind = \"kubernetes\"\n[sources.kubernetes]\nselector = \"app=vllm\"\n"+
+		"kubeconfig = \"/nonexistent/kubeconfig\"\n[sources.provider]\napi_base = \"http://10.0.0.1:8000\"\n"+
+		"[[routes]]\nmodel = \"m\"\n[[routes.targets]]\nsource = \"poool\"\n"), 0o600)
+	f([]string{"check", "-config", sources}, 1, "sources.toml:1: sources[0].port: a source of pods by selector needs the engines' port")
+	f([]string{"check", "-config", sources}, 1, `sources.toml:6: sources[0].kubernetes.kubeconfig: cannot read "/nonexistent/kubeconfig"`)
+	f([]string{"check", "-config", sources}, 1, "sources.toml:8: sources[0].provider.api_base: a source's api_base must hold {ip}")
+	f([]string{"check", "-config", sources}, 1, `sources.toml:12: routes[0].targets[0].source: unknown source "poool"`)
 
 	// -h is asked for: every subcommand prints its flags on stdout and exits 0.
 	for _, cmd := range []string{"check", "serve", "sim", "up", "loadtest", "replay"} {
