@@ -172,22 +172,6 @@ func (r *rig) stream(prompt string) (string, <-chan error) {
 	return resp.Header.Get("X-Rolter-Target"), done
 }
 
-// live returns the source's live endpoints' target names.
-func (r *rig) live(source string) []string {
-	var out []string
-	for _, st := range r.gw.fleet.Status() {
-		if st.Name != source {
-			continue
-		}
-		for _, e := range st.Endpoints {
-			if e.State == discovery.StateLive {
-				out = append(out, e.Provider)
-			}
-		}
-	}
-	return out
-}
-
 // targets returns route m's targets as the gateway serves them now.
 func (r *rig) targets() []string {
 	var out []string

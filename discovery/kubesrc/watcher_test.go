@@ -91,7 +91,7 @@ func TestService(t *testing.T) {
 	a.Endpoints = sliceEndpoints(ps[:3])
 	a = c.UpdateEndpointSlice(t, a)
 	b.Endpoints = nil
-	b = c.UpdateEndpointSlice(t, b)
+	c.UpdateEndpointSlice(t, b)
 	s.waitSet(t, endpointsOf(ps[:3], 8000)...)
 
 	// vllm-2 goes: terminating (not ready, and the controller says so), then gone. vllm-1's readiness is
