@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/config"
-	"github.com/rolter-ai/rolter/discovery"
 	"github.com/rolter-ai/rolter/internal/netns"
 	"github.com/rolter-ai/rolter/internal/syncbuf"
 	"github.com/rolter-ai/rolter/sim"
