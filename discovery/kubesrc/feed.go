@@ -65,7 +65,7 @@ func startFeed(ctx context.Context, what string, l lister, example runtime.Objec
 		if ctx.Err() != nil || routineWatchEnd(err) {
 			return
 		}
-		rep.fail(fmt.Errorf("cannot watch %s: %w", what, err))
+		rep.fail(fmt.Errorf("cannot list and watch %s: %w", what, apiError(err)))
 	})
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { signal() },
@@ -89,6 +89,16 @@ func (f *feed) stop() {
 
 // synced reports whether the feed's first list is in its store.
 func (f *feed) synced() bool { return f.inf.HasSynced() }
+
+// apiError is the API server's answer within err, where there is one: the reflector's wrapping of it
+// repeats what the feed's own message says.
+func apiError(err error) error {
+	var status *apierrors.StatusError
+	if errors.As(err, &status) {
+		return status
+	}
+	return err
+}
 
 // routineWatchEnd reports whether err ends a watch in the ordinary way, which the reflector answers
 // by watching again (a closed stream) or listing again (a resource version compacted away).

@@ -12,11 +12,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -103,9 +105,10 @@ func (w *Watcher) pickMode(sc *config.SourceConfig) error {
 	var err error
 	switch {
 	case kc.Service != "":
-		if w.selector, err = labels.ValidatedSelectorFromSet(labels.Set{discoveryv1.LabelServiceName: kc.Service}); err != nil {
-			return fmt.Errorf("source %q: cannot watch service %q: %w", sc.Name, kc.Service, err)
+		if errs := validation.IsDNS1035Label(kc.Service); len(errs) > 0 {
+			return fmt.Errorf("source %q: cannot watch service %q: not a Service name: %s", sc.Name, kc.Service, strings.Join(errs, "; "))
 		}
+		w.selector = labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: kc.Service})
 		w.watchMode = w.watchService
 	case kc.Selector != "":
 		if w.selector, err = labels.Parse(kc.Selector); err != nil {
