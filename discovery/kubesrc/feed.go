@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
@@ -52,8 +53,13 @@ func startFeed(ctx context.Context, what string, l lister, example runtime.Objec
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			w, err := l.watch(ctx, o)
-			if err == nil {
+			switch {
+			case err == nil:
 				signal()
+			case ctx.Err() == nil && (utilnet.IsConnectionRefused(err) || apierrors.IsTooManyRequests(err)):
+				// The reflector retries these with backoff and tells no error handler: the API server is
+				// down or shedding load, which the sink is to know.
+				rep.fail(fmt.Errorf("cannot watch %s: %w", what, apiError(err)))
 			}
 			return w, err
 		},
