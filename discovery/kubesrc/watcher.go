@@ -2,9 +2,10 @@
 // EndpointSlices of a Service, the pods a label selector picks, or the pods an InferencePool of the
 // Gateway API Inference Extension selects, and reports them to a discovery.Sink as they change.
 //
-// It needs get, list and watch on what it follows in its namespace: endpointslices (discovery.k8s.io) and
-// pods for a Service (pods for their annotations), pods for a selector, inferencepools
-// (inference.networking.k8s.io, or inference.networking.x-k8s.io) and pods for a pool.
+// It needs get, list and watch in its namespace on what it follows: endpointslices (discovery.k8s.io) for
+// a Service, and pods for their annotations; pods for a selector; inferencepools
+// (inference.networking.k8s.io, or inference.networking.x-k8s.io) and pods for a pool. What it may not
+// read it reports to the sink as a failure that names the resource, the verb and the user.
 package kubesrc
 
 import (
@@ -37,7 +38,8 @@ type Options struct {
 	Config *rest.Config
 }
 
-// Watcher follows one [[sources]] entry of kind "kubernetes". Watch may be called once at a time.
+// Watcher follows one [[sources]] entry of kind "kubernetes". It is safe for concurrent use: each Watch
+// call follows the source on its own.
 type Watcher struct {
 	name      string
 	kc        config.KubernetesSource
