@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
@@ -52,8 +53,13 @@ func startFeed(ctx context.Context, what string, l lister, example runtime.Objec
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			w, err := l.watch(ctx, o)
-			if err == nil {
+			switch {
+			case err == nil:
 				signal()
+			case ctx.Err() == nil && (utilnet.IsConnectionRefused(err) || apierrors.IsTooManyRequests(err)):
+				// The reflector retries these with backoff and tells no error handler: the API server is
+				// down or shedding load, which the sink is to know.
+				rep.fail(fmt.Errorf("cannot watch %s: %w", what, apiError(err)))
 			}
 			return w, err
 		},
@@ -65,7 +71,7 @@ func startFeed(ctx context.Context, what string, l lister, example runtime.Objec
 		if ctx.Err() != nil || routineWatchEnd(err) {
 			return
 		}
-		rep.fail(fmt.Errorf("cannot watch %s: %w", what, err))
+		rep.fail(fmt.Errorf("cannot list and watch %s: %w", what, apiError(err)))
 	})
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { signal() },
@@ -89,6 +95,16 @@ func (f *feed) stop() {
 
 // synced reports whether the feed's first list is in its store.
 func (f *feed) synced() bool { return f.inf.HasSynced() }
+
+// apiError is the API server's answer within err, where there is one: the reflector's wrapping of it
+// repeats what the feed's own message says.
+func apiError(err error) error {
+	var status *apierrors.StatusError
+	if errors.As(err, &status) {
+		return status
+	}
+	return err
+}
 
 // routineWatchEnd reports whether err ends a watch in the ordinary way, which the reflector answers
 // by watching again (a closed stream) or listing again (a resource version compacted away).

@@ -112,7 +112,11 @@ func firstTargetPort(pool *unstructured.Unstructured) (int64, error) {
 	if !ok {
 		return 0, errors.New(".spec.targetPorts[0] is not an object")
 	}
-	return nestedPort(first, "number")
+	port, err := nestedPort(first, "number")
+	if err != nil {
+		return 0, fmt.Errorf(".spec.targetPorts[0]: %w", err)
+	}
+	return port, nil
 }
 
 func nestedPort(obj map[string]any, fields ...string) (int64, error) {

@@ -2,9 +2,10 @@
 // EndpointSlices of a Service, the pods a label selector picks, or the pods an InferencePool of the
 // Gateway API Inference Extension selects, and reports them to a discovery.Sink as they change.
 //
-// It needs get, list and watch on what it follows in its namespace: endpointslices (discovery.k8s.io) and
-// pods for a Service (pods for their annotations), pods for a selector, inferencepools
-// (inference.networking.k8s.io, or inference.networking.x-k8s.io) and pods for a pool.
+// It needs get, list and watch in its namespace on what it follows: endpointslices (discovery.k8s.io) for
+// a Service, and pods for their annotations; pods for a selector; inferencepools
+// (inference.networking.k8s.io, or inference.networking.x-k8s.io) and pods for a pool. What it may not
+// read it reports to the sink as a failure that names the resource, the verb and the user.
 package kubesrc
 
 import (
@@ -12,11 +13,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -35,7 +38,8 @@ type Options struct {
 	Config *rest.Config
 }
 
-// Watcher follows one [[sources]] entry of kind "kubernetes". Watch may be called once at a time.
+// Watcher follows one [[sources]] entry of kind "kubernetes". It is safe for concurrent use: each Watch
+// call follows the source on its own.
 type Watcher struct {
 	name      string
 	kc        config.KubernetesSource
@@ -103,9 +107,10 @@ func (w *Watcher) pickMode(sc *config.SourceConfig) error {
 	var err error
 	switch {
 	case kc.Service != "":
-		if w.selector, err = labels.ValidatedSelectorFromSet(labels.Set{discoveryv1.LabelServiceName: kc.Service}); err != nil {
-			return fmt.Errorf("source %q: cannot watch service %q: %w", sc.Name, kc.Service, err)
+		if errs := validation.IsDNS1035Label(kc.Service); len(errs) > 0 {
+			return fmt.Errorf("source %q: cannot watch service %q: not a Service name: %s", sc.Name, kc.Service, strings.Join(errs, "; "))
 		}
+		w.selector = labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: kc.Service})
 		w.watchMode = w.watchService
 	case kc.Selector != "":
 		if w.selector, err = labels.Parse(kc.Selector); err != nil {

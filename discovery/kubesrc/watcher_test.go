@@ -370,3 +370,22 @@ func TestWatchLeavesNoGoroutine(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// An API server that goes away is a failure; when it is back, the watcher sees what changed meanwhile.
+func TestAPIServerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of its own")
+	}
+	c := kubetest.Start(t)
+	ns := c.Namespace(t)
+	ps := makePods(t, c, ns, "vllm", "vllm", 11, 0, 2)
+	s := startWatch(t, source(ns, config.KubernetesSource{Selector: "app=vllm"}, 8000), c.Reader(t, ns, chartRules...))
+	s.waitSet(t, endpointsOf(ps, 8000)...)
+
+	c.StopAPIServer(t)
+	err := s.waitFail(t, "connection refused")
+	t.Logf("%v", err)
+	c.StartAPIServer(t)
+	ps = append(ps, makePods(t, c, ns, "vllm", "vllm", 11, 2, 3)...)
+	s.waitSet(t, endpointsOf(ps, 8000)...)
+}

@@ -53,12 +53,13 @@ const serviceCIDR = "10.96.0.0/24"
 
 // Cluster is one etcd and one kube-apiserver. Its methods are safe for concurrent use.
 type Cluster struct {
-	dir    string
-	etcd   *process
-	api    *process
-	host   string // https://127.0.0.1:<port>
-	caPEM  []byte
-	tokens map[string]string // user -> bearer token
+	dir     string
+	etcd    *process
+	apiBin  string
+	apiArgs []string
+	host    string // https://127.0.0.1:<port>
+	caPEM   []byte
+	tokens  map[string]string // user -> bearer token
 
 	// Clientset and Dynamic act as the admin.
 	Clientset *kubernetes.Clientset
@@ -67,6 +68,8 @@ type Cluster struct {
 	StartTime time.Duration
 
 	stopOnce sync.Once
+	mu       sync.Mutex
+	api      *process // nil while stopped
 }
 
 // errNoBinaries says why the harness cannot run.
@@ -83,6 +86,9 @@ func binaries() (apiserver, etcd string, err error) {
 	}
 	if etcd = etcdBinary(); etcd == "" {
 		return "", "", fmt.Errorf("%w: no etcd on PATH and %s is not set (install Debian's etcd-server)", errNoBinaries, EtcdEnv)
+	}
+	if _, err := os.Stat(etcd); err != nil {
+		return "", "", fmt.Errorf("%w: etcd %q: %v", errNoBinaries, etcd, err)
 	}
 	return apiserver, etcd, nil
 }
@@ -181,24 +187,21 @@ func start(dir, apiserverBin, etcdBin string) (*Cluster, error) {
 		return nil, err
 	}
 	c.host = "https://127.0.0.1:" + strconv.Itoa(port)
-	c.api, err = startProcess(dir, "kube-apiserver", apiserverBin,
-		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(dir, "certs"),
-		"--tls-cert-file="+p.servingCrt, "--tls-private-key-file="+p.servingKey,
-		"--token-auth-file="+tokenFile,
+	c.apiBin = apiserverBin
+	c.apiArgs = []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--tls-cert-file=" + p.servingCrt, "--tls-private-key-file=" + p.servingKey,
+		"--token-auth-file=" + tokenFile,
 		"--authorization-mode=RBAC",
-		"--service-account-key-file="+p.saKey, "--service-account-signing-key-file="+p.saKey,
+		"--service-account-key-file=" + p.saKey, "--service-account-signing-key-file=" + p.saKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-cluster-ip-range="+serviceCIDR,
+		"--service-cluster-ip-range=" + serviceCIDR,
 		// Pods need no service account token: no controller makes the service accounts.
 		"--disable-admission-plugins=ServiceAccount",
-	)
-	if err != nil {
-		c.stop()
-		return nil, err
 	}
-	if err := c.api.waitFor(90*time.Second, c.ready); err != nil {
+	if err := c.startAPIServer(); err != nil {
 		c.stop()
 		return nil, err
 	}
@@ -213,6 +216,45 @@ func start(dir, apiserverBin, etcdBin string) (*Cluster, error) {
 	}
 	c.StartTime = time.Since(begin)
 	return c, nil
+}
+
+// startAPIServer starts kube-apiserver and waits until it is ready.
+func (c *Cluster) startAPIServer() error {
+	p, err := startProcess(c.dir, "kube-apiserver", c.apiBin, c.apiArgs...)
+	if err != nil {
+		return err
+	}
+	if err := p.waitFor(90*time.Second, c.ready); err != nil {
+		p.stop(time.Second)
+		return err
+	}
+	c.mu.Lock()
+	c.api = p
+	c.mu.Unlock()
+	return nil
+}
+
+// StopAPIServer stops kube-apiserver, as an outage of the control plane does; etcd keeps the cluster's
+// objects. Not for the shared cluster.
+func (c *Cluster) StopAPIServer(t testing.TB) {
+	t.Helper()
+	c.mu.Lock()
+	p := c.api
+	c.api = nil
+	c.mu.Unlock()
+	if p == nil {
+		t.Fatal("BUG: kube-apiserver is not running")
+	}
+	p.stop(10 * time.Second)
+}
+
+// StartAPIServer starts kube-apiserver again on its port after StopAPIServer, and waits until it is
+// ready.
+func (c *Cluster) StartAPIServer(t testing.TB) {
+	t.Helper()
+	if err := c.startAPIServer(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // writeTokenFile writes the users' tokens in --token-auth-file's CSV: token,user,uid,"group,...".
@@ -251,8 +293,12 @@ func (c *Cluster) ready() bool {
 // stop ends kube-apiserver, then etcd.
 func (c *Cluster) stop() {
 	c.stopOnce.Do(func() {
-		if c.api != nil {
-			c.api.stop(10 * time.Second)
+		c.mu.Lock()
+		api := c.api
+		c.api = nil
+		c.mu.Unlock()
+		if api != nil {
+			api.stop(10 * time.Second)
 		}
 		if c.etcd != nil {
 			c.etcd.stop(5 * time.Second)

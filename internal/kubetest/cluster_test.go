@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -128,4 +129,24 @@ func TestInstallCRD(t *testing.T) {
 		"targetPortNumber": int64(8000),
 		"extensionRef":     map[string]any{"name": "epp"},
 	})
+}
+
+// Without a binary the harness says which one is missing, and how to get it.
+func TestBinaries(t *testing.T) {
+	f := func(apiserver, etcd, want string) {
+		t.Helper()
+		t.Setenv(APIServerEnv, apiserver)
+		t.Setenv(EtcdEnv, etcd)
+		_, _, err := binaries()
+		if !errors.Is(err, errNoBinaries) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s=%q %s=%q: %v; want errNoBinaries with %q", APIServerEnv, apiserver, EtcdEnv, etcd, err, want)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f("", self, "ROLTER_KUBE_APISERVER is not set (make kube-apiserver builds one)")
+	f("/nonexistent/kube-apiserver", self, `ROLTER_KUBE_APISERVER="/nonexistent/kube-apiserver"`)
+	f(self, "/nonexistent/etcd", `etcd "/nonexistent/etcd"`)
 }
