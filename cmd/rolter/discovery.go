@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+
+	"k8s.io/klog/v2"
 
 	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/discovery"
@@ -45,6 +48,10 @@ func newGateway(run *config.Config, log *slog.Logger) (*gateway, error) {
 // newWatcher makes the watcher of one source, by its kind.
 // The DNS server is reached, and the addresses it answers checked, under the fleet's [egress] policy.
 func newWatcher(sc *config.SourceConfig, fleet *discovery.Fleet, log *slog.Logger) (discovery.Watcher, error) {
+	if sc.Kind == config.SourceKubernetes {
+		// client-go reports what it retries through klog: into the gateway's log, in its format.
+		klogOnce.Do(func() { klog.SetSlogLogger(log.With("component", "client-go")) })
+	}
 	log = log.With("source", sc.Name)
 	switch sc.Kind {
 	case config.SourceKubernetes:
@@ -54,6 +61,8 @@ func newWatcher(sc *config.SourceConfig, fleet *discovery.Fleet, log *slog.Logge
 	}
 	return nil, fmt.Errorf("unknown source kind %q", sc.Kind)
 }
+
+var klogOnce sync.Once
 
 // apply applies cfg through the fleet (the control plane's Apply).
 func (fg *gateway) apply(cfg *config.Config) error { return fg.fleet.Apply(cfg) }

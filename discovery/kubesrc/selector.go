@@ -26,7 +26,7 @@ func (w *Watcher) watchSelector(ctx context.Context, r *reporter) {
 
 // podFeed follows the pods of selector in the watcher's namespace.
 func (w *Watcher) podFeed(ctx context.Context, selector string, r *reporter, changed chan<- struct{}) *feed {
-	api := w.kube.CoreV1().Pods(w.ns)
+	api := w.core.Pods(w.ns)
 	return startFeed(ctx, fmt.Sprintf("pods of selector %q in namespace %q", selector, w.ns), lister{
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector

@@ -22,7 +22,7 @@ var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 func (w *Watcher) watchService(ctx context.Context, r *reporter) {
 	changed := make(chan struct{}, 1)
 	sel := w.selector.String()
-	slicesAPI := w.kube.DiscoveryV1().EndpointSlices(w.ns)
+	slicesAPI := w.slices.EndpointSlices(w.ns)
 	slices := startFeed(ctx, fmt.Sprintf("endpointslices of service %q in namespace %q", w.kc.Service, w.ns), lister{
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = sel

@@ -20,8 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation"
+	kubediscovery "k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
@@ -50,7 +52,9 @@ type Watcher struct {
 	resync    time.Duration
 	log       *slog.Logger
 	http      *http.Client
-	kube      kubernetes.Interface
+	core      corev1client.CoreV1Interface
+	slices    discoveryv1client.DiscoveryV1Interface
+	discovery kubediscovery.DiscoveryInterface
 	meta      metadata.Interface
 	dynamic   dynamic.Interface
 	watchMode func(ctx context.Context, r *reporter)
@@ -135,7 +139,15 @@ func (w *Watcher) makeClients(cfg *rest.Config) error {
 		return fmt.Errorf("cannot make a client of %s: %w", cfg.Host, err)
 	}
 	w.http = hc
-	if w.kube, err = kubernetes.NewForConfigAndClient(cfg, hc); err != nil {
+	// The typed clients of the two groups it reads, not a whole Clientset, which would link every API
+	// group's client into the gateway.
+	if w.core, err = corev1client.NewForConfigAndClient(cfg, hc); err != nil {
+		return fmt.Errorf("cannot make a client of %s: %w", cfg.Host, err)
+	}
+	if w.slices, err = discoveryv1client.NewForConfigAndClient(cfg, hc); err != nil {
+		return fmt.Errorf("cannot make a client of %s: %w", cfg.Host, err)
+	}
+	if w.discovery, err = kubediscovery.NewDiscoveryClientForConfigAndClient(cfg, hc); err != nil {
 		return fmt.Errorf("cannot make a client of %s: %w", cfg.Host, err)
 	}
 	if w.meta, err = metadata.NewForConfigAndClient(cfg, hc); err != nil {
