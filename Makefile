@@ -81,7 +81,7 @@ deps-test:
 		echo "deps: installing etcd-server, dnsmasq-base and iproute2 with apt for the discovery tests"; \
 		$(APT) etcd-server dnsmasq-base iproute2 >/dev/null; \
 	fi
-	@$(MAKE) --no-print-directory valgrind
+	@$(MAKE) --no-print-directory valgrind kube-apiserver
 
 build: deps-build
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rolter ./cmd/rolter
