@@ -51,7 +51,8 @@ deps-build:
 # deps-test: Node.js, npm and the openai npm package for the real-client test, Chromium for the
 # dashboard's browser test, HAProxy for the scale-out test, nats-server for the cluster tests, PostgreSQL's
 # server for the shared-store tests (they start their own servers; the package's own cluster is not used)
-# and valgrind for the instruction count's test.
+# and valgrind for the instruction count's test; etcd, kube-apiserver (built once), dnsmasq and iproute2 for
+# the discovery tests.
 deps-test:
 	@if ! command -v node >/dev/null 2>&1; then \
 		echo "deps: installing nodejs and npm with apt"; \
