@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/rolter-ai/rolter/kvindex"
 )
 
 const sourceBase = `
@@ -14,15 +16,19 @@ kind = "kubernetes"
 service = "vllm"
 [sources.provider]
 api_base = "http://{ip}:{port}/v1"
-[sources.provider.kv_events]
-endpoint = "tcp://{ip}:5557"
+[sources.provider.lmcache]
+endpoint = "http://{ip}:8100/lmcache/status"
 [[routes]]
 model = "m"
-strategy = "precise_cache_aware"
+strategy = "cache_aware"
 [[routes.targets]]
 source = "pool"
 model = "llama"
 `
+
+// kvSourceBase is sourceBase routing on KV events, which a build without cgo refuses.
+var kvSourceBase = strings.NewReplacer(`strategy = "cache_aware"`, `strategy = "precise_cache_aware"`,
+	"[sources.provider.lmcache]\nendpoint = \"http://{ip}:8100/lmcache/status\"\n", "[sources.provider.kv_events]\nendpoint = \"tcp://{ip}:5557\"\n").Replace(sourceBase)
 
 // TestSourceValidation: every rule of [[sources]] and of targets that name one, each under its key.
 func TestSourceValidation(t *testing.T) {
@@ -51,12 +57,16 @@ func TestSourceValidation(t *testing.T) {
 	f(strings.Replace(sourceBase, `name = "pool"`, `name = "a/b"`, 1), `sources[0].name: source name "a/b" may not hold`)
 	f(strings.Replace(sourceBase, `http://{ip}:{port}/v1`, `http://10.0.0.1:8000/v1`, 1), "sources[0].provider.api_base: a source's api_base must hold {ip}")
 	f(strings.Replace(sourceBase, `http://{ip}:{port}/v1`, `ftp://{ip}/v1`, 1), "sources[0].provider.api_base: URL")
-	f(strings.Replace(sourceBase, `endpoint = "tcp://{ip}:5557"`, "endpoint = \"tcp://{ip}:5557\"\nmode = \"bind\"", 1), "sources[0].provider.kv_events.mode")
+
 	f(strings.Replace(sourceBase, `source = "pool"`, `source = "other"`, 1), `routes[0].targets[0].source: unknown source "other"`)
 	f(strings.Replace(sourceBase, `source = "pool"`, "source = \"pool\"\nprovider = \"p\"", 1), "routes[0].targets[0].source: set provider or source, not both")
 	f(sourceBase+"[[routes.targets]]\nsource = \"pool\"\n", `routes[0].targets[1].source: source "pool" is already a target of routes[0]`)
-	f(strings.Replace(sourceBase, "[sources.provider.kv_events]\nendpoint = \"tcp://{ip}:5557\"\n", "", 1),
+	f(strings.Replace(sourceBase, `strategy = "cache_aware"`, `strategy = "precise_cache_aware"`, 1),
 		`routes[0].targets[0].source: the route's strategies need KV events: source "pool" needs [sources.provider.kv_events]`)
+	if kvindex.Supported {
+		f(kvSourceBase, "")
+		f(strings.Replace(kvSourceBase, `endpoint = "tcp://{ip}:5557"`, "endpoint = \"tcp://{ip}:5557\"\nmode = \"bind\"", 1), "sources[0].provider.kv_events.mode")
+	}
 	f(sourceBase+"[[providers]]\nname = \"pool@10.0.0.1:8000\"\napi_base = \"http://10.0.0.1:8000\"\n", `provider name "pool@10.0.0.1:8000" is taken by source "pool"`)
 	dns := strings.Replace(sourceBase, "kind = \"kubernetes\"\n[sources.kubernetes]\nservice = \"vllm\"", "kind = \"dns\"\n[sources.dns]\nname = \"vllm.local\"\nrecord = \"a\"", 1)
 	f(dns, "sources[0].port: A and AAAA records carry no port")
@@ -75,15 +85,18 @@ func TestProviderFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &cfg.Sources[0]
+	// The KV events' template, which a build without cgo would refuse in a file.
+	s.Provider.KVEvents = &KVEventsConfig{Endpoint: "tcp://{ip}:5557"}
 	p := s.ProviderFor("x", netip.MustParseAddrPort("[fd00::5]:8000"), "", "")
-	if p.Name != "x" || p.APIBase != "http://[fd00::5]:8000/v1" || p.KVEvents.Endpoint != "tcp://[fd00::5]:5557" {
+	if p.Name != "x" || p.Source != "pool" || p.APIBase != "http://[fd00::5]:8000/v1" || p.KVEvents.Endpoint != "tcp://[fd00::5]:5557" ||
+		p.LMCache.Endpoint != "http://[fd00::5]:8100/lmcache/status" {
 		t.Fatalf("got %+v %+v", p, p.KVEvents)
 	}
-	p = s.ProviderFor("x", netip.MustParseAddrPort("10.1.2.3:9000"), "tcp://10.9.9.9:7000", "")
-	if p.APIBase != "http://10.1.2.3:9000/v1" || p.KVEvents.Endpoint != "tcp://10.9.9.9:7000" {
+	p = s.ProviderFor("x", netip.MustParseAddrPort("10.1.2.3:9000"), "tcp://10.9.9.9:7000", "http://10.9.9.9:1/s")
+	if p.APIBase != "http://10.1.2.3:9000/v1" || p.KVEvents.Endpoint != "tcp://10.9.9.9:7000" || p.LMCache.Endpoint != "http://10.9.9.9:1/s" {
 		t.Fatalf("got %+v %+v", p, p.KVEvents)
 	}
-	if s.Provider.KVEvents.Endpoint != "tcp://{ip}:5557" {
+	if s.Provider.KVEvents.Endpoint != "tcp://{ip}:5557" || s.Provider.LMCache.Endpoint != "http://{ip}:8100/lmcache/status" {
 		t.Fatal("the template was changed")
 	}
 	if got := EndpointName("pool", netip.MustParseAddrPort("10.1.2.3:9000"), "3f2a9c1b-aaaa-bbbb"); got != "pool@10.1.2.3:9000/3f2a9c1b" {
