@@ -58,33 +58,18 @@ func TestDiscoveryDNS(t *testing.T) {
 		r := newRig(t, 4, dnsSourceConfig(d.Addr(), "a", "vllm.test"))
 		r.waitTargets("at start", 1, 2)
 		r.load(4)
-		prompt := "a repeated prompt: " + strings.Repeat("the same long context, ", 100)
-		_, home, _ := r.chat(prompt)
-		h := indexOf(home)
-		r.prefixHit("before any change", prompt, home)
-
+		rp := r.remember()
 		changed := time.Now()
 		d.SetHosts(hostsOf("vllm.test", 1, 2, 3, 4))
-		took := r.waitServed("2 -> 4", changed, 3, 4)
-		r.waitTargets("2 -> 4", 1, 2, 3, 4)
-		r.prefixHit("right after 2 -> 4", prompt, home)
-		t.Logf("2 -> 4: every new engine took traffic %v after the records changed", took.Round(time.Millisecond))
-		if took > 2*time.Second {
-			t.Fatalf("the new engines took traffic %v after the records changed, over 2 s", took)
-		}
+		r.grown("2 -> 4", changed, rp, []int{3, 4}, []int{1, 2, 3, 4})
 		gone := 1
-		if h == 1 {
+		if rp.h == 1 {
 			gone = 2
 		}
-		keep := []int{}
-		for i := 1; i <= 4; i++ {
-			if i != gone {
-				keep = append(keep, i)
-			}
-		}
+		keep := except(4, gone)
 		d.SetHosts(hostsOf("vllm.test", keep...))
 		r.waitTargets("4 -> 3", keep...)
-		r.prefixHit("right after 4 -> 3", prompt, home)
+		r.prefixHit("right after 4 -> 3", rp.prompt, rp.home)
 
 		d.Stop()
 		time.Sleep(1500 * time.Millisecond) // past the TTL: the source asks, fails, keeps its set
@@ -92,11 +77,8 @@ func TestDiscoveryDNS(t *testing.T) {
 		if st := r.gw.fleet.Status(); len(st) != 1 || st[0].Up || st[0].LastError == "" {
 			t.Fatalf("with the DNS server down the source's status is %+v", st)
 		}
-		r.prefixHit("with the DNS server down", prompt, home)
-		if n := r.failed.Load(); n > 0 || r.sent.Load() == 0 {
-			t.Fatalf("%d of %d requests under load failed", n, r.sent.Load())
-		}
-		t.Logf("%d requests under load, none failed", r.sent.Load())
+		r.prefixHit("with the DNS server down", rp.prompt, rp.home)
+		r.noneFailed()
 	})
 	t.Run("SRV", func(t *testing.T) {
 		srv := func(idx ...int) string {
@@ -114,20 +96,10 @@ func TestDiscoveryDNS(t *testing.T) {
 		r := newRig(t, 3, dnsSourceConfig(d.Addr(), "srv", "_http._tcp.vllm.test"))
 		r.waitTargets("at start", 1, 2)
 		r.load(4)
-		prompt := "a repeated prompt: " + strings.Repeat("the same long context, ", 100)
-		_, home, _ := r.chat(prompt)
-		r.prefixHit("before any change", prompt, home)
+		rp := r.remember()
 		changed := time.Now()
 		d.Restart(srv(1, 2, 3))
-		took := r.waitServed("2 -> 3", changed, 3)
-		r.waitTargets("2 -> 3", 1, 2, 3)
-		r.prefixHit("right after 2 -> 3", prompt, home)
-		t.Logf("2 -> 3: the new engine took traffic %v after the SRV records changed", took.Round(time.Millisecond))
-		if took > 2*time.Second {
-			t.Fatalf("the new engine took traffic %v after the records changed, over 2 s", took)
-		}
-		if n := r.failed.Load(); n > 0 || r.sent.Load() == 0 {
-			t.Fatalf("%d of %d requests under load failed", n, r.sent.Load())
-		}
+		r.grown("2 -> 3", changed, rp, []int{3}, []int{1, 2, 3})
+		r.noneFailed()
 	})
 }

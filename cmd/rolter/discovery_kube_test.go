@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -77,45 +76,19 @@ func TestDiscoveryKubernetesService(t *testing.T) {
 	r := newRig(t, 7, kubeSourceConfig(kubeconfig, ns, `service = "vllm"`))
 	r.waitTargets("at start", 1, 2)
 	r.load(4)
-	prompt := "a repeated prompt: " + strings.Repeat("the same long context, ", 100)
-	_, home, _ := r.chat(prompt)
-	h := indexOf(home)
-	r.prefixHit("before any change", prompt, home)
-
+	rp := r.remember()
 	changed := time.Now()
 	c.UpdateEndpointSlice(t, slice(1, 2, 3, 4, 5, 6))
-	took := r.waitServed("2 -> 6", changed, 3, 4, 5, 6)
-	r.waitTargets("2 -> 6", 1, 2, 3, 4, 5, 6)
-	r.prefixHit("right after 2 -> 6", prompt, home)
-	t.Logf("2 -> 6: every new endpoint took traffic %v after the EndpointSlice changed", took.Round(time.Millisecond))
-	if took > 2*time.Second {
-		t.Fatalf("the new endpoints took traffic %v after the change, over 2 s", took)
-	}
+	r.grown("2 -> 6", changed, rp, []int{3, 4, 5, 6}, []int{1, 2, 3, 4, 5, 6})
 
-	var others []int
-	for i := 1; i <= 6; i++ {
-		if i != h {
-			others = append(others, i)
-		}
-	}
-	keep := []int{h, others[0], others[1]}
+	others := except(6, rp.h)
+	keep := []int{rp.h, others[0], others[1]}
 	c.UpdateEndpointSlice(t, slice(keep...))
 	r.waitTargets("6 -> 3", keep...)
-	r.prefixHit("right after 6 -> 3", prompt, home)
+	r.prefixHit("right after 6 -> 3", rp.prompt, rp.home)
 
 	// A stream on an engine that then terminates: it takes no new request, and the stream completes.
-	x, done := -1, (<-chan error)(nil)
-	for i := 0; x < 0 && i < 50; i++ {
-		target, d := r.stream(fmt.Sprintf("%d: a long answer, please", i))
-		if j := indexOf(target); j != h && slices.Contains(keep, j) {
-			x, done = j, d
-		} else if err := <-d; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if x < 0 {
-		t.Fatal("no stream landed on an engine other than the repeated prompt's")
-	}
+	x, done := r.streamOn(func(i int) bool { return i != rp.h && slices.Contains(keep, i) })
 	pods[x] = c.TerminatePod(t, ns, pods[x].Name)
 	c.UpdateEndpointSlice(t, slice(keep...))
 	rest := slices.DeleteFunc(slices.Clone(keep), func(i int) bool { return i == x })
@@ -123,7 +96,7 @@ func TestDiscoveryKubernetesService(t *testing.T) {
 	if st := r.stateOf("vllm", x); st != "terminating" {
 		t.Fatalf("the terminating endpoint's state is %q", st)
 	}
-	r.prefixHit("right after an endpoint terminated", prompt, home)
+	r.prefixHit("right after an endpoint terminated", rp.prompt, rp.home)
 	if err := <-done; err != nil {
 		t.Fatalf("the terminating engine's stream: %v", err)
 	}
@@ -131,27 +104,19 @@ func TestDiscoveryKubernetesService(t *testing.T) {
 
 	// Engine 7 joins, then one is deleted.
 	y := rest[1]
-	c.UpdateEndpointSlice(t, slice(h, y, 7))
-	r.waitTargets("one joined", h, y, 7)
-	c.UpdateEndpointSlice(t, slice(h, 7))
-	r.waitTargets("one deleted", h, 7)
-	r.prefixHit("right after a deletion", prompt, home)
+	c.UpdateEndpointSlice(t, slice(rp.h, y, 7))
+	r.waitTargets("one joined", rp.h, y, 7)
+	c.UpdateEndpointSlice(t, slice(rp.h, 7))
+	r.waitTargets("one deleted", rp.h, 7)
+	r.prefixHit("right after a deletion", rp.prompt, rp.home)
 	c.RemovePod(t, ns, pods[y].Name)
 
 	// The repeated prompt's pod replaced by a new one on the same address: a new engine, cold.
-	c.RemovePod(t, ns, pods[h].Name)
-	pods[h] = c.CreatePod(t, ns, kubetest.Pod{Name: fmt.Sprintf("vllm-%d-new", h), IP: netns.Addr(h).String(), Ready: true})
-	c.UpdateEndpointSlice(t, slice(h, 7))
-	r.waitTargetsNamed("the replaced pod", func(names []string) bool { return !slices.Contains(names, home) && len(names) == 2 })
-	_, got, decision := r.chat(prompt)
-	if decision == "prefix_hit" {
-		t.Fatalf("the repeated prompt was a prefix_hit on %q after its pod was replaced: the new pod must start cold", got)
-	}
-	t.Logf("after the replacement the repeated prompt went to %s (%s)", got, decision)
-	if n := r.failed.Load(); n > 0 || r.sent.Load() == 0 {
-		t.Fatalf("%d of %d requests under load failed", n, r.sent.Load())
-	}
-	t.Logf("%d requests under load, none failed", r.sent.Load())
+	c.RemovePod(t, ns, pods[rp.h].Name)
+	pods[rp.h] = c.CreatePod(t, ns, kubetest.Pod{Name: fmt.Sprintf("vllm-%d-new", rp.h), IP: netns.Addr(rp.h).String(), Ready: true})
+	c.UpdateEndpointSlice(t, slice(rp.h, 7))
+	r.replaced(rp, 2)
+	r.noneFailed()
 }
 
 // TestDiscoveryInferencePool: the gateway follows the pods of a Gateway API Inference Extension
@@ -188,61 +153,29 @@ func TestDiscoveryInferencePool(t *testing.T) {
 	r := newRig(t, 5, kubeSourceConfig(kubeconfig, ns, `inference_pool = "llama"`))
 	r.waitTargets("at start", 1, 2)
 	r.load(4)
-	prompt := "a repeated prompt: " + strings.Repeat("the same long context, ", 100)
-	_, home, _ := r.chat(prompt)
-	h := indexOf(home)
-	r.prefixHit("before any change", prompt, home)
-
+	rp := r.remember()
 	changed := time.Now()
 	for i := 3; i <= 5; i++ {
 		pods[i] = pod(i, fmt.Sprintf("vllm-%d", i))
 	}
-	took := r.waitServed("2 -> 5", changed, 3, 4, 5)
-	r.waitTargets("2 -> 5", 1, 2, 3, 4, 5)
-	r.prefixHit("right after 2 -> 5", prompt, home)
-	t.Logf("2 -> 5: every new pod took traffic %v after it was created", took.Round(time.Millisecond))
-	if took > 2*time.Second {
-		t.Fatalf("the new pods took traffic %v after they were created, over 2 s", took)
-	}
+	r.grown("2 -> 5", changed, rp, []int{3, 4, 5}, []int{1, 2, 3, 4, 5})
 
-	var others []int
-	for i := 1; i <= 5; i++ {
-		if i != h {
-			others = append(others, i)
-		}
-	}
+	others := except(5, rp.h)
 	c.SetPodReady(t, ns, pods[others[0]].Name, false)
-	r.waitTargets("one unready", h, others[1], others[2], others[3])
-	r.prefixHit("right after a pod turned unready", prompt, home)
+	r.waitTargets("one unready", rp.h, others[1], others[2], others[3])
+	r.prefixHit("right after a pod turned unready", rp.prompt, rp.home)
 
-	x, done := -1, (<-chan error)(nil)
-	for i := 0; x < 0 && i < 50; i++ {
-		target, d := r.stream(fmt.Sprintf("%d: a long answer, please", i))
-		if j := indexOf(target); j == others[1] {
-			x, done = j, d
-		} else if err := <-d; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if x < 0 {
-		t.Fatal("no stream landed on the engine the test terminates")
-	}
+	x, done := r.streamOn(func(i int) bool { return i == others[1] })
 	c.TerminatePod(t, ns, pods[x].Name)
-	r.waitTargets("terminating", h, others[2], others[3])
-	r.prefixHit("right after a pod terminated", prompt, home)
+	r.waitTargets("terminating", rp.h, others[2], others[3])
+	r.prefixHit("right after a pod terminated", rp.prompt, rp.home)
 	if err := <-done; err != nil {
 		t.Fatalf("the terminating pod's stream: %v", err)
 	}
 
-	c.RemovePod(t, ns, pods[h].Name)
+	c.RemovePod(t, ns, pods[rp.h].Name)
 	r.waitTargets("the repeated prompt's pod gone", others[2], others[3])
-	pods[h] = pod(h, fmt.Sprintf("vllm-%d-new", h))
-	r.waitTargetsNamed("the replaced pod", func(names []string) bool { return len(names) == 3 && !slices.Contains(names, home) })
-	if _, got, decision := r.chat(prompt); decision == "prefix_hit" && indexOf(got) == h {
-		t.Fatalf("the repeated prompt was a prefix_hit on the new pod %q: it must start cold", got)
-	}
-	if n := r.failed.Load(); n > 0 || r.sent.Load() == 0 {
-		t.Fatalf("%d of %d requests under load failed", n, r.sent.Load())
-	}
-	t.Logf("%d requests under load, none failed", r.sent.Load())
+	pods[rp.h] = pod(rp.h, fmt.Sprintf("vllm-%d-new", rp.h))
+	r.replaced(rp, 3)
+	r.noneFailed()
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -280,4 +281,83 @@ func (r *rig) waitTargetsNamed(what string, ok func(names []string) bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// repeated is the prompt a rig sends again after each change, and the engine that holds it.
+type repeated struct {
+	prompt string
+	home   string // its target
+	h      int    // its engine's netns index
+}
+
+// remember sends the repeated prompt twice: the second time it must be a prefix_hit where the first went.
+func (r *rig) remember() repeated {
+	r.t.Helper()
+	rp := repeated{prompt: "a repeated prompt: " + strings.Repeat("the same long context, ", 100)}
+	_, rp.home, _ = r.chat(rp.prompt)
+	rp.h = indexOf(rp.home)
+	r.prefixHit("before any change", rp.prompt, rp.home)
+	return rp
+}
+
+// grown checks a change made at changed that added the engines idx to a fleet of all: each takes traffic
+// within 2 s, the targets are all, and the repeated prompt is still a prefix_hit where it was.
+func (r *rig) grown(what string, changed time.Time, rp repeated, idx, all []int) {
+	r.t.Helper()
+	took := r.waitServed(what, changed, idx...)
+	r.waitTargets(what, all...)
+	r.prefixHit("right after "+what, rp.prompt, rp.home)
+	r.t.Logf("%s: every new engine took traffic %v after the change", what, took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		r.t.Fatalf("%s: the new engines took traffic %v after the change, over 2 s", what, took)
+	}
+}
+
+// except returns 1..n without the indexes of skip.
+func except(n int, skip ...int) []int {
+	var out []int
+	for i := 1; i <= n; i++ {
+		if !slices.Contains(skip, i) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// streamOn starts streams until one lands on an engine want accepts (the others are read to the end) and
+// returns that engine's index and the stream's end.
+func (r *rig) streamOn(want func(i int) bool) (int, <-chan error) {
+	r.t.Helper()
+	for i := range 50 {
+		target, done := r.stream(fmt.Sprintf("%d: a long answer, please", i))
+		if j := indexOf(target); want(j) {
+			return j, done
+		}
+		if err := <-done; err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	r.t.Fatal("no stream landed on an engine the test wanted")
+	return 0, nil
+}
+
+// noneFailed checks that the load sent requests and none of them failed.
+func (r *rig) noneFailed() {
+	r.t.Helper()
+	if n := r.failed.Load(); n > 0 || r.sent.Load() == 0 {
+		r.t.Fatalf("%d of %d requests under load failed", n, r.sent.Load())
+	}
+	r.t.Logf("%d requests under load, none failed", r.sent.Load())
+}
+
+// replaced checks that the repeated prompt's engine came back as a new pod on its address (n targets,
+// none of them the old one) and starts cold: the prompt is no prefix_hit there.
+func (r *rig) replaced(rp repeated, n int) {
+	r.t.Helper()
+	r.waitTargetsNamed("the replaced pod", func(names []string) bool { return len(names) == n && !slices.Contains(names, rp.home) })
+	_, got, decision := r.chat(rp.prompt)
+	if decision == "prefix_hit" && indexOf(got) == rp.h {
+		r.t.Fatalf("the repeated prompt was a prefix_hit on the new pod %q: it must start cold", got)
+	}
+	r.t.Logf("after the replacement the repeated prompt went to %s (%s)", got, decision)
 }
