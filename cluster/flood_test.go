@@ -61,10 +61,11 @@ func TestEvidenceFlood(t *testing.T) {
 		sender.Stats().QueueFull, heap0, heap1)
 }
 
-// poll waits for cond, failing the test after 30 s.
+// poll waits for cond, failing the test after 90 s: a bound for a hang, generous enough for a race build
+// on a shared 2-core machine, where the flood alone takes tens of seconds.
 func poll(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
