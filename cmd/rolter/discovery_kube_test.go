@@ -154,10 +154,10 @@ func TestDiscoveryInferencePool(t *testing.T) {
 	r.waitTargets("at start", 1, 2)
 	r.load(4)
 	rp := r.remember()
-	changed := time.Now()
 	for i := 3; i <= 5; i++ {
 		pods[i] = pod(i, fmt.Sprintf("vllm-%d", i))
 	}
+	changed := time.Now() // the last pod is written: from here on it is the gateway's time
 	r.grown("2 -> 5", changed, rp, []int{3, 4, 5}, []int{1, 2, 3, 4, 5})
 
 	others := except(5, rp.h)
