@@ -171,12 +171,19 @@ func value(b []byte, i, depth int) (int, error) {
 // refuses raw control characters and unknown escapes, as Python's json.loads does (strict mode).
 func str(b []byte, i int) (int, error) {
 	for j := i + 1; j < len(b); j++ {
+		// Most bytes of a string need no look: skip them in a tight loop (BenchmarkScan).
+		for j < len(b) && plain[b[j]] {
+			j++
+		}
+		if j >= len(b) {
+			break
+		}
 		switch c := b[j]; {
 		case c == '"':
 			return j + 1, nil
 		case c < 0x20:
 			return -1, syntaxError(j, "control character in a string")
-		case c == '\\':
+		default: // '\\'
 			if j++; j >= len(b) {
 				return -1, syntaxError(j, "unexpected end of input")
 			}
@@ -199,6 +206,14 @@ func str(b []byte, i int) (int, error) {
 	}
 	return -1, syntaxError(len(b), "unterminated string")
 }
+
+// plain marks the bytes a string may hold as they are: all but the quote, the backslash and controls.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // scalar scans the number or literal (true, false, null) at i and returns the index after it.
 func scalar(b []byte, i int) (int, error) {
