@@ -74,9 +74,12 @@
 // key is only appended when the body had it, as the proxy does.
 //
 // Client-supplied kv_transfer_params must never reach an engine: a client could point a decode engine at
-// a host of its choosing (vLLM has since stripped remote_host and remote_port from client params,
-// kv_transfer_params_sanitizer.py, for that reason). Both suffixes always end with the gateway's own
-// "kv_transfer_params", so they win; other routes should not forward the key at all.
+// a host of its choosing. Both suffixes always end with the gateway's own "kv_transfer_params", so they
+// win; routes that are not disaggregated should not forward the key at all. (A change proposed upstream,
+// vllm/entrypoints/openai/kv_transfer_params_sanitizer.py, strips remote_host and remote_port from the
+// params of every request at the API boundary for the same reason; were it to land as written, a decode
+// engine could no longer learn the prefill's side channel from the request body, so the pairing of this
+// package with vLLM versions should be checked against a real fleet.)
 //
 // # Failure semantics the engine must honour (vLLM)
 //
