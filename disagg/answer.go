@@ -56,7 +56,8 @@ func ParsePrefillAnswer(answer []byte) (kvParams []byte, err error) {
 	case kvParams[0] != '{':
 		return nil, fmt.Errorf("cannot use prefill answer: kv_transfer_params is %s, not an object", kind(kvParams[0]))
 	case len(kvParams) > MaxKVTransferParamsBytes:
-		return nil, fmt.Errorf("cannot use prefill answer: kv_transfer_params has %d bytes, more than %d", len(kvParams), MaxKVTransferParamsBytes)
+		return nil, fmt.Errorf("cannot use prefill answer: kv_transfer_params has %d bytes, more than %d",
+			len(kvParams), MaxKVTransferParamsBytes)
 	case !utf8.Valid(kvParams):
 		return nil, errors.New("cannot use prefill answer: kv_transfer_params is not valid UTF-8")
 	}

@@ -51,6 +51,8 @@
 // token (EOS, a stop string) or was aborted keeps nothing and answers no params: the chat endpoint drops
 // null fields (model_dump(exclude_none=True), chat_completion/api_router.py), the completions endpoint
 // writes "kv_transfer_params": null. We copy the params object as it is, whatever keys a version adds.
+// Both routers send one X-Request-Id to both engines: vLLM builds its request id from that header, and
+// versions whose params lack remote_request_id rely on the two ids matching; the engine should do the same.
 //
 // # Duplicate keys: why a suffix works
 //
@@ -74,12 +76,13 @@
 // key is only appended when the body had it, as the proxy does.
 //
 // Client-supplied kv_transfer_params must never reach an engine: a client could point a decode engine at
-// a host of its choosing. Both suffixes always end with the gateway's own "kv_transfer_params", so they
-// win; routes that are not disaggregated should not forward the key at all. (A change proposed upstream,
-// vllm/entrypoints/openai/kv_transfer_params_sanitizer.py, strips remote_host and remote_port from the
-// params of every request at the API boundary for the same reason; were it to land as written, a decode
-// engine could no longer learn the prefill's side channel from the request body, so the pairing of this
-// package with vLLM versions should be checked against a real fleet.)
+// a host of its choosing. AppendPrefill and AppendDecode always write the gateway's own
+// "kv_transfer_params" after the client's members, so they win; routes that are not disaggregated should
+// not forward the key at all. (A change proposed upstream, vllm/entrypoints/openai/
+// kv_transfer_params_sanitizer.py, strips remote_host and remote_port from the params of every request at
+// the API boundary for the same reason; were it to land as written, a decode engine could no longer learn
+// the prefill's side channel from the request body, so the pairing of this package with vLLM versions
+// should be checked against a real fleet.)
 //
 // # Failure semantics the engine must honour (vLLM)
 //
@@ -130,7 +133,7 @@
 // Failure semantics (SGLang): the prefill and the decode fail together. sgl-model-gateway drops the decode
 // request when the prefill fails (the decode engine would otherwise wait for the KV up to its
 // disaggregation timeout, 300 s) and answers the prefill's error; a decode that fails first aborts the
-// prefill. A retry is a new pair with a new room. The prefill request must not be cancelled when the
-// decode finishes first (llm-d sends it with context.WithoutCancel), but both are cancelled when the
-// client leaves.
+// prefill; it runs both requests in the client's handler, so a client that leaves cancels both. A retry is
+// a new pair with a new room. llm-d sends the prefill detached (context.WithoutCancel), so that a decode
+// finishing first does not abort it.
 package disagg
