@@ -54,6 +54,10 @@
 // Both routers send one X-Request-Id to both engines: vLLM builds its request id from that header, and
 // versions whose params lack remote_request_id rely on the two ids matching; the engine should do the same.
 //
+// These suffixes cover POST /v1/chat/completions and /v1/completions, the two endpoints vLLM's proxy
+// serves. The Responses API limits tokens with max_output_tokens (llm-d sets that one instead), so a
+// /v1/responses request must not be split with AppendPrefill as it is.
+//
 // # Duplicate keys: why a suffix works
 //
 // vLLM's endpoints take the body as a pydantic model parameter (create_chat_completion(request:
