@@ -22,16 +22,15 @@ func (e *SyntaxError) Error() string {
 
 func syntaxError(i int, msg string) error { return &SyntaxError{Offset: i, Msg: msg} }
 
-// member is one member of a top-level object, as offsets into the scanned bytes: the key between its
+// member is one member of a top-level object, as subslices of the scanned bytes: the key between its
 // quotes (still escaped) and the value.
 type member struct {
-	key        []byte
-	value      []byte
-	valueStart int
+	key   []byte
+	value []byte
 }
 
 // object walks the members of the top-level object in b, strictly (RFC 8259: strings, escapes, numbers,
-// literals, nesting up to maxDepth), calling next's visit for each member in order. It returns the index of
+// literals, nesting up to maxDepth), calling visit for each member in order. It returns the index of
 // the object's closing brace. Whitespace may surround the object; anything else around it is an error.
 // Work is linear in len(b) and nothing is allocated unless an error is returned.
 func object(b []byte, visit func(m member)) (end int, err error) {
@@ -48,11 +47,11 @@ func object(b []byte, visit func(m member)) (end int, err error) {
 			if m.key, i, err = key(b, i); err != nil {
 				return -1, err
 			}
-			m.valueStart = i
+			start := i
 			if i, err = value(b, i, 1); err != nil {
 				return -1, err
 			}
-			m.value = b[m.valueStart:i]
+			m.value = b[start:i]
 			visit(m)
 			if i = ws(b, i); i >= len(b) {
 				return -1, syntaxError(i, "unexpected end of input")
@@ -73,7 +72,7 @@ func object(b []byte, visit func(m member)) (end int, err error) {
 	return end, nil
 }
 
-// key scans an object key at i (whitespace skipped before it), its colon, and the whitespace after: it
+// key scans the object key at i (whitespace before it already skipped), its colon, and the whitespace after: it
 // returns the key between its quotes and the index of the member's value.
 func key(b []byte, i int) (k []byte, next int, err error) {
 	if i >= len(b) || b[i] != '"' {
@@ -118,10 +117,10 @@ func value(b []byte, i, depth int) (int, error) {
 				objects[d/64] &^= 1 << (d % 64)
 			}
 			i = ws(b, i+1)
-			if i < len(b) && b[i] == c+2 { // '}' or ']'
+			if i < len(b) && b[i] == c+2 { // '}' or ']': an empty container, a whole value
 				i++
 				depth--
-				break
+				break // out of the switch, to what follows a value
 			}
 			if c == '{' {
 				if _, i, err = key(b, i); err != nil {
