@@ -31,6 +31,8 @@ api_base = "http://{ip}:{port}"
 [[routes]]
 model = "m"
 strategy = "cache_aware"
+[routes.params]
+overload_margin = 16
 [[routes.targets]]
 source = "vllm"
 `, enginePort, name, record, resolver)

@@ -29,7 +29,10 @@ import (
 // enginePort is the port every engine of a rig listens on: one port, many addresses, as pods have.
 const enginePort = 8000
 
-// rig is a gateway over a fleet of simulated engines, with a bounded load running against it.
+// rig is a gateway over a fleet of simulated engines, with a bounded load running against it. The configs
+// give cache_aware an overload margin the load never reaches: what the tests check is the routing memory
+// across fleet changes, and a burst of the load on the repeated prompt's engine just as an idle one joins
+// would otherwise spill the prompt there, as the rule says it must.
 type rig struct {
 	t       *testing.T
 	gw      *gateway
