@@ -14,6 +14,7 @@ func (e *Engine) appendMetrics(dst []byte) []byte {
 	running, waiting := e.running, e.waiting
 	used := e.cache.usedBlocks()
 	queried, hits := e.queried, e.hits
+	extQueried, extHits, expired := e.extQueried, e.extHits, e.expiredReqs
 	e.mu.Unlock()
 
 	labels := `{engine="` + escapeLabel(e.cfg.EngineLabel) + `",model_name="` + escapeLabel(e.cfg.Model) + `"}`
@@ -34,6 +35,14 @@ func (e *Engine) appendMetrics(dst []byte) []byte {
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", float64(used)/float64(e.cfg.NumBlocks))
 	counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", queried)
 	counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", hits)
+	if e.cfg.Role != RoleAggregated {
+		// What vLLM exposes with a KV connector (v1/metrics/loggers.py, nixl/stats.py).
+		counter("vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.", extQueried)
+		counter("vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.", extHits)
+		counter("vllm:nixl_num_failed_transfers", "Number of failed NIXL KV Cache transfers.", e.pullsFailed.Load())
+		counter("vllm:nixl_num_failed_notifications", "Number of failed NIXL KV Cache notifications.", e.failedNotifs.Load())
+		counter("vllm:nixl_num_kv_expired_reqs", "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance.", expired)
+	}
 	// prometheus_client's process collector: a restarted engine has a new start time.
 	dst = append(dst, "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds "...)
 	dst = appendPyFloat(dst, e.startTime())
