@@ -184,8 +184,41 @@ func TestDisaggTwoHops(t *testing.T) {
 
 	// The decode sim's metrics count the read tokens as external hits, not local ones.
 	m := c.metrics(d.URL())
-	if m["vllm:external_prefix_cache_hits_total"] == 0 || m["vllm:prefix_cache_hits_total"] != 0 || m["vllm:nixl_num_failed_transfers_total"] != 0 {
+	if m["vllm:external_prefix_cache_hits_total"] == 0 || m["vllm:prefix_cache_hits_total"] != 0 || m["vllm:nixl_num_failed_transfers_total"] != 0 ||
+		m["vllm:nixl_xfer_time_seconds_count"] != 4 || m["vllm:nixl_xfer_time_seconds_bucket"] != 4 {
 		t.Fatalf("decode metrics %v", m)
+	}
+}
+
+func TestTransferHistogramText(t *testing.T) {
+	var h histogram
+	h.observe(0.003)
+	h.observe(0.02)
+	h.observe(7)
+	got := string(h.append(nil, "vllm:nixl_xfer_time_seconds", "Histogram of transfer duration for NIXL KV Cache transfers.", "0", "m", 1.5))
+	want := `# HELP vllm:nixl_xfer_time_seconds Histogram of transfer duration for NIXL KV Cache transfers.
+# TYPE vllm:nixl_xfer_time_seconds histogram
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.005",model_name="m"} 1.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.01",model_name="m"} 1.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.025",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.05",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.075",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.1",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.2",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.3",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.5",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.75",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="1.0",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="5.0",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} 3.0
+vllm:nixl_xfer_time_seconds_count{engine="0",model_name="m"} 3.0
+vllm:nixl_xfer_time_seconds_sum{engine="0",model_name="m"} 7.023
+# HELP vllm:nixl_xfer_time_seconds_created Histogram of transfer duration for NIXL KV Cache transfers.
+# TYPE vllm:nixl_xfer_time_seconds_created gauge
+vllm:nixl_xfer_time_seconds_created{engine="0",model_name="m"} 1.5
+`
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
 }
 
@@ -480,5 +513,43 @@ func TestDisaggRoles(t *testing.T) {
 	}
 	if status, out := c.completion(d.URL()+"/v1/completions", decodeBody(short, raw)); status != 200 {
 		t.Fatalf("short prompt decode: %d %+v", status, out)
+	}
+}
+
+// TestStopDisaggLeavesNoGoroutines: held blocks, their lease timers, the side channel and the
+// decode side's pull connections all end with Stop.
+func TestStopDisaggLeavesNoGoroutines(t *testing.T) {
+	c := newClient(t, 10*time.Second)
+	p, err := New(pdConfig(RolePrefill))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(pdConfig(RoleDecode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	req, kv := prefillOnce(t, c, p, "stop-pulled")
+	if status, out := c.completion(d.URL()+"/v1/completions", decodeBody(req, kv)); status != 200 {
+		t.Fatalf("decode: %d %+v", status, out)
+	}
+	prefillOnce(t, c, p, "stop-held") // still held when the engine stops
+	p.Stop()
+	d.Stop()
+	c.tr.CloseIdleConnections()
+	if s := p.Stats(); s.HeldBlocks != 0 || s.UsedBlocks != 0 {
+		t.Fatalf("after Stop the prefill sim holds blocks: %+v", s)
+	}
+	dl := time.Now().Add(3 * time.Second)
+	for engineGoroutines() != "" && time.Now().Before(dl) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := engineGoroutines(); g != "" {
+		t.Fatalf("goroutines left after Stop:\n%s", g)
 	}
 }

@@ -47,6 +47,7 @@ type Engine struct {
 	expiredBlocks uint64
 	extQueried    uint64
 	extHits       uint64
+	xfer          histogram // vllm:nixl_xfer_time_seconds
 
 	requests     atomic.Uint64
 	completed    atomic.Uint64

@@ -51,9 +51,13 @@ func (e *Engine) pullRemote(r *request) *apiError {
 	// As vLLM's NIXL worker, read the tail of the remote blocks that lines up with the local
 	// blocks still to fill; an empty read still frees the blocks on the prefill side.
 	ids := k.blockIDs[len(k.blockIDs)-(n-start):]
+	began := time.Now()
 	err := e.pull(r, ids, start)
 	r.out = r.out[:0] // the pull's body
 	if err == nil {
+		if len(ids) > 0 {
+			e.observeTransfer(time.Since(began))
+		}
 		r.pulledStart, r.pulledEnd = start, n
 		e.blocksReceived.Add(uint64(n - start))
 		return nil
