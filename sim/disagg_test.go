@@ -238,6 +238,7 @@ func TestDisaggPullFailures(t *testing.T) {
 	pc := pdConfig(RolePrefill)
 	pc.KVLease = 50 * time.Millisecond
 	p := startEngine(t, pc)
+	short := p
 	d := startEngine(t, pdConfig(RoleDecode))
 	rc := pdConfig(RoleDecode)
 	rc.KVLoadFailure = LoadRecompute
@@ -266,7 +267,7 @@ func TestDisaggPullFailures(t *testing.T) {
 	}
 
 	// A second pull of the same blocks fails: the first freed them.
-	p.cfg.KVLease = time.Minute
+	p = startEngine(t, pdConfig(RolePrefill)) // the default lease from here on
 	req, kv = prefillOnce(t, c, p, "twice")
 	if status, out := c.completion(d.URL()+"/v1/completions", decodeBody(req, kv)); status != 200 {
 		t.Fatalf("first pull: %d %+v", status, out)
@@ -325,7 +326,7 @@ func TestDisaggPullFailures(t *testing.T) {
 	if m["vllm:nixl_num_failed_transfers_total"] != 5 || d2.Stats().PullsFailed != 5 {
 		t.Fatalf("decode failed transfers %v", m["vllm:nixl_num_failed_transfers_total"])
 	}
-	if pm := c.metrics(p.URL()); pm["vllm:nixl_num_kv_expired_reqs_total"] != 1 {
+	if pm := c.metrics(short.URL()); pm["vllm:nixl_num_kv_expired_reqs_total"] != 1 {
 		t.Fatalf("prefill expired reqs %v", pm["vllm:nixl_num_kv_expired_reqs_total"])
 	}
 }
