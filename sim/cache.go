@@ -14,6 +14,7 @@ package sim
 // Not safe for concurrent use: the engine calls it under its mutex.
 
 type block struct {
+	id         uint32 // the block's number in the pool, as remote_block_ids name it; kept across reuse
 	hash       blockHash
 	ref        int32
 	cached     bool   // in prefixCache.blocks; false after a restart dropped it while pinned
@@ -30,6 +31,7 @@ type prefixCache struct {
 	lruHead, lruTail *block
 	lruLen           int
 	spare            []*block
+	nextID           uint32
 
 	log *eventLog // nil when KV events are off
 
@@ -199,11 +201,13 @@ func (c *prefixCache) newBlock() *block {
 		c.spare = c.spare[:n-1]
 		return b
 	}
-	return &block{}
+	b := &block{id: c.nextID}
+	c.nextID++
+	return b
 }
 
 func (c *prefixCache) recycle(b *block) {
-	*b = block{}
+	*b = block{id: b.id}
 	c.spare = append(c.spare, b)
 }
 

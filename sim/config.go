@@ -187,8 +187,57 @@ type Config struct {
 	// IdleTimeout closes idle keep-alive connections; default 5s like uvicorn under vLLM.
 	IdleTimeout time.Duration
 
+	// Role is the engine's part in a prefill/decode-disaggregated fleet, as vLLM's NixlConnector
+	// plays it (kv_role): RoleAggregated (default) ignores kv_transfer_params, RolePrefill
+	// (kv_producer) holds the blocks of do_remote_decode requests for a decode to pull,
+	// RoleDecode (kv_consumer) pulls the blocks named by do_remote_prefill requests, RoleBoth
+	// (kv_both) does either, as each request's kv_transfer_params says.
+	Role Role
+	// EngineID is remote_engine_id in the kv_transfer_params this engine hands out, and the id a
+	// pull must name; default a random UUID, as vLLM's KVTransferConfig.engine_id.
+	EngineID string
+	// SideChannelPort is where a prefill engine serves block pulls (on Host);
+	// 0 = a free port (see Engine.SideChannelAddr). `rolter sim` defaults to 5600 like
+	// VLLM_NIXL_SIDE_CHANNEL_PORT.
+	SideChannelPort int
+	// SideChannelHost is remote_host in the kv_transfer_params: the address a decode engine
+	// reaches this engine's side channel at; default Host (VLLM_NIXL_SIDE_CHANNEL_HOST).
+	SideChannelHost string
+	// KVLease is how long a prefill engine keeps the blocks of a finished do_remote_decode
+	// request that nobody pulled; default 480s (VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
+	KVLease time.Duration
+	// TransferPerBlock is the time a pull takes per block moved.
+	TransferPerBlock time.Duration
+	// KVLoadFailure is what a decode engine does when a pull fails: LoadFail (vLLM's default
+	// kv_load_failure_policy "fail": the request fails with HTTP 500) or LoadRecompute (it
+	// computes the prompt locally).
+	KVLoadFailure LoadFailurePolicy
+
 	Faults
 }
+
+// Role is an engine's part in a disaggregated fleet (vLLM's kv_role).
+type Role string
+
+// Roles. The empty role is the aggregated engine.
+const (
+	RoleAggregated Role = ""
+	RolePrefill    Role = "prefill" // kv_producer
+	RoleDecode     Role = "decode"  // kv_consumer
+	RoleBoth       Role = "both"    // kv_both
+)
+
+func (r Role) prefills() bool { return r == RolePrefill || r == RoleBoth }
+func (r Role) decodes() bool  { return r == RoleDecode || r == RoleBoth }
+
+// LoadFailurePolicy is vLLM's kv_load_failure_policy.
+type LoadFailurePolicy string
+
+// Policies; the empty value means LoadFail, vLLM's default.
+const (
+	LoadFail      LoadFailurePolicy = "fail"
+	LoadRecompute LoadFailurePolicy = "recompute"
+)
 
 const (
 	defaultHost         = "127.0.0.1"
@@ -202,6 +251,11 @@ const (
 	defaultMaxTokens    = 16
 	defaultIdleTimeout  = 5 * time.Second
 	defaultCLIPort      = 8000
+	defaultSideChannel  = 5600 // VLLM_NIXL_SIDE_CHANNEL_PORT
+	defaultKVLease      = 480 * time.Second
+
+	// demo transfer latency: a 2k-token prompt (128 blocks) moves in 2.5ms.
+	defaultTransferPerBlock = 20 * time.Microsecond
 
 	// demo latencies: a 2k-token cold prompt costs 40ms of prefill, 16 output tokens 30ms.
 	defaultPrefillPerToken = 20 * time.Microsecond
@@ -212,18 +266,21 @@ const (
 // (20µs prefill per uncached token, 2ms per output token). Port is 0 (a free port).
 func DefaultConfig() Config {
 	return Config{
-		Host:            defaultHost,
-		Model:           defaultModel,
-		EngineLabel:     defaultEngineLabel,
-		ReplayBuffer:    defaultReplayBuffer,
-		BatchWindow:     defaultBatchWindow,
-		BlockSize:       defaultBlockSize,
-		NumBlocks:       defaultNumBlocks,
-		MaxNumSeqs:      defaultMaxNumSeqs,
-		MaxTokens:       defaultMaxTokens,
-		PrefillPerToken: defaultPrefillPerToken,
-		DecodePerToken:  defaultDecodePerToken,
-		IdleTimeout:     defaultIdleTimeout,
+		Host:             defaultHost,
+		Model:            defaultModel,
+		EngineLabel:      defaultEngineLabel,
+		ReplayBuffer:     defaultReplayBuffer,
+		BatchWindow:      defaultBatchWindow,
+		BlockSize:        defaultBlockSize,
+		NumBlocks:        defaultNumBlocks,
+		MaxNumSeqs:       defaultMaxNumSeqs,
+		MaxTokens:        defaultMaxTokens,
+		PrefillPerToken:  defaultPrefillPerToken,
+		DecodePerToken:   defaultDecodePerToken,
+		IdleTimeout:      defaultIdleTimeout,
+		KVLease:          defaultKVLease,
+		TransferPerBlock: defaultTransferPerBlock,
+		KVLoadFailure:    LoadFail,
 	}
 }
 
@@ -258,6 +315,15 @@ func (c *Config) normalize() error {
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = defaultIdleTimeout
+	}
+	if c.SideChannelHost == "" {
+		c.SideChannelHost = c.Host
+	}
+	if c.KVLease == 0 {
+		c.KVLease = defaultKVLease
+	}
+	if c.KVLoadFailure == "" {
+		c.KVLoadFailure = LoadFail
 	}
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -309,6 +375,20 @@ func (c *Config) normalize() error {
 	if c.MaxTokens >= c.MaxModelLen && c.MaxModelLen > 0 {
 		bad("max tokens %d must be below max model len %d", c.MaxTokens, c.MaxModelLen)
 	}
+	switch c.Role {
+	case RoleAggregated, RolePrefill, RoleDecode, RoleBoth:
+	default:
+		bad("unknown role %q: want prefill, decode, both or empty", string(c.Role))
+	}
+	if c.KVLoadFailure != LoadFail && c.KVLoadFailure != LoadRecompute {
+		bad("unknown kv load failure policy %q: want fail or recompute", string(c.KVLoadFailure))
+	}
+	if c.SideChannelPort < 0 || c.SideChannelPort > 65535 {
+		bad("side channel port %d out of range 0..65535", c.SideChannelPort)
+	}
+	if c.KVLease < 0 || c.TransferPerBlock < 0 {
+		bad("kv lease and transfer time must not be negative")
+	}
 	errs = append(errs, c.Faults.validate()...)
 	return errors.Join(errs...)
 }
@@ -355,6 +435,10 @@ type flagConfig struct {
 	prefillUS    float64
 	decodeUS     float64
 	latencyMS    float64
+	role         string
+	policy       string
+	leaseS       float64
+	transferUS   float64
 }
 
 func newFlagSet(out io.Writer) (*flagConfig, *flag.FlagSet) {
@@ -381,6 +465,13 @@ func newFlagSet(out io.Writer) (*flagConfig, *flag.FlagSet) {
 	fs.IntVar(&c.MaxTokens, "max-tokens", c.MaxTokens, "output tokens when a request sets no max_tokens")
 	fs.Float64Var(&fc.prefillUS, "prefill-us-per-token", float64(c.PrefillPerToken)/1e3, "prefill microseconds per uncached prompt token")
 	fs.Float64Var(&fc.decodeUS, "decode-us-per-token", float64(c.DecodePerToken)/1e3, "microseconds per output token")
+	fs.StringVar(&fc.role, "role", "", "disaggregated role: prefill (kv_producer), decode (kv_consumer), both (kv_both); empty = aggregated")
+	fs.StringVar(&c.EngineID, "engine-id", "", "remote_engine_id this engine hands out (empty = a random UUID)")
+	fs.IntVar(&c.SideChannelPort, "side-channel-port", defaultSideChannel, "prefill role: port of the block pull side channel on --host (0 = a free port)")
+	fs.StringVar(&c.SideChannelHost, "side-channel-host", "", "prefill role: remote_host handed to decoders (empty = --host)")
+	fs.Float64Var(&fc.leaseS, "kv-lease-seconds", defaultKVLease.Seconds(), "prefill role: seconds unpulled blocks are held (VLLM_NIXL_ABORT_REQUEST_TIMEOUT)")
+	fs.Float64Var(&fc.transferUS, "transfer-us-per-block", float64(defaultTransferPerBlock)/1e3, "microseconds a pull takes per block moved")
+	fs.StringVar(&fc.policy, "kv-load-failure-policy", string(LoadFail), "decode role: fail (HTTP 500, vLLM's default) or recompute when a pull fails")
 	fs.Float64Var(&c.ErrorRate, "error-rate", 0, "fault: fraction of requests answered with HTTP 500 (0..1)")
 	fs.Float64Var(&fc.latencyMS, "added-latency-ms", 0, "fault: milliseconds added before each request is queued")
 	fs.BoolVar(&c.HangBeforeHeaders, "hang", false, "fault: take a slot and never answer")
@@ -423,5 +514,12 @@ func (fc *flagConfig) finish() error {
 	c.PrefillPerToken = toDur("prefill-us-per-token", fc.prefillUS, 1e3)
 	c.DecodePerToken = toDur("decode-us-per-token", fc.decodeUS, 1e3)
 	c.AddedLatency = toDur("added-latency-ms", fc.latencyMS, 1e6)
+	c.TransferPerBlock = toDur("transfer-us-per-block", fc.transferUS, 1e3)
+	c.KVLease = toDur("kv-lease-seconds", fc.leaseS, 1e9)
+	if fc.leaseS == 0 {
+		errs = append(errs, fmt.Errorf("cannot use kv-lease-seconds 0: must be positive"))
+	}
+	c.Role = Role(fc.role)
+	c.KVLoadFailure = LoadFailurePolicy(fc.policy)
 	return errors.Join(errs...)
 }

@@ -15,6 +15,8 @@ func TestParseFlags(t *testing.T) {
 		"--decode-us-per-token", "1500", "--model", "m", "--error-rate", "0.25", "--added-latency-ms", "7",
 		"--hang", "--abort-after-chunks", "3", "--drop-every-nth-batch", "5", "--garbage-every-n-batches", "6",
 		"--hash-mode", "bytes", "--replay-layout", "old", "--topic", "kv", "--max-tokens", "9",
+		"--role", "prefill", "--engine-id", "p0", "--side-channel-port", "5700", "--kv-lease-seconds", "2.5",
+		"--transfer-us-per-block", "5", "--kv-load-failure-policy", "recompute",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -25,6 +27,8 @@ func TestParseFlags(t *testing.T) {
 		HashMode: HashBytes, ReplayLayout: ReplayOld, ReplayBuffer: 10000, BatchWindow: 2 * time.Millisecond,
 		BlockSize: 32, NumBlocks: 100, MaxNumSeqs: 4, MaxModelLen: 3200, MaxTokens: 9,
 		PrefillPerToken: 2500 * time.Nanosecond, DecodePerToken: 1500 * time.Microsecond, IdleTimeout: 5 * time.Second,
+		Role: RolePrefill, EngineID: "p0", SideChannelPort: 5700, SideChannelHost: "127.0.0.1",
+		KVLease: 2500 * time.Millisecond, TransferPerBlock: 5 * time.Microsecond, KVLoadFailure: LoadRecompute,
 		Faults: Faults{ErrorRate: 0.25, AddedLatency: 7 * time.Millisecond, HangBeforeHeaders: true,
 			AbortAfterChunks: 3, DropEveryNthBatch: 5, GarbageEveryNBatches: 6},
 	}
@@ -33,7 +37,8 @@ func TestParseFlags(t *testing.T) {
 	}
 
 	def, err := ParseFlags(nil)
-	if err != nil || def.Port != 8000 || def.KVEvents != "" || def.Era != EraMap || def.PrefillPerToken != 20*time.Microsecond {
+	if err != nil || def.Port != 8000 || def.KVEvents != "" || def.Era != EraMap || def.PrefillPerToken != 20*time.Microsecond ||
+		def.Role != RoleAggregated || def.SideChannelPort != 5600 || def.KVLease != 480*time.Second || def.KVLoadFailure != LoadFail {
 		t.Fatalf("defaults %+v %v", def, err)
 	}
 	if _, err := ParseFlags([]string{"-h"}); !errors.Is(err, flag.ErrHelp) {
@@ -58,6 +63,8 @@ func TestParseFlagsErrors(t *testing.T) {
 	f("--kv-era bogus --error-rate 2 --hash-mode x", `kv event era "bogus"`, "error rate 2", `hash mode "x"`)
 	f("--replay tcp://*:5558", "needs a kv events endpoint")
 	f("--replay-layout sideways", `replay layout "sideways"`)
+	f("--role pd --kv-load-failure-policy retry --side-channel-port 70000 --kv-lease-seconds 0",
+		`unknown role "pd"`, `kv load failure policy "retry"`, "side channel port 70000", "kv-lease-seconds 0")
 	f("--num-blocks 4 --block-size 16 --max-tokens 64", "max tokens 64 must be below max model len 64")
 	f("--max-model-len 99999", "max model len 99999 out of range")
 	f("--prefill-us-per-token -1", "must not be negative")

@@ -32,6 +32,55 @@
 // a waiting or running request whose client closed the connection is dropped and frees its
 // slot (the socket is peeked every 20ms on Linux; streams also notice failed writes).
 //
+// # Disaggregated prefill and decode (Config.Role)
+//
+// As vLLM with the NixlConnector (vllm/distributed/kv_transfer/kv_connector/v1/nixl, driven by a
+// proxy like tests/v1/kv_connector/nixl_integration/toy_proxy_server.py or llm-d's routing
+// sidecar). Roles: "" (aggregated: kv_transfer_params are ignored), "prefill" (kv_producer),
+// "decode" (kv_consumer), "both" (kv_both: either part, as each request's params say). Only
+// /v1/completions and /v1/chat/completions read kv_transfer_params; a field of the wrong type is
+// a 400.
+//
+// Prefill. A request with kv_transfer_params.do_remote_decode true runs as any request (prefix
+// cache, prefill latency, max_tokens: the proxy sends 1) and its non-stream answer ends with
+//
+//	"kv_transfer_params": {"do_remote_prefill": true, "do_remote_decode": false,
+//	  "remote_block_ids": [ids of the prompt's full blocks], "remote_engine_id": EngineID,
+//	  "remote_request_id": "<id>-<n>", "remote_host": SideChannelHost, "remote_port": side
+//	  channel port, "tp_size": 1, "remote_num_tokens": prompt tokens}
+//
+// Its blocks (full, partial and output) stay held, counted in kv_cache_usage_perc, until a
+// decode engine pulls them or KVLease passes (default 480s, VLLM_NIXL_ABORT_REQUEST_TIMEOUT;
+// newer vLLM uses a 30s kv_lease_duration renewed by the decode side's heartbeats); then they
+// are freed unread (vllm:nixl_num_kv_expired_reqs). A prompt shorter than a block offers [] and
+// holds nothing. A stream with do_remote_decode holds too (its events carry no
+// kv_transfer_params); a request whose client left frees at once, as an abort does in vLLM.
+//
+// Side channel (sidechannel.go), an HTTP listener of its own on Host:SideChannelPort standing
+// in for NIXL's handshake, read and notification: POST /pull {"engine_id", "request_id",
+// "block_ids"} takes TransferPerBlock per block named, frees the request's whole hold and
+// answers {"block_hashes": [hex digests]}; an unknown engine id, block or request (never
+// prefilled, already pulled, expired) is a 4xx {"error"} that frees nothing.
+//
+// Decode (pull.go). A request with do_remote_prefill true, remote_block_ids and the remote_*
+// fields pulls the tail of remote_block_ids its local prefix cache lacks (as vLLM's worker
+// reads only the unhashed blocks; an empty pull still frees the prefill side), checks the
+// digests against its own prompt, then runs: the read blocks count as cached (stored in its
+// cache with BlockStored after prefill), the last prompt token is always computed, so a fully
+// read prompt reports cached_tokens = prompt_tokens - 1 (vLLM's _update_waiting_for_remote_kv).
+// vllm:prefix_cache_* count local hits only, vllm:external_prefix_cache_* the read tokens. The
+// sim offers and reads full blocks only: newer vLLM also moves the partial last block, with
+// the same cached_tokens. Params lacking a remote_* field, or with no block ids, are served
+// without a transfer (vLLM: "invalid KVTransferParams"). A failed pull (prefill engine gone,
+// blocks expired or pulled already, wrong engine id, garbage answer, digests of another
+// prompt) counts in vllm:nixl_num_failed_transfers and, under KVLoadFailure "fail" (vLLM's
+// kv_load_failure_policy default), answers HTTP 500 InternalServerError (in a stream: one
+// error event, then [DONE]); under "recompute" the prompt is computed locally. An empty pull
+// that fails (a full local hit) is a failed notification (vllm:nixl_num_failed_notifications)
+// and the request runs. Successful pulls feed vllm:nixl_xfer_time_seconds. Stats counts
+// RemotePrefills, HeldBlocks, PullsServed, PullsRefused, BlocksSent, ExpiredReqs,
+// ExpiredBlocks, RemoteDecodes, PullsFailed, FailedNotifs and BlocksReceived.
+//
 // # HTTP (vLLM's OpenAI server shapes)
 //
 //	POST /v1/chat/completions, /v1/completions   JSON or SSE ("data: {...}\n\n" per event, one
@@ -63,7 +112,7 @@
 // vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc (blocks held
 // by running requests / NumBlocks, as vLLM counts unpinned cached blocks as free),
 // vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (tokens, with *_created
-// families) and vllm:cache_config_info, labelled engine (EngineLabel) and model_name, with
+// families), vllm:cache_config_info and, with a Role, the KV connector's families above, labelled engine (EngineLabel) and model_name, with
 // # HELP / # TYPE lines and Python-style floats like prometheus_client (docs/internals/engine-metrics.md; test vector TV9).
 //
 // # KV events
@@ -108,7 +157,10 @@
 // `rolter sim` (Main, ParseFlags; -x and --x both work): --host, --port (8000; 0 = free),
 // --model, --engine-label, --kv-events, --replay, --topic, --kv-era, --hash-mode int|bytes,
 // --replay-layout new|old, --replay-buffer, --block-size, --num-blocks, --max-num-seqs,
-// --max-model-len, --max-tokens, --prefill-us-per-token, --decode-us-per-token, and the faults
+// --max-model-len, --max-tokens, --prefill-us-per-token, --decode-us-per-token, the
+// disaggregated role --role prefill|decode|both, --engine-id, --side-channel-port (5600),
+// --side-channel-host, --kv-lease-seconds (480), --transfer-us-per-block,
+// --kv-load-failure-policy fail|recompute, and the faults
 // --error-rate, --added-latency-ms, --hang, --abort-after-chunks, --drop-every-nth-batch,
 // --garbage-every-n-batches.
 package sim

@@ -39,6 +39,16 @@ type Engine struct {
 	queried  uint64 // prompt tokens looked up in the cache
 	hits     uint64 // prompt tokens found in the cache
 
+	// Disaggregated serving, under mu: blocks held for decode engines to pull, and the
+	// tokens of remote-prefilled requests (vllm:external_prefix_cache_*).
+	holds         map[string]*kvHold
+	heldBlocks    int
+	expiredReqs   uint64
+	expiredBlocks uint64
+	extQueried    uint64
+	extHits       uint64
+	xfer          histogram // vllm:nixl_xfer_time_seconds
+
 	requests     atomic.Uint64
 	completed    atomic.Uint64
 	hitRequests  atomic.Uint64
@@ -56,11 +66,22 @@ type Engine struct {
 	nextSeq    atomic.Uint64
 	sendErrors atomic.Uint64
 
+	remotePrefills atomic.Uint64
+	remoteDecodes  atomic.Uint64
+	pullsServed    atomic.Uint64
+	pullsRefused   atomic.Uint64
+	pullsFailed    atomic.Uint64
+	failedNotifs   atomic.Uint64
+	blocksSent     atomic.Uint64
+	blocksReceived atomic.Uint64
+
 	reqPool sync.Pool
 
 	ln       net.Listener
 	srv      *fasthttp.Server
 	pub      *publisher
+	sideLn   net.Listener // the block pull side channel of a prefilling engine
+	sideSrv  *fasthttp.Server
 	stopCh   chan struct{}
 	wg       sync.WaitGroup
 	started  atomic.Bool
@@ -85,6 +106,10 @@ func New(cfg Config) (*Engine, error) {
 	var salt [8]byte
 	_, _ = rand.Read(salt[:])
 	e.idPrefix = hex.EncodeToString(salt[:])
+	if e.cfg.EngineID == "" {
+		e.cfg.EngineID = newUUID()
+	}
+	e.holds = make(map[string]*kvHold)
 	f := cfg.Faults
 	e.faults.Store(&f)
 	if cfg.KVEvents != "" {
@@ -122,6 +147,16 @@ func (e *Engine) Start() error {
 			return err
 		}
 		e.pub = p
+	}
+	if e.cfg.Role.prefills() {
+		if err := e.startSideChannel(); err != nil {
+			_ = ln.Close()
+			if e.pub != nil {
+				e.pub.close()
+			}
+			close(e.stopCh)
+			return fmt.Errorf("cannot listen for block pulls on %q: %w", net.JoinHostPort(e.cfg.Host, strconv.Itoa(e.cfg.SideChannelPort)), err)
+		}
 	}
 	e.ln = ln
 	e.srv = &fasthttp.Server{
@@ -166,7 +201,12 @@ func (e *Engine) Stop() {
 		// Shutdown only closes listeners Serve has registered: one called right after Start can run before
 		// the Serve goroutine did, which would then serve forever. Closing the listener ends it either way.
 		_ = e.ln.Close()
+		if e.sideSrv != nil {
+			_ = e.sideSrv.Shutdown()
+			_ = e.sideLn.Close()
+		}
 		e.wg.Wait()
+		e.releaseHolds()
 		if e.pub != nil {
 			e.pub.close()
 		}
@@ -261,6 +301,20 @@ type Stats struct {
 	Aborts        uint64  // streams cut by AbortAfterChunks
 	Restarts      uint64
 
+	// Disaggregated serving. Prefill side:
+	RemotePrefills uint64 // do_remote_decode requests prefilled for a decode engine
+	HeldBlocks     int    // blocks held for decode engines to pull
+	PullsServed    uint64 // pulls answered with blocks
+	PullsRefused   uint64 // pulls refused (unknown or expired request, wrong engine id, garbage)
+	BlocksSent     uint64 // blocks moved to decode engines
+	ExpiredReqs    uint64 // holds freed unpulled after KVLease (vllm:nixl_num_kv_expired_reqs)
+	ExpiredBlocks  uint64 // full blocks of those holds
+	// Decode side:
+	RemoteDecodes  uint64 // do_remote_prefill requests received
+	PullsFailed    uint64 // pulls that failed (vllm:nixl_num_failed_transfers)
+	FailedNotifs   uint64 // empty pulls (a full local hit) the prefill engine refused (vllm:nixl_num_failed_notifications)
+	BlocksReceived uint64 // blocks read from prefill engines
+
 	BatchesPublished uint64 // event batches given a sequence number (sent or dropped)
 	BatchesDropped   uint64 // batches not sent (DropEveryNthBatch)
 	GarbageSent      uint64 // garbage messages sent
@@ -279,8 +333,19 @@ func (e *Engine) Stats() Stats {
 		CachedBlocks:  e.cache.cachedBlocks(),
 		UsedBlocks:    e.cache.usedBlocks(),
 		Evictions:     e.cache.evictions,
+		HeldBlocks:    e.heldBlocks,
+		ExpiredReqs:   e.expiredReqs,
+		ExpiredBlocks: e.expiredBlocks,
 	}
 	e.mu.Unlock()
+	s.RemotePrefills = e.remotePrefills.Load()
+	s.PullsServed = e.pullsServed.Load()
+	s.PullsRefused = e.pullsRefused.Load()
+	s.BlocksSent = e.blocksSent.Load()
+	s.RemoteDecodes = e.remoteDecodes.Load()
+	s.PullsFailed = e.pullsFailed.Load()
+	s.FailedNotifs = e.failedNotifs.Load()
+	s.BlocksReceived = e.blocksReceived.Load()
 	s.KVUsage = float64(s.UsedBlocks) / float64(e.cfg.NumBlocks)
 	s.Requests = e.requests.Load()
 	s.Completed = e.completed.Load()
@@ -329,7 +394,17 @@ func (e *Engine) tryStart(r *request) bool {
 	e.cache.allocate(need)
 	r.private = need
 	r.hit = hit
-	r.prefill = time.Duration(len(r.tokens)-hit*e.cfg.BlockSize) * e.cfg.PrefillPerToken
+	r.cached = hit * e.cfg.BlockSize
+	if r.pulledEnd > 0 {
+		// Blocks read from a prefill engine extend the local hit when they start inside it. As
+		// vLLM, a prompt read in full recomputes its last token.
+		e.extQueried += uint64(len(r.tokens))
+		if hit >= r.pulledStart && r.pulledEnd > hit {
+			r.cached = min(r.pulledEnd*e.cfg.BlockSize, len(r.tokens)-1)
+			e.extHits += uint64(r.cached - hit*e.cfg.BlockSize)
+		}
+	}
+	r.prefill = time.Duration(len(r.tokens)-r.cached) * e.cfg.PrefillPerToken
 	r.state = stRunning
 	e.running++
 	e.queried += uint64(len(r.tokens))
@@ -445,6 +520,24 @@ func (e *Engine) finish(r *request) {
 	}
 }
 
+// complete ends r after its last token: a do_remote_decode request on a prefilling engine
+// keeps its blocks for a decode engine to pull; any other request finishes.
+func (e *Engine) complete(r *request) {
+	if !e.cfg.Role.prefills() || !r.kv.doRemoteDecode {
+		e.finish(r)
+		return
+	}
+	e.mu.Lock()
+	if r.state == stRunning {
+		e.hold(r)
+		e.running--
+		e.schedule()
+		r.state = stDone
+	}
+	e.mu.Unlock()
+	e.finish(r)
+}
+
 // pause waits d, or less when the client goes away or the engine stops; it reports whether
 // the whole of d passed.
 func (e *Engine) pause(r *request, d time.Duration) bool {
@@ -504,7 +597,11 @@ func (e *Engine) generate(r *request) bool {
 		e.prefilled(r)
 		ok = e.pause(r, time.Duration(r.maxTokens-1)*e.cfg.DecodePerToken)
 	}
-	e.finish(r)
+	if ok {
+		e.complete(r)
+	} else {
+		e.finish(r)
+	}
 	return ok
 }
 
@@ -546,6 +643,16 @@ func (e *Engine) newID(r *request, prefix string, requestID []byte) {
 		b[i] = byte(n >> (56 - 8*i))
 	}
 	r.id = hex.AppendEncode(r.id, b[:])
+}
+
+// newUUID returns a random version 4 UUID, the form of vLLM's default engine_id.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // plainID reports whether id can go into a JSON string unescaped.

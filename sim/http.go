@@ -141,6 +141,14 @@ func (e *Engine) serveCompletion(ctx *fasthttp.RequestCtx, a api) {
 		e.abandon(ctx, r)
 		return
 	}
+	if ae := e.pullRemote(r); ae != nil {
+		if !r.stream {
+			e.putRequest(r)
+			writeErrorFor(ctx, a, ae)
+			return
+		}
+		r.pullErr = ae // vLLM streams the error as an event of its own
+	}
 	if r.stream {
 		r.abortAfter = f.AbortAfterChunks
 		if r.abortAfter > 0 {
@@ -213,6 +221,14 @@ func (r *request) nextEvent() error {
 	}
 	switch r.phase {
 	case phAdmit:
+		if r.pullErr != nil {
+			e.finish(r)
+			r.out = append(r.out, "data: "...)
+			r.out = appendErrorBody(r.out, r.pullErr)
+			r.out = append(r.out, "\n\n"...)
+			r.phase = phDone
+			break
+		}
 		if !e.admit(r) || !e.pause(r, r.prefill) {
 			return errStreamEnded
 		}
@@ -229,7 +245,7 @@ func (r *request) nextEvent() error {
 		r.out = r.appendTokenEvent(r.out, r.tokenIdx)
 		r.tokenIdx++
 		if r.tokenIdx == r.maxTokens {
-			e.finish(r)
+			e.complete(r)
 			e.completed.Add(1)
 			r.phase = phUsage
 		}

@@ -63,6 +63,15 @@ func (e *Engine) Banner() string {
 			fmt.Fprintf(&b, " | replay %s (%s layout)", rep, c.ReplayLayout)
 		}
 	}
+	if c.Role != RoleAggregated {
+		fmt.Fprintf(&b, " | role %s, engine id %s", c.Role, c.EngineID)
+		if a := e.SideChannelAddr(); a != "" {
+			fmt.Fprintf(&b, ", block pulls on %s (lease %s, %s/block)", a, c.KVLease, c.TransferPerBlock)
+		}
+		if c.Role.decodes() {
+			fmt.Fprintf(&b, ", kv load failure policy %s", c.KVLoadFailure)
+		}
+	}
 	fmt.Fprintf(&b, " | %d blocks x %d tokens, %d seqs, prefill %s/token, decode %s/token",
 		c.NumBlocks, c.BlockSize, c.MaxNumSeqs, c.PrefillPerToken, c.DecodePerToken)
 	if f := e.Faults(); f != (Faults{}) {

@@ -3,6 +3,7 @@ package sim
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // appendMetrics appends the /metrics body in the shape prometheus_client gives vLLM
@@ -14,6 +15,8 @@ func (e *Engine) appendMetrics(dst []byte) []byte {
 	running, waiting := e.running, e.waiting
 	used := e.cache.usedBlocks()
 	queried, hits := e.queried, e.hits
+	extQueried, extHits, expired := e.extQueried, e.extHits, e.expiredReqs
+	xfer := e.xfer
 	e.mu.Unlock()
 
 	labels := `{engine="` + escapeLabel(e.cfg.EngineLabel) + `",model_name="` + escapeLabel(e.cfg.Model) + `"}`
@@ -34,6 +37,15 @@ func (e *Engine) appendMetrics(dst []byte) []byte {
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", float64(used)/float64(e.cfg.NumBlocks))
 	counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", queried)
 	counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", hits)
+	if e.cfg.Role != RoleAggregated {
+		// What vLLM exposes with a KV connector (v1/metrics/loggers.py, nixl/stats.py).
+		counter("vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.", extQueried)
+		counter("vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.", extHits)
+		counter("vllm:nixl_num_failed_transfers", "Number of failed NIXL KV Cache transfers.", e.pullsFailed.Load())
+		counter("vllm:nixl_num_failed_notifications", "Number of failed NIXL KV Cache notifications.", e.failedNotifs.Load())
+		counter("vllm:nixl_num_kv_expired_reqs", "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance.", expired)
+		dst = xfer.append(dst, "vllm:nixl_xfer_time_seconds", "Histogram of transfer duration for NIXL KV Cache transfers.", e.cfg.EngineLabel, e.cfg.Model, e.createdAt)
+	}
 	// prometheus_client's process collector: a restarted engine has a new start time.
 	dst = append(dst, "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds "...)
 	dst = appendPyFloat(dst, e.startTime())
@@ -98,4 +110,58 @@ func appendPyFloat(dst []byte, f float64) []byte {
 		dst = strconv.AppendInt(dst, int64(dot-1), 10)
 	}
 	return dst
+}
+
+// xferBuckets are the upper bounds of vllm:nixl_xfer_time_seconds (nixl/stats.py).
+var xferBuckets = [...]float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0}
+
+// histogram is a prometheus_client histogram of seconds over xferBuckets. The zero value is empty.
+type histogram struct {
+	counts [len(xferBuckets)]uint64 // observations <= each bound (not cumulative)
+	count  uint64
+	sum    float64
+}
+
+func (h *histogram) observe(seconds float64) {
+	h.count++
+	h.sum += seconds
+	for i, le := range xferBuckets {
+		if seconds <= le {
+			h.counts[i]++
+			return
+		}
+	}
+}
+
+// append writes the family as prometheus_client does: cumulative _bucket lines with le between
+// the sorted labels, +Inf, _count, _sum, then the _created gauge.
+func (h *histogram) append(dst []byte, name, help, engine, model string, created float64) []byte {
+	eng, mod := `engine="`+escapeLabel(engine)+`"`, `model_name="`+escapeLabel(model)+`"`
+	dst = append(dst, "# HELP "+name+" "+help+"\n# TYPE "+name+" histogram\n"...)
+	var cum uint64
+	bucket := func(le string, n uint64) {
+		dst = append(dst, name+"_bucket{"+eng+`,le="`+le+`",`+mod+"} "...)
+		dst = appendPyFloat(dst, float64(n))
+		dst = append(dst, '\n')
+	}
+	for i, le := range xferBuckets {
+		cum += h.counts[i]
+		bucket(string(appendPyFloat(nil, le)), cum)
+	}
+	bucket("+Inf", h.count)
+	labels := "{" + eng + "," + mod + "} "
+	dst = append(dst, name+"_count"+labels...)
+	dst = appendPyFloat(dst, float64(h.count))
+	dst = append(dst, "\n"+name+"_sum"+labels...)
+	dst = appendPyFloat(dst, h.sum)
+	dst = append(dst, "\n# HELP "+name+"_created "+help+"\n# TYPE "+name+"_created gauge\n"+name+"_created"+labels...)
+	dst = appendPyFloat(dst, created)
+	return append(dst, '\n')
+}
+
+// observeTransfer records one successful pull.
+func (e *Engine) observeTransfer(d time.Duration) {
+	e.mu.Lock()
+	e.xfer.observe(d.Seconds())
+	e.mu.Unlock()
 }

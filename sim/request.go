@@ -38,7 +38,17 @@ type request struct {
 	held    []*block
 	private int
 	hit     int // cached blocks found at admission
+	cached  int // prompt tokens not computed: local hits, and blocks read from a prefill engine
 	prefill time.Duration
+
+	// Disaggregated serving: the request's kv_transfer_params; on a decode engine the blocks
+	// [pulledStart, pulledEnd) read from the prefill engine; on a prefill engine the blocks
+	// offered and the key of their hold.
+	kv                     kvParams
+	pulledStart, pulledEnd int
+	offerIDs               []uint32
+	offerKey               string
+	pullErr                *apiError // a failed pull, told in the stream
 
 	// Stream state, touched only by the goroutine serving the response.
 	phase      streamPhase
@@ -85,7 +95,10 @@ func (r *request) reset() {
 	r.state = stIdle
 	r.next = nil
 	r.held = r.held[:0]
-	r.private, r.hit, r.prefill = 0, 0, 0
+	r.private, r.hit, r.cached, r.prefill = 0, 0, 0, 0
+	r.kv.reset()
+	r.pulledStart, r.pulledEnd = 0, 0
+	r.offerIDs, r.offerKey, r.pullErr = r.offerIDs[:0], "", nil
 	r.phase = 0
 	r.out = r.out[:0]
 	r.outPos, r.tokenIdx, r.chunks, r.abortAfter, r.seq = 0, 0, 0, 0, 0
@@ -160,6 +173,11 @@ func (r *request) parseCompletion(body []byte, chat bool, cfg *Config) *apiError
 	r.includeUsage = v.GetBool("stream_options", "include_usage")
 	if e := r.readMaxTokens(v, cfg, "max_completion_tokens", "max_tokens"); e != nil {
 		return e
+	}
+	if cfg.Role != RoleAggregated {
+		if e := r.parseKVParams(v); e != nil {
+			return e
+		}
 	}
 	if chat {
 		if e := r.tokenizeMessages(v, true); e != nil {

@@ -87,7 +87,7 @@ func (r *request) appendHead(dst []byte, object string) []byte {
 	return append(dst, r.e.modelJSON...)
 }
 
-func (r *request) cachedTokens() int { return r.hit * r.e.cfg.BlockSize }
+func (r *request) cachedTokens() int { return r.cached }
 
 func (r *request) appendUsage(dst []byte) []byte {
 	dst = append(dst, `"usage":{"prompt_tokens":`...)
@@ -133,7 +133,8 @@ func (r *request) appendFull(dst []byte) []byte {
 		dst = append(dst, r.finishReason()...)
 		dst = append(dst, `,"stop_reason":null}],`...)
 		dst = r.appendUsage(dst)
-		return append(dst, `,"prompt_logprobs":null}`...)
+		dst = append(dst, `,"prompt_logprobs":null`...)
+		return r.appendKVTail(dst)
 	}
 	dst = r.appendHead(dst, "text_completion")
 	dst = append(dst, `,"choices":[{"index":0,"text":`...)
@@ -142,6 +143,16 @@ func (r *request) appendFull(dst []byte) []byte {
 	dst = append(dst, r.finishReason()...)
 	dst = append(dst, `,"stop_reason":null,"prompt_logprobs":null}],`...)
 	dst = r.appendUsage(dst)
+	return r.appendKVTail(dst)
+}
+
+// appendKVTail ends a chat or completions body; a prefill engine's answer to a
+// do_remote_decode request carries kv_transfer_params, as vLLM's response does.
+func (r *request) appendKVTail(dst []byte) []byte {
+	if r.offerKey != "" {
+		dst = append(dst, ',')
+		dst = r.appendOffer(dst)
+	}
 	return append(dst, '}')
 }
 
