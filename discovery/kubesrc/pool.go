@@ -199,7 +199,7 @@ func (w *Watcher) watchPool(ctx context.Context, r *reporter) {
 func (w *Watcher) waitPoolAPI(ctx context.Context, r *reporter) (schema.GroupVersionResource, bool) {
 	delay := time.Second
 	for {
-		api, err := poolAPI(ctx, w.discovery.RESTClient())
+		api, err := poolAPI(ctx, w.core)
 		if err == nil {
 			return api, true
 		}

@@ -5,9 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 )
 
 // watchSelector follows the pods of the source's selector until ctx is done.
@@ -26,15 +24,7 @@ func (w *Watcher) watchSelector(ctx context.Context, r *reporter) {
 
 // podFeed follows the pods of selector in the watcher's namespace.
 func (w *Watcher) podFeed(ctx context.Context, selector string, r *reporter, changed chan<- struct{}) *feed {
-	api := w.core.Pods(w.ns)
-	return startFeed(ctx, fmt.Sprintf("pods of selector %q in namespace %q", selector, w.ns), lister{
-		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
-			return api.List(ctx, o)
-		},
-		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return api.Watch(ctx, o)
-		},
-	}, &corev1.Pod{}, r, changed)
+	return startFeed(ctx, fmt.Sprintf("pods of selector %q in namespace %q", selector, w.ns),
+		resourceLister(w.core, "pods", w.ns, selector, func() runtime.Object { return &corev1.PodList{} }),
+		&corev1.Pod{}, r, changed)
 }

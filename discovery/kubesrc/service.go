@@ -22,17 +22,9 @@ var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 func (w *Watcher) watchService(ctx context.Context, r *reporter) {
 	changed := make(chan struct{}, 1)
 	sel := w.selector.String()
-	slicesAPI := w.slices.EndpointSlices(w.ns)
-	slices := startFeed(ctx, fmt.Sprintf("endpointslices of service %q in namespace %q", w.kc.Service, w.ns), lister{
-		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = sel
-			return slicesAPI.List(ctx, o)
-		},
-		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = sel
-			return slicesAPI.Watch(ctx, o)
-		},
-	}, &discoveryv1.EndpointSlice{}, r, changed)
+	slices := startFeed(ctx, fmt.Sprintf("endpointslices of service %q in namespace %q", w.kc.Service, w.ns),
+		resourceLister(w.slices, "endpointslices", w.ns, sel, func() runtime.Object { return &discoveryv1.EndpointSliceList{} }),
+		&discoveryv1.EndpointSlice{}, r, changed)
 	defer slices.stop()
 
 	var pods *feed

@@ -16,14 +16,12 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation"
-	kubediscovery "k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
@@ -52,9 +50,8 @@ type Watcher struct {
 	resync    time.Duration
 	log       *slog.Logger
 	http      *http.Client
-	core      corev1client.CoreV1Interface
-	slices    discoveryv1client.DiscoveryV1Interface
-	discovery kubediscovery.DiscoveryInterface
+	core      *rest.RESTClient // core v1: pods, and the API's discovery paths
+	slices    *rest.RESTClient // discovery.k8s.io v1: EndpointSlices
 	meta      metadata.Interface
 	dynamic   dynamic.Interface
 	watchMode func(ctx context.Context, r *reporter)
@@ -139,15 +136,10 @@ func (w *Watcher) makeClients(cfg *rest.Config) error {
 		return fmt.Errorf("cannot make a client of %s: %w", cfg.Host, err)
 	}
 	w.http = hc
-	// The typed clients of the two groups it reads, not a whole Clientset, which would link every API
-	// group's client into the gateway.
-	if w.core, err = corev1client.NewForConfigAndClient(cfg, hc); err != nil {
+	if w.core, err = restClient(cfg, hc, corev1.SchemeGroupVersion, "/api"); err != nil {
 		return fmt.Errorf("cannot make a client of %s: %w", cfg.Host, err)
 	}
-	if w.slices, err = discoveryv1client.NewForConfigAndClient(cfg, hc); err != nil {
-		return fmt.Errorf("cannot make a client of %s: %w", cfg.Host, err)
-	}
-	if w.discovery, err = kubediscovery.NewDiscoveryClientForConfigAndClient(cfg, hc); err != nil {
+	if w.slices, err = restClient(cfg, hc, discoveryv1.SchemeGroupVersion, "/apis"); err != nil {
 		return fmt.Errorf("cannot make a client of %s: %w", cfg.Host, err)
 	}
 	if w.meta, err = metadata.NewForConfigAndClient(cfg, hc); err != nil {
