@@ -43,7 +43,7 @@ func (v *validator) validate(cfg *Config) {
 	v.self = ownListeners(cfg)
 	v.kvBindPorts = cfg.Egress.KVBindPorts
 	providers := v.providers(cfg.Providers, cfg.Control.ProviderEnv)
-	v.srcs, v.bySource = cfg.Sources, v.sources(cfg.Sources, cfg.Providers, providers, cfg.Control.ProviderEnv)
+	v.srcs, v.bySource = cfg.Sources, v.sources(cfg.Sources, cfg.Providers, cfg.Control.ProviderEnv)
 	v.routes(cfg.Routes, cfg.Providers, providers)
 	v.routingMemory(cfg)
 	v.metricsScrape(&cfg.MetricsScrape)

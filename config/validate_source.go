@@ -13,7 +13,7 @@ import (
 var sampleEndpoint = netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, 1}), 8000)
 
 // sources checks [[sources]] and returns the index of each source name.
-func (v *validator) sources(ss []SourceConfig, ps []ProviderConfig, providers map[string]int, allowed []string) map[string]int {
+func (v *validator) sources(ss []SourceConfig, ps []ProviderConfig, allowed []string) map[string]int {
 	byName := make(map[string]int, len(ss))
 	for i := range ss {
 		s := &ss[i]
@@ -28,11 +28,6 @@ func (v *validator) sources(ss []SourceConfig, ps []ProviderConfig, providers ma
 				v.addf(key+".name", "duplicate source name %q (also sources[%d])", s.Name, j)
 			}
 			byName[s.Name] = i
-			for name, pi := range providers {
-				if strings.HasPrefix(name, s.Name+"@") && ps[pi].Source != s.Name {
-					v.addf(fmt.Sprintf("providers[%d].name", pi), "provider name %q is taken by source %q, whose endpoints are named %q", name, s.Name, s.Name+"@<address>:<port>")
-				}
-			}
 		}
 		switch s.Kind {
 		case SourceKubernetes:
@@ -50,6 +45,16 @@ func (v *validator) sources(ss []SourceConfig, ps []ProviderConfig, providers ma
 			v.addf(key+".max_endpoints", "max_endpoints must be in 1..%d, got %d", MaxTargets, s.MaxEndpoints)
 		}
 		v.sourceProvider(key+".provider", s, allowed)
+	}
+	// A provider of the file or an org named like a source's endpoints would be taken for one of them.
+	for i := range ps {
+		name := ps[i].Name
+		if at := strings.IndexByte(name, '@'); at > 0 && ps[i].Source != name[:at] {
+			if _, ok := byName[name[:at]]; ok {
+				v.addf(fmt.Sprintf("providers[%d].name", i), "provider name %q is taken by source %q, whose endpoints are named %q",
+					name, name[:at], name[:at]+"@<address>:<port>")
+			}
+		}
 	}
 	return byName
 }
