@@ -2,13 +2,11 @@ package overhead
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/rolter-ai/rolter/bench/fleet"
+	"github.com/rolter-ai/rolter/internal/haproxytest"
 )
 
 // TestHAProxyConfig: the template renders a case's config line for line (the small case in full), with
@@ -64,30 +62,9 @@ backend be
 		if !strings.HasSuffix(text, fmt.Sprintf("    server s%d 127.0.0.1:18081\n", c.Targets)) {
 			t.Fatalf("%s: the config does not end on its last server:\n%q", c.Name, text)
 		}
-		haproxyCheck(t, text)
+		haproxytest.Check(t, text)
 	}
 	f(cases[0], "    mode http", "    bind 127.0.0.1:18082", "    server s1 127.0.0.1:18081")
 	f(cases[1], "    http-reuse always", "    option http-no-delay", "    balance roundrobin",
 		"    server s1 127.0.0.1:18081", "    server s4 127.0.0.1:18081")
-}
-
-// haproxyCheck runs `haproxy -c` on text, when HAProxy is installed (it must be with
-// ROLTER_REQUIRE_HAPROXY=1, as `make test` sets).
-func haproxyCheck(t *testing.T, text string) {
-	t.Helper()
-	h := fleet.LookSbin("haproxy")
-	if h == "" {
-		if os.Getenv("ROLTER_REQUIRE_HAPROXY") == "1" {
-			t.Fatal("ROLTER_REQUIRE_HAPROXY=1: haproxy not found")
-		}
-		t.Log("haproxy not installed: config not checked by it")
-		return
-	}
-	path := filepath.Join(t.TempDir(), "haproxy.cfg")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(h, "-c", "-q", "-f", path).CombinedOutput(); err != nil {
-		t.Fatalf("haproxy -c: %s\n%s\n%s", err, out, text)
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rolter-ai/rolter/bench/fleet"
+	"github.com/rolter-ai/rolter/internal/haproxytest"
 	"github.com/rolter-ai/rolter/loadtest"
 )
 
@@ -276,7 +276,7 @@ backend gateways
 			if err != nil {
 				t.Fatal(err)
 			}
-			haproxyCheck(t, cfg)
+			haproxytest.Check(t, cfg)
 		}
 	}
 	f(nil, "")
@@ -285,26 +285,5 @@ backend gateways
 
 	if c := gatewayConfig("127.0.0.1:1", "cache_aware", []string{"http://127.0.0.1:2"}, []string{""}, "m"); !strings.Contains(c, "[server]\ndrain_secs = 2\nlisten = ") {
 		t.Fatalf("gateway config:\n%s", c)
-	}
-}
-
-// haproxyCheck runs `haproxy -c` on text, when HAProxy is installed (it must be with
-// ROLTER_REQUIRE_HAPROXY=1, as `make test` sets).
-func haproxyCheck(t *testing.T, text string) {
-	t.Helper()
-	h := fleet.LookSbin("haproxy")
-	if h == "" {
-		if os.Getenv("ROLTER_REQUIRE_HAPROXY") == "1" {
-			t.Fatal("ROLTER_REQUIRE_HAPROXY=1: haproxy not found")
-		}
-		t.Log("haproxy not installed: config not checked by it")
-		return
-	}
-	path := filepath.Join(t.TempDir(), "haproxy.cfg")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(h, "-c", "-q", "-f", path).CombinedOutput(); err != nil {
-		t.Fatalf("haproxy -c: %s\n%s\n%s", err, out, text)
 	}
 }

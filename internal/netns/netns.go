@@ -56,7 +56,7 @@ func Run(t *testing.T) bool {
 	}
 	args := []string{"-test.run=^" + t.Name() + "$", "-test.v", "-test.count=1"}
 	if d, ok := t.Deadline(); ok {
-		args = append(args, "-test.timeout="+fmt.Sprint(max(1, int(d.Sub(now()).Seconds())))+"s")
+		args = append(args, "-test.timeout="+fmt.Sprint(max(1, int(time.Until(d).Seconds())))+"s")
 	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), childEnv+"="+t.Name())
@@ -101,5 +101,3 @@ func skipOrFail(t *testing.T, format string, args ...any) {
 	}
 	t.Skipf(format+" (%s=1 fails instead)", append(args, RequireEnv)...)
 }
-
-var now = func() time.Time { return time.Now() }
