@@ -73,6 +73,7 @@ func expandRoutes(base *config.Config, live map[string][]config.ProviderConfig, 
 	cfg.Routes = make([]config.RouteConfig, len(base.Routes))
 	cfg.Providers = append([]config.ProviderConfig(nil), base.Providers...)
 	added := map[string]bool{}
+	var full []capped // live endpoints a full route had no room for
 	var key strings.Builder
 	for i, rc := range base.Routes {
 		if !namesSource(&rc) {
@@ -90,7 +91,7 @@ func expandRoutes(base *config.Config, live map[string][]config.ProviderConfig, 
 			rc.Discovered = append(rc.Discovered, t.Source)
 			for _, p := range live[t.Source] {
 				if room == 0 {
-					capProvider(states[t.Source], p.Name)
+					full = append(full, capped{t.Source, p.Name})
 					continue
 				}
 				room--
@@ -105,8 +106,17 @@ func expandRoutes(base *config.Config, live map[string][]config.ProviderConfig, 
 		rc.Targets = targets
 		cfg.Routes[i] = rc
 	}
+	// An endpoint no route had room for is capped; one that another route took is live.
+	for _, c := range full {
+		if !added[c.provider] {
+			capProvider(states[c.source], c.provider)
+		}
+	}
 	return &cfg, key.String()
 }
+
+// capped is a live endpoint of source a route had no room for.
+type capped struct{ source, provider string }
 
 func namesSource(rc *config.RouteConfig) bool {
 	for _, t := range rc.Targets {

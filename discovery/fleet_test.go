@@ -289,6 +289,10 @@ func TestFleetCapsEndpoints(t *testing.T) {
 	if n := len(cfg.Routes[0].Targets); n != config.MaxTargets {
 		t.Fatalf("%d targets", n)
 	}
+	// The fixed target takes one place: 63 of the 100 endpoints are live, the other 37 capped.
+	if st := f2.Status(); st[0].States[StateLive] != config.MaxTargets-1 || st[0].States[StateCapped] != 100-(config.MaxTargets-1) {
+		t.Fatalf("status %v", st[0].States)
+	}
 	if errs := config.Validate(cfg); len(errs) > 0 {
 		t.Fatal(errs)
 	}
