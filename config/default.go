@@ -83,15 +83,23 @@ func (cfg *Config) SetDefaults() {
 		if r.Strategy == "" {
 			r.Strategy = defaultStrategy
 		}
-		for j := range r.Targets {
-			t := &r.Targets[j]
-			if t.Model == "" {
-				t.Model = r.Model
-			}
-			if t.Weight == nil {
-				w := defaultTargetWeight
-				t.Weight = &w
-			}
+		setTargetDefaults(r, r.Targets)
+		if r.Disaggregation != nil {
+			r.Disaggregation.setDefaults(r)
+		}
+	}
+}
+
+// setTargetDefaults fills the zero keys of targets, a pool of route r.
+func setTargetDefaults(r *RouteConfig, targets []TargetConfig) {
+	for j := range targets {
+		t := &targets[j]
+		if t.Model == "" {
+			t.Model = r.Model
+		}
+		if t.Weight == nil {
+			w := defaultTargetWeight
+			t.Weight = &w
 		}
 	}
 }

@@ -16,6 +16,9 @@ type RouteConfig struct {
 	// Shadow ranks every request with other strategies too, without moving traffic ([routes.shadow];
 	// engine/shadow.go).
 	Shadow *ShadowConfig `toml:"shadow" json:"shadow,omitempty"`
+	// Disaggregation makes Targets the prefill pool of a prefill/decode-disaggregated fleet and names its
+	// decode pool ([routes.disaggregation]). The file's only: an org's route cannot be disaggregated.
+	Disaggregation *DisaggregationConfig `toml:"disaggregation" json:"-"`
 }
 
 // ShadowConfig is [routes.shadow]: strategies that rank the route's requests beside the live one, each

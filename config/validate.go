@@ -183,27 +183,9 @@ func (v *validator) routes(rs []RouteConfig, ps []ProviderConfig, byName map[str
 		if len(r.Targets) > MaxTargets {
 			v.addf(key+".targets", "route %q has %d targets; at most %d are supported", r.Model, len(r.Targets), MaxTargets)
 		}
-		for j := range r.Targets {
-			t := &r.Targets[j]
-			tk := fmt.Sprintf("%s.targets[%d]", key, j)
-			if t.Source != "" || t.Provider == "" && len(v.srcs) > 0 {
-				v.sourceTarget(tk, i, r, j)
-			} else if t.Provider == "" {
-				v.addf(tk+".provider", "missing provider")
-			} else if pi, ok := byName[t.Provider]; !ok {
-				v.addf(tk+".provider", "unknown provider %q", t.Provider)
-			} else if po := ps[pi].Org; po != "" && po != r.Org {
-				// An org's provider serves only that org's routes (the file's providers serve anyone).
-				v.addf(tk+".provider", "unknown provider %q", t.Provider)
-			} else if k := slices.IndexFunc(r.Targets[:j], func(o TargetConfig) bool { return o.Provider == t.Provider }); k >= 0 {
-				// A target is named by its provider (x-rolter-target, metric labels, the state view): a route
-				// reaches one engine under two upstream models (a base model and its LoRA adapter) through
-				// two providers with the same api_base.
-				v.addf(tk+".provider", "provider %q is already routes[%d].targets[%d]; to route two models of one engine, declare a second provider with the same api_base", t.Provider, i, k)
-			}
-			if w := *t.Weight; !(w > 0) || math.IsInf(w, 0) {
-				v.addf(tk+".weight", "weight must be > 0, got %v", w)
-			}
+		v.pool(key+".targets", i, r, r.Targets, false, ps, byName)
+		if r.Disaggregation != nil {
+			v.disaggregation(key, i, r, ps, byName)
 		}
 		if !known {
 			continue
@@ -216,10 +198,37 @@ func (v *validator) routes(rs []RouteConfig, ps []ProviderConfig, byName map[str
 	}
 }
 
-// sourceTarget checks target j of route i (r), which names a source: a source of the file, named once
-// in the route, on a route of the file, that gives the KV events the route's strategies need.
-func (v *validator) sourceTarget(tk string, i int, r *RouteConfig, j int) {
-	t := &r.Targets[j]
+// pool checks the targets of one pool of route i (r): its targets, or its decode pool; key is the pool's.
+func (v *validator) pool(key string, i int, r *RouteConfig, pool []TargetConfig, decode bool, ps []ProviderConfig, byName map[string]int) {
+	for j := range pool {
+		t := &pool[j]
+		tk := fmt.Sprintf("%s[%d]", key, j)
+		if t.Source != "" || t.Provider == "" && len(v.srcs) > 0 {
+			v.sourceTarget(tk, i, r, pool, j, decode)
+		} else if t.Provider == "" {
+			v.addf(tk+".provider", "missing provider")
+		} else if pi, ok := byName[t.Provider]; !ok {
+			v.addf(tk+".provider", "unknown provider %q", t.Provider)
+		} else if po := ps[pi].Org; po != "" && po != r.Org {
+			// An org's provider serves only that org's routes (the file's providers serve anyone).
+			v.addf(tk+".provider", "unknown provider %q", t.Provider)
+		} else if k := slices.IndexFunc(pool[:j], func(o TargetConfig) bool { return o.Provider == t.Provider }); k >= 0 {
+			// A target is named by its provider (x-rolter-target, metric labels, the state view): a route
+			// reaches one engine under two upstream models (a base model and its LoRA adapter) through
+			// two providers with the same api_base.
+			v.addf(tk+".provider", "provider %q is already %s[%d]; to route two models of one engine, declare a second provider with the same api_base", t.Provider, key, k)
+		}
+		if w := *t.Weight; !(w > 0) || math.IsInf(w, 0) {
+			v.addf(tk+".weight", "weight must be > 0, got %v", w)
+		}
+	}
+}
+
+// sourceTarget checks target j of a pool of route i (r), which names a source: a source of the file,
+// named once in the pool, on a route of the file, that gives the KV events the route's strategies need
+// (in the decode pool, which is chosen by load, none are needed).
+func (v *validator) sourceTarget(tk string, i int, r *RouteConfig, pool []TargetConfig, j int, decode bool) {
+	t := &pool[j]
 	si, ok := v.bySource[t.Source]
 	switch {
 	case t.Provider != "":
@@ -229,9 +238,9 @@ func (v *validator) sourceTarget(tk string, i int, r *RouteConfig, j int) {
 	case !ok || r.Org != "":
 		// Sources are the operator's: an org's route cannot take an engine the operator's source found.
 		v.addf(tk+".source", "unknown source %q", t.Source)
-	case slices.IndexFunc(r.Targets[:j], func(o TargetConfig) bool { return o.Source == t.Source }) >= 0:
+	case slices.IndexFunc(pool[:j], func(o TargetConfig) bool { return o.Source == t.Source }) >= 0:
 		v.addf(tk+".source", "source %q is already a target of routes[%d]", t.Source, i)
-	case r.NeedsKVEvents() && v.srcs[si].Provider.KVEvents == nil:
+	case !decode && r.NeedsKVEvents() && v.srcs[si].Provider.KVEvents == nil:
 		v.addf(tk+".source", "the route's strategies need KV events: source %q needs [sources.provider.kv_events]", t.Source)
 	}
 }

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,30 +81,19 @@ func expandRoutes(base *config.Config, live map[string][]config.ProviderConfig, 
 			cfg.Routes[i] = rc
 			continue
 		}
-		room := config.MaxTargets - explicitTargets(&rc)
-		targets := make([]config.TargetConfig, 0, len(rc.Targets))
-		rc.Discovered = nil
-		for _, t := range rc.Targets {
-			if t.Source == "" {
-				targets = append(targets, t)
-				continue
-			}
-			rc.Discovered = append(rc.Discovered, t.Source)
-			for _, p := range live[t.Source] {
-				if room == 0 {
-					full = append(full, capped{t.Source, p.Name})
-					continue
-				}
-				room--
-				targets = append(targets, config.TargetConfig{Provider: p.Name, Model: t.Model, Weight: t.Weight})
-				if !added[p.Name] {
-					added[p.Name] = true
-					cfg.Providers = append(cfg.Providers, p)
-					writeKey(&key, &p)
-				}
+		add := func(p *config.ProviderConfig) {
+			if !added[p.Name] {
+				added[p.Name] = true
+				cfg.Providers = append(cfg.Providers, *p)
+				writeKey(&key, p)
 			}
 		}
-		rc.Targets = targets
+		rc.Targets, rc.Discovered = expandPool(rc.Targets, live, add, &full)
+		if d := rc.Disaggregation; d != nil {
+			dc := *d
+			dc.Decode, dc.DecodeDiscovered = expandPool(d.Decode, live, add, &full)
+			rc.Disaggregation = &dc
+		}
 		cfg.Routes[i] = rc
 	}
 	// An endpoint no route had room for is capped; one that another route took is live.
@@ -118,18 +108,43 @@ func expandRoutes(base *config.Config, live map[string][]config.ProviderConfig, 
 // capped is a live endpoint of source a route had no room for.
 type capped struct{ source, provider string }
 
-func namesSource(rc *config.RouteConfig) bool {
-	for _, t := range rc.Targets {
-		if t.Source != "" {
-			return true
+// expandPool returns pool with each target that names a source replaced by one per live endpoint of it, as
+// many as the pool has room for (the others are appended to full), and the sources it named. add is called
+// with the provider of every endpoint taken.
+func expandPool(pool []config.TargetConfig, live map[string][]config.ProviderConfig, add func(*config.ProviderConfig), full *[]capped) ([]config.TargetConfig, []string) {
+	room := config.MaxTargets - explicitTargets(pool)
+	targets := make([]config.TargetConfig, 0, len(pool))
+	var sources []string
+	for _, t := range pool {
+		if t.Source == "" {
+			targets = append(targets, t)
+			continue
+		}
+		sources = append(sources, t.Source)
+		for i := range live[t.Source] {
+			p := &live[t.Source][i]
+			if room == 0 {
+				*full = append(*full, capped{t.Source, p.Name})
+				continue
+			}
+			room--
+			targets = append(targets, config.TargetConfig{Provider: p.Name, Model: t.Model, Weight: t.Weight})
+			add(p)
 		}
 	}
-	return false
+	return targets, sources
 }
 
-func explicitTargets(rc *config.RouteConfig) int {
+func namesSource(rc *config.RouteConfig) bool {
+	has := func(pool []config.TargetConfig) bool {
+		return slices.ContainsFunc(pool, func(t config.TargetConfig) bool { return t.Source != "" })
+	}
+	return has(rc.Targets) || rc.Disaggregation != nil && has(rc.Disaggregation.Decode)
+}
+
+func explicitTargets(pool []config.TargetConfig) int {
 	n := 0
-	for _, t := range rc.Targets {
+	for _, t := range pool {
 		if t.Source == "" {
 			n++
 		}

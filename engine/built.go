@@ -136,6 +136,13 @@ func describeRoute(w func(string, ...any), s *Snapshot, r *Route) {
 			s.providers[t.Provider.Name] == t.Provider, t.Model, t.modelJSON, t.Weight, t.peerID)
 	}
 	w("  %s", describeStrategy(s, r, r.Strategy))
+	if pd := r.pd; pd != nil {
+		w("  disaggregation: sglang=%t threshold_bytes=%d bootstrap_port=%d", pd.sglang, pd.thresholdBytes, pd.bootstrapPort)
+		for _, t := range pd.decode {
+			w("  decode %d: provider=%s live=%t model=%s json=%s weight=%v", t.Index, t.Provider.Name,
+				s.providers[t.Provider.Name] == t.Provider, t.Model, t.modelJSON, t.Weight)
+		}
+	}
 	if r.shadows == nil {
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/rolter-ai/rolter/accesslog"
 	"github.com/rolter-ai/rolter/clientconn"
 	"github.com/rolter-ai/rolter/config"
+	"github.com/rolter-ai/rolter/disagg"
 	"github.com/rolter-ai/rolter/kvindex"
 	"github.com/rolter-ai/rolter/promptkey"
 	"github.com/rolter-ai/rolter/tracing"
@@ -130,6 +131,20 @@ type call struct {
 	// routedHook is routed as a func value, made once per pooled call; routedTarget is its argument.
 	routedHook   func()
 	routedTarget int
+
+	// A request of a disaggregated route (disagg_call.go): the hop being sent, the body's object (where
+	// the hop's suffix goes), the suffix, the prefill target whose params the decode gets and those params,
+	// the prefill's usage, the decode targets tried, whether the last decode attempt reached its engine, and
+	// why the prefill was skipped.
+	hop         hop
+	obj         disagg.Object
+	suffix      []byte
+	prefillT    *Target
+	kvParams    []byte
+	pdUsage     usageFigures
+	decodeTried uint64
+	reached     bool
+	skip        int
 }
 
 var callPool sync.Pool
@@ -154,6 +169,10 @@ func (g *Gateway) post(ctx *fasthttp.RequestCtx, ep promptkey.Endpoint, hs *reqH
 	}
 	if e != nil {
 		c.answerError(ctx, e)
+		return
+	}
+	if c.route.pd != nil {
+		c.runPD(ctx)
 		return
 	}
 	c.run(ctx)
@@ -456,6 +475,8 @@ func (c *call) release() {
 	c.g, c.snap, c.route, c.target = nil, nil, nil, nil
 	c.ep, c.logPath, c.method, c.spanName, c.errCode = 0, "", "", "", ""
 	c.failingOpen, c.probe, c.recorded, c.stripAuth = false, false, false, false
+	c.hop, c.obj, c.suffix, c.prefillT, c.kvParams = hopWhole, disagg.Object{}, c.suffix[:0], nil, c.kvParams[:0]
+	c.pdUsage, c.decodeTried, c.reached, c.skip = usageFigures{}, 0, false, skipNone
 	c.pick = Pick{}
 	c.hdr = reqHeaders{}
 	c.tried, c.nOrder, c.retries = 0, 0, 0
@@ -477,6 +498,9 @@ func (c *call) release() {
 	c.scanner.Shrink(maxPooledBuf)
 	if cap(c.respBuf) > maxPooledBuf {
 		c.respBuf = nil
+	}
+	if cap(c.kvParams) > maxPooledBuf {
+		c.kvParams = nil
 	}
 	if cap(c.tokens) > 1<<18 {
 		c.tokens = nil
@@ -553,6 +577,11 @@ func (c *call) run(ctx *fasthttp.RequestCtx) {
 		}
 		last = res
 	}
+	c.answerFailure(ctx, last)
+}
+
+// answerFailure answers a request no candidate target served; last is the last failed attempt.
+func (c *call) answerFailure(ctx *fasthttp.RequestCtx, last attemptResult) {
 	c.watch.disarm()
 	e := last.err
 	if e == nil {
@@ -678,7 +707,13 @@ func (c *call) finish(status int) {
 	switch {
 	case c.target != nil:
 		if status >= 200 && status < 300 {
-			c.accountReuse()
+			switch {
+			case c.hop == hopWhole:
+				c.accountReuse(c.target, c.usage.figures())
+			case c.prefillT != nil:
+				// The prefill engine holds the prompt's cache, and its usage says what it reused.
+				c.accountReuse(c.prefillT, c.pdUsage)
+			}
 		}
 		c.target.m.Request(status)
 		c.target.m.Duration.UpdateDuration(c.start)
@@ -713,9 +748,8 @@ func (c *call) endShadow(served int, ok bool) {
 // accountReuse records the routing evidence of a successful request (docs/architecture.md, "Routing
 // evidence"): the reuse its engine reported, and beside it, over the same requests, the reuse the strategy
 // predicted - the best match over the eligible targets (held) and the chosen target's (captured).
-func (c *call) accountReuse() {
-	m := c.target.m
-	u := &c.usage
+func (c *call) accountReuse(t *Target, u usageFigures) {
+	m := t.m
 	if !u.found || !u.hasCached {
 		// No usage, or usage without cached_tokens (an engine that does not report prompt token details):
 		// unmeasured, which is not the same as no reuse.
@@ -729,12 +763,12 @@ func (c *call) accountReuse() {
 	if p.MatchOf <= 0 {
 		return
 	}
-	held, captured := p.predicted(c.target.Index)
+	held, captured := p.predicted(t.Index)
 	m.ReuseScored.Add(p.MatchOf)
 	m.ReuseHeld.Add(int(held))
 	m.ReuseCaptured.Add(int(captured))
 	if u.prompt > 0 {
-		c.target.gap.add(float64(captured)/float64(p.MatchOf) - float64(u.cached)/float64(u.prompt))
-		c.route.checkStale(c.target)
+		t.gap.add(float64(captured)/float64(p.MatchOf) - float64(u.cached)/float64(u.prompt))
+		c.route.checkStale(t)
 	}
 }

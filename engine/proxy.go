@@ -52,7 +52,7 @@ func (c *call) send(ctx *fasthttp.RequestCtx, ti int) (*uconn, outcome, attemptR
 		c.sent = time.Now()
 		// The headers deadline is set before the request is written: writeRequest waits for the answer.
 		_ = conn.rd.SetAfter(c.sent, p.up.headersWait, conn.nc.SetReadDeadline)
-		if c.route.recorder != nil && !c.recorded {
+		if c.route.recorder != nil && !c.recorded && c.hop != hopDecode {
 			c.routedTarget = ti
 			conn.onSent = c.routedHook
 		}
@@ -172,21 +172,34 @@ func (c *call) succeed(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) (outcom
 	conn.startBody()
 	c.conn = conn
 	size := resp.Header.ContentLength()
+	kind, err := failNone, error(nil)
 	if c.sse {
 		// Chunked towards the client whatever the upstream framing, so a failed stream can still end with an
 		// error event.
 		size = -1
-	} else if kind, err := c.prefetch(); kind != failNone {
+		if c.hop == hopDecode && len(c.kvParams) > 0 {
+			kind, err = c.holdFirstEvent()
+		}
+	} else {
+		kind, err = c.prefetch()
+	}
+	if c.hop == hopDecode && c.prefillT != nil && c.pdUsage.hasCached && kind == failNone {
+		n := rewriteCached(c.respBuf[:cap(c.respBuf)], len(c.respBuf), c.pdUsage.cached)
+		c.respBuf = c.respBuf[:n]
+	}
+	if kind != failNone {
 		// A non-streaming body that breaks off before its end is a failed attempt, answered (or retried)
-		// like one - not a status line followed by a truncated body.
-		c.conn, c.bodyStream = nil, nil
+		// like one - not a status line followed by a truncated body; so is a decode stream whose first event
+		// is an error (holdFirstEvent).
+		c.conn, c.bodyStream, c.upstreamDone, c.respBuf = nil, nil, false, c.respBuf[:0]
 		conn.close()
 		c.watch.setVictim(nil)
 		if c.watch.gone.Load() {
 			return c.clientLeft(ctx, t)
 		}
 		return c.fail(ctx, t, nil, kind, err)
-	} else if c.upstreamDone {
+	}
+	if !c.sse && c.upstreamDone {
 		size = len(c.respBuf)
 	}
 	c.record(t, failNone, 0) // the slot stays taken until the streamed body is closed (CloseWithError)
@@ -317,9 +330,9 @@ func (c *call) fail(ctx *fasthttp.RequestCtx, t *Target, e *apiError, kind failK
 	}
 	c.g.log.Debug("upstream attempt failed", "request_id", string(c.reqID), "route", c.route.Model,
 		"target", t.Provider.Name, "kind", kind.String(), "status", e.status, "message", e.message, "error", detail)
-	if kind == failTimeout {
+	if kind == failTimeout && c.hop != hopPrefill {
 		// A timed-out generation may still be running upstream; sending it elsewhere doubles the work and the
-		// client's wait. Answer 504 now.
+		// client's wait. Answer 504 now. (A prefill that timed out has generated nothing: another one may do.)
 		c.writeError(ctx, e)
 		return outDone, attemptResult{}
 	}
@@ -399,6 +412,11 @@ func (c *call) answerHeaders(ctx *fasthttp.RequestCtx) {
 	if c.target != nil {
 		h.SetCanonical(hdrProvider, c.target.Provider.nameBytes)
 		h.SetCanonical(hdrTarget, c.target.Provider.nameBytes)
+	}
+	if c.prefillT != nil && c.hop == hopDecode {
+		h.SetCanonical(hdrPrefillTarget, c.prefillT.Provider.nameBytes)
+	} else if c.skip != skipNone {
+		h.SetCanonical(hdrPrefillSkipped, skipNames[c.skip])
 	}
 	if c.retries > 0 {
 		var num [8]byte

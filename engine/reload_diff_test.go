@@ -243,6 +243,19 @@ key_bytes = 256
 provider = "a"
 [[routes.targets]]
 provider = "b"
+
+[[routes]]
+model = "pd"
+strategy = "cache_aware"
+[[routes.targets]]
+provider = "a"
+[routes.disaggregation]
+protocol = "sglang"
+bootstrap_port = 8998
+prefill_threshold_tokens = 256
+[[routes.disaggregation.decode]]
+provider = "b"
+model = "up-d"
 `, filepath.Join(dir, "trace.jsonl"), filepath.Join(dir, "access.log"), ps.connect, ps.replay, ps.bind)
 }
 
@@ -331,7 +344,11 @@ var invisible = map[string]bool{
 // and the targets that name one into providers and targets before a config reaches Reload (the discovery
 // package's tests cover them).
 func fleetPath(path string) bool {
-	return path == "sources" || strings.HasPrefix(path, "sources.") || path == "routes.targets.source"
+	switch path {
+	case "routes.targets.source", "routes.disaggregation.decode.source", "routes.disaggregation.DecodeDiscovered":
+		return true
+	}
+	return path == "sources" || strings.HasPrefix(path, "sources.")
 }
 
 func route(cfg *config.Config, model string) *config.RouteConfig {
@@ -444,6 +461,24 @@ func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*conf
 			r := route(c, "m")
 			r.Targets = r.Targets[:1] // a target removed: the other keeps its tries and source
 		},
+		"routes.disaggregation": func(c *config.Config) {
+			w := 1.0
+			route(c, "c").Disaggregation = &config.DisaggregationConfig{Protocol: "vllm", PrefillThresholdTokens: ptr(0),
+				Decode: []config.TargetConfig{{Provider: "d", Model: "c", Weight: &w}}}
+		},
+		"routes.disaggregation.protocol": func(c *config.Config) {
+			d := route(c, "pd").Disaggregation
+			d.Protocol, d.BootstrapPort = "vllm", nil
+		},
+		"routes.disaggregation.decode": func(c *config.Config) {
+			d := route(c, "pd").Disaggregation
+			d.Decode = append(d.Decode, config.TargetConfig{Provider: "d", Model: "up-d", Weight: ptr(1.0)})
+		},
+		"routes.disaggregation.decode.provider":          func(c *config.Config) { route(c, "pd").Disaggregation.Decode[0].Provider = "d" },
+		"routes.disaggregation.decode.model":             func(c *config.Config) { route(c, "pd").Disaggregation.Decode[0].Model = "up-d2" },
+		"routes.disaggregation.decode.weight":            func(c *config.Config) { route(c, "pd").Disaggregation.Decode[0].Weight = ptr(3.0) },
+		"routes.disaggregation.prefill_threshold_tokens": func(c *config.Config) { route(c, "pd").Disaggregation.PrefillThresholdTokens = ptr(100) },
+		"routes.disaggregation.bootstrap_port":           func(c *config.Config) { route(c, "pd").Disaggregation.BootstrapPort = ptr(9000) },
 		"routes.shadow": func(c *config.Config) {
 			route(c, "c").Shadow = &config.ShadowConfig{Strategies: []string{"pipeline", "precise_cache_aware"}}
 		},
@@ -613,11 +648,17 @@ func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*conf
 // renameProvider renames provider from to to, in the routes too.
 func renameProvider(c *config.Config, from, to string) {
 	provider(c, from).Name = to
-	for i := range c.Routes {
-		for j := range c.Routes[i].Targets {
-			if c.Routes[i].Targets[j].Provider == from {
-				c.Routes[i].Targets[j].Provider = to
+	rename := func(pool []config.TargetConfig) {
+		for j := range pool {
+			if pool[j].Provider == from {
+				pool[j].Provider = to
 			}
+		}
+	}
+	for i := range c.Routes {
+		rename(c.Routes[i].Targets)
+		if d := c.Routes[i].Disaggregation; d != nil {
+			rename(d.Decode)
 		}
 	}
 }

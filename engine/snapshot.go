@@ -98,6 +98,8 @@ type Route struct {
 	// tries are the strategy's prefix tries, one per target (nil for a strategy without them).
 	tries []*trie.Trie
 	m     *telemetry.RouteMetrics
+	// pd is the decode pool and protocol of a disaggregated route, nil for others (disagg.go).
+	pd *pdRoute
 	// strategyHeader and modelBytes are the x-rolter-strategy and x-rolter-route values.
 	strategyHeader []byte
 	modelBytes     []byte
@@ -152,6 +154,7 @@ type series struct {
 	set    *telemetry.Set
 	route  *telemetry.RouteMetrics
 	target *telemetry.TargetMetrics
+	pd     *telemetry.DisaggMetrics
 	gap    *ewma // a target's recent gap between predicted and delivered reuse (usage.go)
 	holds  int   // as Provider.holds
 }
@@ -275,7 +278,7 @@ func (g *Gateway) buildSnapshot(cfg *config.Config, prev *Snapshot) (_ *Snapshot
 		})
 		r.m = rs.route
 		s.series = append(s.series, rs)
-		for j, tc := range rc.Targets {
+		newTarget := func(j int, tc config.TargetConfig) *Target {
 			p := s.providers[tc.Provider]
 			ts := seriesFor("target\x00"+rc.Model+"\x00"+p.Name, func(set *telemetry.Set, se *series) {
 				se.target = set.NewTargetMetrics(rc.Model, p.Name, failKindLabels)
@@ -285,7 +288,7 @@ func (g *Gateway) buildSnapshot(cfg *config.Config, prev *Snapshot) (_ *Snapshot
 			if !slices.Contains(s.series, ts) {
 				s.series = append(s.series, ts)
 			}
-			r.Targets = append(r.Targets, &Target{
+			return &Target{
 				Index:     j,
 				Provider:  p,
 				Model:     tc.Model,
@@ -294,7 +297,17 @@ func (g *Gateway) buildSnapshot(cfg *config.Config, prev *Snapshot) (_ *Snapshot
 				Weight:    *tc.Weight,
 				m:         ts.target,
 				gap:       ts.gap,
+			}
+		}
+		for j, tc := range rc.Targets {
+			r.Targets = append(r.Targets, newTarget(j, tc))
+		}
+		if dc := rc.Disaggregation; dc != nil {
+			ds := seriesFor("disagg\x00"+rc.Model, func(set *telemetry.Set, se *series) {
+				se.pd = set.NewDisaggMetrics(rc.Model)
 			})
+			s.series = append(s.series, ds)
+			r.pd = newPDRoute(dc, ds.pd, newTarget)
 		}
 		if len(r.Targets) == 0 {
 			// Every target of the route comes from discovery sources that have found no engine yet: it has no

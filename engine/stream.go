@@ -47,6 +47,9 @@ func (c *call) Read(p []byte) (int, error) {
 		return c.endOfStream()
 	}
 	n, err := c.bodyStream.Read(p)
+	if n > 0 && c.hop == hopDecode && c.prefillT != nil && c.pdUsage.hasCached {
+		n = rewriteCached(p, n, c.pdUsage.cached)
+	}
 	if n > 0 {
 		if !c.gotFirst {
 			c.firstByte()

@@ -58,6 +58,17 @@ type usageScan struct {
 	completed int64 // completion_tokens, 0 when absent
 }
 
+// usageFigures are the numbers a usage scan found.
+type usageFigures struct {
+	found, hasCached          bool
+	prompt, cached, completed int64
+}
+
+// figures returns what the scan found so far.
+func (s *usageScan) figures() usageFigures {
+	return usageFigures{s.found, s.hasCached, s.prompt, s.cached, s.completed}
+}
+
 func (s *usageScan) reset() {
 	s.phase, s.nCarry, s.nObj = usageSearching, 0, 0
 	s.found, s.hasCached, s.prompt, s.cached, s.completed = false, false, 0, 0, 0

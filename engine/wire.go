@@ -163,7 +163,7 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) er
 	bw.Write(c.reqID)
 	body := c.reqBody
 	ms, me := c.modelAt[0], c.modelAt[1]
-	size := len(body)
+	size := len(body) + len(c.suffix)
 	splice := !bytes.Equal(body[ms:me], t.modelJSON)
 	if splice {
 		size += len(t.modelJSON) - (me - ms)
@@ -172,13 +172,20 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) er
 	c.scratch = strconv.AppendInt(c.scratch[:0], int64(size), 10)
 	bw.Write(c.scratch)
 	bw.WriteString("\r\n\r\n")
+	rest := body
 	if splice {
 		bw.Write(body[:ms])
 		bw.Write(t.modelJSON)
-		bw.Write(body[me:])
-	} else {
-		bw.Write(body)
+		rest = body[me:]
 	}
+	if c.hop != hopWhole {
+		// A disaggregated route's hop: its members go before the body's closing brace (disagg.Object).
+		end := c.obj.End - (len(body) - len(rest))
+		bw.Write(rest[:end])
+		bw.Write(c.suffix)
+		rest = rest[end:]
+	}
+	bw.Write(rest)
 	return conn.flushAndWait()
 }
 
@@ -296,4 +303,7 @@ var (
 	hdrProvider    = []byte("X-Rolter-Provider")
 	hdrTarget      = []byte("X-Rolter-Target")
 	hdrRetries     = []byte("X-Rolter-Retries")
+	// A disaggregated route's: the prefill engine of the answer, or why there was none.
+	hdrPrefillTarget  = []byte("X-Rolter-Prefill-Target")
+	hdrPrefillSkipped = []byte("X-Rolter-Prefill-Skipped")
 )

@@ -219,6 +219,37 @@ func (r *request) readMaxTokens(v *fastjson.Value, cfg *Config, keys ...string) 
 	return nil
 }
 
+// lastWins makes each top-level key of the object v that repeats keep only its last value, as vLLM's
+// parse does (FastAPI reads the body with Python's json.loads, whose dict keeps the last value of a key);
+// fastjson's Get would find the first. A gateway overrides a client's members by appending its own.
+func lastWins(v *fastjson.Value) {
+	o, _ := v.Object()
+	var keys [64][]byte
+	n, dup := 0, false
+	o.Visit(func(k []byte, _ *fastjson.Value) {
+		for _, prev := range keys[:min(n, len(keys))] {
+			if string(prev) == string(k) {
+				dup = true
+			}
+		}
+		if n < len(keys) {
+			keys[n] = k
+		}
+		n++
+	})
+	if !dup && n <= len(keys) {
+		return
+	}
+	last := map[string]*fastjson.Value{}
+	o.Visit(func(k []byte, x *fastjson.Value) { last[string(k)] = x })
+	for k, x := range last {
+		for o.Get(k) != nil {
+			o.Del(k)
+		}
+		o.Set(k, x)
+	}
+}
+
 // parseObject parses body as a JSON object naming the engine's model (or none) with p.
 func parseObject(p *fastjson.Parser, body []byte, cfg *Config) (*fastjson.Value, *apiError) {
 	v, err := p.ParseBytes(body)
@@ -228,6 +259,7 @@ func parseObject(p *fastjson.Parser, body []byte, cfg *Config) (*fastjson.Value,
 	if v.Type() != fastjson.TypeObject {
 		return nil, badRequest("request body must be a JSON object")
 	}
+	lastWins(v)
 	if e := checkModel(v, cfg); e != nil {
 		return nil, e
 	}

@@ -1,0 +1,57 @@
+package config
+
+// DisaggregationConfig is [routes.disaggregation]: the route serves a prefill/decode-disaggregated fleet.
+// The route's targets are then its prefill pool - the engines that hold the prompt cache, ranked by the
+// route's strategy - and Decode its decode pool, chosen by load. Each request is prefilled on one engine
+// of the first and generated on one of the second, which receives the prompt's KV blocks from it
+// (docs/routing/disaggregation.md).
+type DisaggregationConfig struct {
+	// Protocol is how the two engines are paired: "vllm" (the NixlConnector's kv_transfer_params, the
+	// prefill first and the decode after it) or "sglang" (bootstrap host, port and room, both at once).
+	Protocol string `toml:"protocol" json:"protocol"`
+	// Decode is the decode pool: targets as in the route's list (a provider or a source, a model, a weight).
+	Decode []TargetConfig `toml:"decode" json:"decode"`
+	// PrefillThresholdTokens makes disaggregation selective: a request whose prompt has fewer uncached
+	// tokens than this - the prompt's length less what the chosen prefill engine is estimated to hold, at
+	// four bytes of the prompt key per token - skips the prefill engine, and its decode engine prefills
+	// it locally. 0 sends every request through a prefill engine.
+	PrefillThresholdTokens *int `toml:"prefill_threshold_tokens" json:"prefill_threshold_tokens,omitempty"`
+	// BootstrapPort is the prefill engines' bootstrap port (SGLang's --disaggregation-bootstrap-port);
+	// 0 sends null, as SGLang's router does for a worker without one. sglang only.
+	BootstrapPort *int `toml:"bootstrap_port" json:"bootstrap_port,omitempty"`
+	// DecodeDiscovered names the sources whose endpoints are among Decode (set by the discovery Fleet).
+	DecodeDiscovered []string `toml:"-" json:"-"`
+}
+
+// Disaggregation protocols.
+const (
+	ProtocolVLLM   = "vllm"
+	ProtocolSGLang = "sglang"
+)
+
+// Defaults of [routes.disaggregation].
+const (
+	// DefaultPrefillThresholdTokens is the selective-disaggregation threshold. Below it, a prefill hop
+	// costs more than it saves: one more round trip and a transfer of every block, against a local
+	// prefill of a few hundred tokens (bench/results/routing: the disaggregated fleet).
+	DefaultPrefillThresholdTokens = 256
+	// DefaultBootstrapPort is SGLang's default --disaggregation-bootstrap-port.
+	DefaultBootstrapPort = 8998
+	// BytesPerToken is the prompt key's bytes per token the threshold is estimated with.
+	BytesPerToken = 4
+)
+
+func (d *DisaggregationConfig) setDefaults(r *RouteConfig) {
+	if d.Protocol == "" {
+		d.Protocol = ProtocolVLLM
+	}
+	if d.PrefillThresholdTokens == nil {
+		n := DefaultPrefillThresholdTokens
+		d.PrefillThresholdTokens = &n
+	}
+	if d.BootstrapPort == nil && d.Protocol == ProtocolSGLang {
+		n := DefaultBootstrapPort
+		d.BootstrapPort = &n
+	}
+	setTargetDefaults(r, d.Decode)
+}
