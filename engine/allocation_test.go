@@ -3,11 +3,15 @@
 package engine
 
 import (
+	"bytes"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/kvindex"
@@ -270,5 +274,43 @@ func TestAllocsPublicRouteWithKey(t *testing.T) {
 		}
 	}); a != 0 {
 		t.Fatalf("%v allocs per public request with a key up to the pick", a)
+	}
+}
+
+// TestAllocsDisaggregatedRequest: a request of a disaggregated route - the prefill hop, its answer's
+// params parsed and copied, the decode hop - allocates no more than an ordinary proxied one.
+func TestAllocsDisaggregatedRequest(t *testing.T) {
+	prefillAnswer := `{"id":"p","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"length"}],` +
+		`"usage":{"prompt_tokens":300,"completion_tokens":1,"total_tokens":301,"prompt_tokens_details":{"cached_tokens":128}},` +
+		`"kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[1,2,3],"remote_engine_id":"e","remote_host":"10.0.0.1","remote_port":5600,"tp_size":1}}`
+	var prefills, decodes atomic.Int64
+	upLn := fasthttputil.NewInmemoryListener()
+	upSrv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		if bytes.Contains(ctx.PostBody(), []byte(`"do_remote_decode":true`)) {
+			prefills.Add(1)
+			ctx.SetBodyString(prefillAnswer)
+			return
+		}
+		decodes.Add(1)
+		ctx.SetBodyString(benchReply)
+	}}
+	go upSrv.Serve(upLn) //nolint:errcheck
+	t.Cleanup(func() { _ = upSrv.Shutdown() })
+	cfg, err := config.Parse([]byte(pdFakes([]string{"http://prefill:80"}, []string{"http://decode:80"}, "cache_aware",
+		"prefill_threshold_tokens = 0", "")), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(cfg, Options{Logger: quietLog(), Dial: func(string, time.Duration) (net.Conn, error) { return upLn.Dial() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwLn := fasthttputil.NewInmemoryListener()
+	go g.Serve(gwLn) //nolint:errcheck
+	t.Cleanup(func() { _ = g.Shutdown(contextDone()) })
+	assertWholeRequestAllocs(t, &fasthttp.HostClient{Addr: "gateway", Dial: func(string) (net.Conn, error) { return gwLn.Dial() }})
+	if p, d := prefills.Load(), decodes.Load(); p == 0 || p != d {
+		t.Fatalf("%d prefill and %d decode requests; want as many of each", p, d)
 	}
 }

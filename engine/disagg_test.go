@@ -115,3 +115,26 @@ func TestDisaggCachedTokens(t *testing.T) {
 		t.Fatalf("cached_tokens of a cold then a warm prompt: %v; want 0 then > 0", cached)
 	}
 }
+
+// TestDisaggNodeSDK streams through a disaggregated route of simulated prefill and decode engines with the
+// official OpenAI Node SDK (sdk.mjs): every request goes through both hops.
+func TestDisaggNodeSDK(t *testing.T) {
+	prefill, decode, cfg := pdFleet(t, 2, 2, "cache_aware", "prefill_threshold_tokens = 0", nil)
+	up := newFakeUpstream(t, openAIUpstream)
+	cfg += fmt.Sprintf("[[providers]]\nname = \"x\"\napi_base = %q\n[[routes]]\nmodel = \"dying\"\n[[routes.targets]]\nprovider = \"x\"\nmodel = \"dying\"\n", up.URL)
+	res, out := runNodeSDK(t, startGateway(t, cfg).URL)
+	if res.Chat == "" || !strings.HasPrefix(res.Target, "d") || res.StreamText == "" || res.Usage.Total_tokens == 0 ||
+		res.NotFound.Status != 404 || res.MidStream.Name == "" {
+		t.Fatalf("unexpected SDK results: %s", out)
+	}
+	var prefilled, decoded uint64
+	for _, e := range prefill {
+		prefilled += e.Stats().RemotePrefills
+	}
+	for _, e := range decode {
+		decoded += e.Stats().RemoteDecodes
+	}
+	if prefilled != 3 || decoded != 3 {
+		t.Fatalf("prefills %d, remote decodes %d; want 3 and 3 (the SDK's three requests to m)", prefilled, decoded)
+	}
+}

@@ -17,6 +17,38 @@ import (
 // usage, the model list, an unknown model raising NotFoundError, and a stream dying mid-way raising APIError.
 // `make test` sets ROLTER_REQUIRE_SDK=1 so a missing Node.js or SDK fails instead of skipping.
 func TestOpenAINodeSDK(t *testing.T) {
+	up := newFakeUpstream(t, openAIUpstream)
+	cfg := gatewayConfig("round_robin", "", up.URL) + `
+[[routes]]
+model = "dying"
+[[routes.targets]]
+provider = "p0"
+model = "dying"
+`
+	res, out := runNodeSDK(t, startGateway(t, cfg).URL)
+	if res.Chat != "Hello there" || res.Target != "p0" || res.StreamText != "Hello there" || res.Usage.Total_tokens != 7 ||
+		res.NotFound.Status != 404 || res.NotFound.Code != "model_not_found" || res.MidStream.Name == "" {
+		t.Fatalf("unexpected SDK results: %s", out)
+	}
+}
+
+// sdkResults is what sdk.mjs found.
+type sdkResults struct {
+	Chat, Target, StreamText string
+	Chunks                   int
+	Usage                    struct{ Total_tokens int }
+	Models                   []string
+	NotFound                 struct {
+		Status int
+		Code   string
+	}
+	MidStream struct{ Name string }
+}
+
+// runNodeSDK runs sdk.mjs against the gateway at url: its route "m" answers, and "dying" is a stream that
+// breaks after its first chunk.
+func runNodeSDK(t *testing.T, url string) (sdkResults, string) {
+	t.Helper()
 	dir, _ := filepath.Abs("testdata/sdk")
 	node, err := exec.LookPath("node")
 	if err == nil {
@@ -28,40 +60,18 @@ func TestOpenAINodeSDK(t *testing.T) {
 		}
 		t.Skipf("OpenAI Node SDK not installed (run `make deps`): %s", err)
 	}
-	up := newFakeUpstream(t, openAIUpstream)
-	cfg := gatewayConfig("round_robin", "", up.URL) + `
-[[routes]]
-model = "dying"
-[[routes.targets]]
-provider = "p0"
-model = "dying"
-`
-	gw := startGateway(t, cfg)
-	cmd := exec.Command(node, filepath.Join(dir, "sdk.mjs"), gw.URL+"/v1")
+	cmd := exec.Command(node, filepath.Join(dir, "sdk.mjs"), url+"/v1")
 	cmd.Dir = dir
 	outb, err := cmd.CombinedOutput()
 	out := strings.TrimSpace(string(outb))
 	if err != nil {
 		t.Fatalf("sdk.mjs failed: %s\n%s", err, out)
 	}
-	var res struct {
-		Chat, Target, StreamText string
-		Chunks                   int
-		Usage                    struct{ Total_tokens int }
-		Models                   []string
-		NotFound                 struct {
-			Status int
-			Code   string
-		}
-		MidStream struct{ Name string }
-	}
+	var res sdkResults
 	if err := json.Unmarshal([]byte(out[strings.LastIndex(out, "\n")+1:]), &res); err != nil {
 		t.Fatalf("cannot parse sdk output: %s\n%s", err, out)
 	}
-	if res.Chat != "Hello there" || res.Target != "p0" || res.StreamText != "Hello there" || res.Usage.Total_tokens != 7 ||
-		res.NotFound.Status != 404 || res.NotFound.Code != "model_not_found" || res.MidStream.Name == "" {
-		t.Fatalf("unexpected SDK results: %s", out)
-	}
+	return res, out
 }
 
 // openAIUpstream answers like vLLM: chat completions (JSON or SSE with include_usage) and, for the model
