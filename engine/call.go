@@ -145,6 +145,8 @@ type call struct {
 	decodeTried uint64
 	reached     bool
 	skip        int
+	// writeOnly: the hop's request is written without waiting for its answer (disagg_pair.go).
+	writeOnly bool
 }
 
 var callPool sync.Pool
@@ -476,7 +478,7 @@ func (c *call) release() {
 	c.ep, c.logPath, c.method, c.spanName, c.errCode = 0, "", "", "", ""
 	c.failingOpen, c.probe, c.recorded, c.stripAuth = false, false, false, false
 	c.hop, c.obj, c.suffix, c.prefillT, c.kvParams = hopWhole, disagg.Object{}, c.suffix[:0], nil, c.kvParams[:0]
-	c.pdUsage, c.decodeTried, c.reached, c.skip = usageFigures{}, 0, false, skipNone
+	c.pdUsage, c.decodeTried, c.reached, c.skip, c.writeOnly = usageFigures{}, 0, false, skipNone, false
 	c.pick = Pick{}
 	c.hdr = reqHeaders{}
 	c.tried, c.nOrder, c.retries = 0, 0, 0

@@ -74,6 +74,10 @@ func (c *call) runPD(ctx *fasthttp.RequestCtx) {
 	if c.skip != skipNone {
 		pd.m.Skipped(c.skip - 1)
 	}
+	if pd.sglang && c.skip == skipNone {
+		c.runPairs(ctx)
+		return
+	}
 	var last attemptResult
 	decodes := 0
 	for decodes <= cfg.MaxRetries {
@@ -112,6 +116,7 @@ func (c *call) runPD(ctx *fasthttp.RequestCtx) {
 		out, res := c.decodeOn(ctx, t)
 		switch out {
 		case outStreaming:
+			pd.m.DecodeOK.Inc()
 			return
 		case outDone:
 			c.finish(c.status)
@@ -135,7 +140,8 @@ func (c *call) skipReason() int {
 		// vLLM's protocol is that of these two endpoints (the Responses API limits tokens otherwise).
 		return skipEndpoint
 	}
-	if len(c.key) < c.route.pd.thresholdBytes {
+	if len(c.key) < c.route.pd.thresholdBytes && !c.route.pd.sglang {
+		// (An SGLang decode server cannot prefill without its peer: such routes pair every request.)
 		// The decode engine's cache is not tracked, so the whole prompt counts as uncached there: a short
 		// one is cheaper to prefill locally than to move.
 		return skipShortPrompt
@@ -212,6 +218,35 @@ func (c *call) prefillOn(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResu
 	if out, res, ok := c.head(ctx, conn, t); !ok {
 		return out, res, false
 	}
+	if out, res, ok := c.readPrefillAnswer(ctx, conn, t); !ok {
+		return out, res, false
+	}
+	answer := c.respBuf
+	c.respBuf = c.respBuf[:0]
+	params, err := disagg.ParsePrefillAnswer(answer)
+	switch {
+	case err == nil:
+		if !c.hold(len(params) - cap(c.kvParams)) {
+			out, res := c.fail(ctx, t, nil, failProto, errPrefillAnswerSize)
+			return out, res, false
+		}
+		c.kvParams = append(c.kvParams[:0], params...)
+		c.route.pd.m.Params(0)
+	case errors.Is(err, disagg.ErrNoKVTransferParams):
+		c.kvParams = c.kvParams[:0]
+		c.route.pd.m.Params(1)
+	default:
+		c.route.pd.m.Params(2)
+		out, res := c.fail(ctx, t, nil, failProto, err)
+		return out, res, false
+	}
+	c.prefilled(t, answer)
+	return 0, attemptResult{}, true
+}
+
+// readPrefillAnswer reads the prefill engine's answer, whose head was read, whole into c.respBuf and gives
+// the connection back. ok is false when it could not, and the attempt failed (or the client left).
+func (c *call) readPrefillAnswer(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) (outcome, attemptResult, bool) {
 	c.bodyStream = conn.resp.BodyStream()
 	var err error
 	kind := failProto
@@ -236,33 +271,19 @@ func (c *call) prefillOn(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResu
 		return out, res, false
 	}
 	c.releaseConn(true)
-	answer := c.respBuf
-	c.bodyStream, c.upstreamDone, c.respBuf = nil, false, c.respBuf[:0]
-	params, err := disagg.ParsePrefillAnswer(answer)
-	switch {
-	case err == nil:
-		if !c.hold(len(params) - cap(c.kvParams)) {
-			out, res := c.fail(ctx, t, nil, failProto, errPrefillAnswerSize)
-			return out, res, false
-		}
-		c.kvParams = append(c.kvParams[:0], params...)
-		c.route.pd.m.Params(0)
-	case errors.Is(err, disagg.ErrNoKVTransferParams):
-		c.kvParams = c.kvParams[:0]
-		c.route.pd.m.Params(1)
-	default:
-		c.route.pd.m.Params(2)
-		out, res := c.fail(ctx, t, nil, failProto, err)
-		return out, res, false
-	}
-	// The prefill engine's usage is the request's: the decode engine counts the blocks it received as cached.
+	c.bodyStream, c.upstreamDone = nil, false
+	return 0, attemptResult{}, true
+}
+
+// prefilled records prefill target t's successful answer: its slot and health, its usage - the request's:
+// the decode engine counts the blocks it received as cached - and the target itself.
+func (c *call) prefilled(t *Target, answer []byte) {
 	c.usage.feed(answer)
 	c.pdUsage = c.usage.figures()
 	c.usage.reset()
 	c.done(t, failNone, 0)
 	t.m.Request(c.status)
 	c.prefillT = t
-	return 0, attemptResult{}, true
 }
 
 // decodeOn sends the decode request to decode target t (whose slot admit took): the client's request with

@@ -35,6 +35,7 @@ import (
 type upstream struct {
 	name        string
 	addr        string // host:port to dial
+	host        string // api_base's host name (SGLang's bootstrap_host of a prefill engine)
 	tlsConfig   *tls.Config
 	hostHeader  string // Host header value
 	basePath    string // api_base path prefix without a trailing slash, "/v1" de-duplicated (see requestPath)
@@ -67,6 +68,7 @@ func newUpstream(name, apiBase string, maxConns int, t config.TimeoutsConfig) (*
 	up := &upstream{
 		name:        name,
 		hostHeader:  u.Host,
+		host:        u.Hostname(),
 		dialTimeout: secs(t.ConnectSecs),
 		headersWait: secs(t.HeadersSecs),
 		idleGap:     secs(t.IdleSecs),
@@ -321,12 +323,7 @@ func (c *uconn) quiet() bool {
 // until the headers deadline. Such a request is flushed plainly and its answer read the usual way.
 func (c *uconn) flushAndWait() error {
 	if c.rc == nil || c.wrote {
-		err := c.bw.Flush()
-		c.wrote = false
-		if err == nil {
-			c.written()
-		}
-		return err
+		return c.flush()
 	}
 	c.sent, c.sendErr = false, nil
 	err := c.rc.Read(c.send)
@@ -336,6 +333,17 @@ func (c *uconn) flushAndWait() error {
 		return err
 	}
 	return c.sendErr
+}
+
+// flush writes what bw holds - the request - without waiting for the answer, which is read the usual way:
+// for a hop whose answer is not read next (SGLang's prefill and decode requests go out together).
+func (c *uconn) flush() error {
+	err := c.bw.Flush()
+	c.wrote = false
+	if err == nil {
+		c.written()
+	}
+	return err
 }
 
 func (c *uconn) sendFD(uintptr) bool {

@@ -186,6 +186,9 @@ func (c *call) writeRequest(ctx *fasthttp.RequestCtx, conn *uconn, t *Target) er
 		rest = rest[end:]
 	}
 	bw.Write(rest)
+	if c.writeOnly {
+		return conn.flush()
+	}
 	return conn.flushAndWait()
 }
 
