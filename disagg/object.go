@@ -62,6 +62,17 @@ func Scan(body []byte) (Object, error) {
 	return o, nil
 }
 
+// Keys is a set of the keys a prefill request overrides when the body has them, for NewObject: bit 0
+// stream_options, 1 max_completion_tokens, 2 min_tokens, 3 min_completion_tokens.
+type Keys uint8
+
+// NewObject returns the Object of a body that a scan of its own already read: the index of its closing
+// brace, its number of members and which of the overridden keys it holds. A gateway that validates the
+// body in one pass anyway needs no second one (Scan).
+func NewObject(end, members int, keys Keys) Object {
+	return Object{End: end, empty: members == 0, has: uint8(keys) & 0xf}
+}
+
 // Has reports whether the body holds name as a top-level key, for the keys a prefill request treats
 // specially: "stream_options", "max_completion_tokens", "min_tokens", "min_completion_tokens". Any other
 // name reports false.

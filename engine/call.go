@@ -137,6 +137,9 @@ type call struct {
 	// the prefill's usage, the decode targets tried, whether the last decode attempt reached its engine, and
 	// why the prefill was skipped.
 	hop         hop
+	objEnd      int   // the body object's closing brace, its members and overridden keys (promptkey.Info)
+	objMembers  int
+	objKeys     uint8
 	obj         disagg.Object
 	suffix      []byte
 	prefillT    *Target
@@ -373,6 +376,7 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 		return noEndpoints(r)
 	}
 	c.modelAt[0], c.modelAt[1] = info.ModelStart, info.ModelEnd
+	c.objEnd, c.objMembers, c.objKeys = info.End, info.Members, info.Overrides
 	c.route = r
 
 	p := &c.pick

@@ -62,14 +62,8 @@ func (c *call) runPD(ctx *fasthttp.RequestCtx) {
 		c.answerError(ctx, noEndpoints(c.route))
 		return
 	}
-	o, err := disagg.Scan(c.reqBody)
-	if err != nil {
-		// The scanner took the body, so it is one valid object; a body it takes and this refuses is a bug.
-		c.watch.disarm()
-		c.answerError(ctx, badRequest("invalid_json", "", "the request body is not one JSON object: "+err.Error()))
-		return
-	}
-	c.obj = o
+	// The scanner read where the body's object ends and which overridden keys it holds (prepare).
+	c.obj = disagg.NewObject(c.objEnd, c.objMembers, disagg.Keys(c.objKeys))
 	c.skip = c.skipReason()
 	if c.skip != skipNone {
 		pd.m.Skipped(c.skip - 1)

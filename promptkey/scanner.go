@@ -25,6 +25,35 @@ type Info struct {
 	// Session is the body's "prompt_cache_key" when it is a string, unescaped, else nil. It aliases the body
 	// when the value has no escapes, else the scanner's scratch; valid like Model.
 	Session []byte
+	// End is the index of the body object's closing brace, Members how many members the object has, and
+	// Overrides which of the keys a disaggregated route's prefill request overrides it holds (Override*
+	// bits): where a gateway appends members of its own, found in the same pass.
+	End, Members int
+	Overrides uint8
+}
+
+// The top-level keys a prefill request of vLLM's disaggregation protocol overrides when the body has them,
+// as bits of Info.Overrides (in the order of disagg's keys).
+const (
+	OverrideStreamOptions uint8 = 1 << iota
+	OverrideMaxCompletionTokens
+	OverrideMinTokens
+	OverrideMinCompletionTokens
+)
+
+// override returns the Override bit of a top-level key, or 0.
+func override(name []byte) uint8 {
+	switch string(name) {
+	case "stream_options":
+		return OverrideStreamOptions
+	case "max_completion_tokens":
+		return OverrideMaxCompletionTokens
+	case "min_tokens":
+		return OverrideMinTokens
+	case "min_completion_tokens":
+		return OverrideMinCompletionTokens
+	}
+	return 0
 }
 
 // Scanner validates request bodies and reads an Info from them in one pass, without building a
@@ -110,12 +139,14 @@ func (s *Scanner) Scan(body []byte, ep Endpoint, keyDst []byte, info *Info) *Err
 		i = s.ws(i + 1)
 		if i < len(body) && body[i] == '}' {
 			i++
+			info.End = i - 1
 		} else {
 			for i >= 0 {
 				var name []byte
 				if name, i = s.objectKey(i); i < 0 {
 					break
 				}
+				info.Members++
 				v := i
 				switch string(name) {
 				case "model":
@@ -138,6 +169,9 @@ func (s *Scanner) Scan(body []byte, ep Endpoint, keyDst []byte, info *Info) *Err
 					session, sessionEnd = v, i
 				default:
 					i = s.skip(v, 1)
+					if len(name) >= len("min_tokens") {
+						info.Overrides |= override(name)
+					}
 					for k := 1; k < nIdent; k++ {
 						if string(name) == s.KeyFields[k-1] {
 							s.ident[k] = keySpan{v, i}
@@ -146,6 +180,9 @@ func (s *Scanner) Scan(body []byte, ep Endpoint, keyDst []byte, info *Info) *Err
 					}
 				}
 				if i = s.next(i, '}'); i < 0 || body[i-1] == '}' {
+					if i > 0 {
+						info.End = i - 1
+					}
 					break
 				}
 			}
