@@ -137,7 +137,7 @@ type call struct {
 	// the prefill's usage, the decode targets tried, whether the last decode attempt reached its engine, and
 	// why the prefill was skipped.
 	hop         hop
-	objEnd      int   // the body object's closing brace, its members and overridden keys (promptkey.Info)
+	objEnd      int // the body object's closing brace, its members and overridden keys (promptkey.Info)
 	objMembers  int
 	objKeys     uint8
 	obj         disagg.Object

@@ -29,7 +29,7 @@ type Info struct {
 	// Overrides which of the keys a disaggregated route's prefill request overrides it holds (Override*
 	// bits): where a gateway appends members of its own, found in the same pass.
 	End, Members int
-	Overrides uint8
+	Overrides    uint8
 }
 
 // The top-level keys a prefill request of vLLM's disaggregation protocol overrides when the body has them,
