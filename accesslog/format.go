@@ -33,6 +33,7 @@ func appendRecord(dst []byte, r *Record, text bool) []byte {
 	e.str("route", r.Route)
 	e.str("model", r.Model)
 	e.str("target", r.Target)
+	e.str("prefill_target", r.PrefillTarget)
 	e.str("strategy", r.Strategy)
 	e.str("decision", r.Decision)
 	e.score("score", r.Score)

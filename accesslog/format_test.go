@@ -34,13 +34,13 @@ func exampleRecord() *Record {
 
 // The example lines of the package doc, byte for byte.
 const (
-	exampleJSON = `{"time":"2026-11-25T10:00:00.123Z","request_id":"req-7f3a","client":"10.0.0.7:51234","path":"/v1/chat/completions","route":"llama","model":"llama","target":"vllm-2","strategy":"cache_aware","decision":"prefix_hit","score":0.8125,"status":200,"retries":0,"upstream_headers_ms":41.250,"first_byte_ms":41.913,"duration_ms":1873.004,"bytes_out":18342,"prompt_tokens":2048,"cached_tokens":1664,"stream":true,"error":null,"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"00f067aa0ba902b7"}` + "\n"
+	exampleJSON = `{"time":"2026-11-25T10:00:00.123Z","request_id":"req-7f3a","client":"10.0.0.7:51234","path":"/v1/chat/completions","route":"llama","model":"llama","target":"vllm-2","prefill_target":null,"strategy":"cache_aware","decision":"prefix_hit","score":0.8125,"status":200,"retries":0,"upstream_headers_ms":41.250,"first_byte_ms":41.913,"duration_ms":1873.004,"bytes_out":18342,"prompt_tokens":2048,"cached_tokens":1664,"stream":true,"error":null,"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"00f067aa0ba902b7"}` + "\n"
 	exampleText = `time=2026-11-25T10:00:00.123Z request_id=req-7f3a client=10.0.0.7:51234 path=/v1/chat/completions route=llama model=llama target=vllm-2 strategy=cache_aware decision=prefix_hit score=0.8125 status=200 retries=0 upstream_headers_ms=41.250 first_byte_ms=41.913 duration_ms=1873.004 bytes_out=18342 prompt_tokens=2048 cached_tokens=1664 stream=true trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=00f067aa0ba902b7` + "\n"
 )
 
 // fieldNames is the documented field list, in order.
 var fieldNames = []string{
-	"time", "request_id", "client", "path", "route", "model", "target", "strategy", "decision", "score",
+	"time", "request_id", "client", "path", "route", "model", "target", "prefill_target", "strategy", "decision", "score",
 	"status", "retries", "upstream_headers_ms", "first_byte_ms", "duration_ms", "bytes_out", "prompt_tokens",
 	"cached_tokens", "stream", "error", "trace_id", "span_id",
 }
@@ -66,12 +66,12 @@ func TestFormatGolden(t *testing.T) {
 	r.Status = 404
 	r.Duration = 250 * time.Microsecond
 	r.Error = "model_not_found"
-	f("json refused", AppendJSON(nil, &r), `{"time":"2026-01-02T03:04:05.000Z","request_id":"abc","client":"[2001:db8::1]:443","path":"/v1/completions","route":null,"model":"no-such-model","target":null,"strategy":null,"decision":null,"score":null,"status":404,"retries":0,"upstream_headers_ms":null,"first_byte_ms":null,"duration_ms":0.250,"bytes_out":0,"prompt_tokens":null,"cached_tokens":null,"stream":false,"error":"model_not_found","trace_id":null,"span_id":null}`+"\n")
+	f("json refused", AppendJSON(nil, &r), `{"time":"2026-01-02T03:04:05.000Z","request_id":"abc","client":"[2001:db8::1]:443","path":"/v1/completions","route":null,"model":"no-such-model","target":null,"prefill_target":null,"strategy":null,"decision":null,"score":null,"status":404,"retries":0,"upstream_headers_ms":null,"first_byte_ms":null,"duration_ms":0.250,"bytes_out":0,"prompt_tokens":null,"cached_tokens":null,"stream":false,"error":"model_not_found","trace_id":null,"span_id":null}`+"\n")
 	f("text refused", AppendText(nil, &r), `time=2026-01-02T03:04:05.000Z request_id=abc client=[2001:db8::1]:443 path=/v1/completions model=no-such-model status=404 retries=0 duration_ms=0.250 bytes_out=0 stream=false error=model_not_found`+"\n")
 
 	// The zero Record after Reset: every field null but the ones that always have a value.
 	r.Reset()
-	f("json empty", AppendJSON(nil, &r), `{"time":null,"request_id":null,"client":null,"path":null,"route":null,"model":null,"target":null,"strategy":null,"decision":null,"score":null,"status":null,"retries":0,"upstream_headers_ms":null,"first_byte_ms":null,"duration_ms":null,"bytes_out":0,"prompt_tokens":null,"cached_tokens":null,"stream":false,"error":null,"trace_id":null,"span_id":null}`+"\n")
+	f("json empty", AppendJSON(nil, &r), `{"time":null,"request_id":null,"client":null,"path":null,"route":null,"model":null,"target":null,"prefill_target":null,"strategy":null,"decision":null,"score":null,"status":null,"retries":0,"upstream_headers_ms":null,"first_byte_ms":null,"duration_ms":null,"bytes_out":0,"prompt_tokens":null,"cached_tokens":null,"stream":false,"error":null,"trace_id":null,"span_id":null}`+"\n")
 	f("text empty", AppendText(nil, &r), "retries=0 bytes_out=0 stream=false\n")
 
 	// Appending keeps what dst holds.
@@ -203,8 +203,8 @@ func TestForgingAttempts(t *testing.T) {
 			t.Fatalf("text line for id %q is not one line: %q", id, line)
 		}
 		kv := parseLogfmt(t, string(line[:len(line)-1]))
-		if len(kv) != len(fieldNames)-1 { // error is empty: left out
-			t.Fatalf("text line for id %q has %d fields; want %d: %s", id, len(kv), len(fieldNames)-1, line)
+		if len(kv) != len(fieldNames)-2 { // error and prefill_target are empty: left out
+			t.Fatalf("text line for id %q has %d fields; want %d: %s", id, len(kv), len(fieldNames)-2, line)
 		}
 		if kv["request_id"] != wantID || kv["target"] != wantTarget || kv["route"] != "llama" {
 			t.Fatalf("text line for id %q: request_id %q target %q route %q", id, kv["request_id"], kv["target"], kv["route"])

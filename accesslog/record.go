@@ -32,8 +32,10 @@ type Record struct {
 	// Route is the route that served the request, Model the public model name the client asked for.
 	Route string
 	Model string
-	// Target is the provider the last attempt went to ("" if none was tried).
-	Target string
+	// Target is the provider the last attempt went to ("" if none was tried); on a disaggregated route,
+	// the decode engine, and PrefillTarget the prefill engine whose blocks it used ("" if none).
+	Target        string
+	PrefillTarget string
 	// Strategy is the route's strategy, Decision its one-word reason (x-rolter-decision), Score the
 	// winning prefix-match fraction 0..1 or -1 when no cache strategy decided.
 	Strategy string

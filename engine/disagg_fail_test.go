@@ -1,12 +1,13 @@
 package engine
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -181,7 +182,9 @@ func sameAsProxy(t *testing.T, what string, got, want map[string]any) {
 func TestDisaggWire(t *testing.T) {
 	p := newPDEngine(t, prefillOK("p0"))
 	d := newPDEngine(t, decodeOK)
-	gw := startGateway(t, pdFakes([]string{p.URL}, []string{d.URL}, "cache_aware", "prefill_threshold_tokens = 0", ""))
+	logPath := filepath.Join(t.TempDir(), "access.log")
+	gw := startGateway(t, pdFakes([]string{p.URL}, []string{d.URL}, "cache_aware", "prefill_threshold_tokens = 0",
+		fmt.Sprintf("[log]\naccess = %q\n", logPath)))
 	long := strings.Repeat("word ", 50)
 	for i, tc := range []struct{ path, body string }{
 		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"` + long + `"}]}`},
@@ -218,6 +221,13 @@ func TestDisaggWire(t *testing.T) {
 		}
 		if strings.Contains(out, `"cached_tokens":299`) || !strings.Contains(out, `"cached_tokens":128`) {
 			t.Errorf("case %d: the answer's cached_tokens are not the prefill engine's: %s", i, out)
+		}
+	}
+	// The access log names both engines.
+	waitFor(t, 5*time.Second, "the access log", func() bool { raw, _ := os.ReadFile(logPath); return strings.Count(string(raw), "\n") >= 5 })
+	for _, l := range accessLines(t, logPath) {
+		if l["target"] != "d0" || l["prefill_target"] != "p0" || l["cached_tokens"] != 128.0 {
+			t.Fatalf("access log line %v: want target d0, prefill_target p0, cached_tokens 128", l)
 		}
 	}
 }
@@ -478,5 +488,4 @@ func TestDisaggClientLeaves(t *testing.T) {
 			}
 		})
 	}
-	_ = bufio.NewReader
 }

@@ -192,6 +192,9 @@ func (c *call) recordEnd(status int) {
 		if c.target != nil {
 			r.Target = c.target.Provider.Name
 		}
+		if c.prefillT != nil {
+			r.PrefillTarget = c.prefillT.Provider.Name
+		}
 		if !c.headersAt.IsZero() {
 			r.UpstreamHeaders = c.headersAt.Sub(c.start)
 		}
@@ -230,6 +233,9 @@ func (c *call) recordEnd(status int) {
 		}
 		if c.target != nil {
 			s.Target = c.target.Provider.Name
+		}
+		if c.prefillT != nil {
+			s.PrefillTarget = c.prefillT.Provider.Name
 		}
 		s.PromptTokens, s.CachedTokens = -1, -1
 		if u := &c.usage; u.found {

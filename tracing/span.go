@@ -33,12 +33,14 @@ type Span struct {
 	Status int
 	// Route, Model (the public model name), Target (provider of the last attempt), Strategy, Decision
 	// and Score (winning prefix-match fraction, -1 when no cache strategy decided) describe the routing.
-	Route    string
-	Model    string
-	Target   string
-	Strategy string
-	Decision string
-	Score    float64
+	Route  string
+	Model  string
+	Target string
+	// PrefillTarget is a disaggregated route's prefill engine ("" if none), Target its decode engine.
+	PrefillTarget string
+	Strategy      string
+	Decision      string
+	Score         float64
 	// Retries is how many attempts were made after the first.
 	Retries int
 	// RequestID holds the request id; RequestIDLen bytes of it are used. Set it with SetRequestID.
