@@ -297,3 +297,44 @@ func TestFleetCapsEndpoints(t *testing.T) {
 		t.Fatal(errs)
 	}
 }
+
+// TestFleetDecodePool: a disaggregated route's decode pool may name a source too; its endpoints become
+// decode targets, and a decode pool that has found none yet is a valid config.
+func TestFleetDecodePool(t *testing.T) {
+	f, h := newHandFleet(t)
+	base := parseBase(t, 0)
+	rc := &base.Routes[0]
+	w := 1.0
+	rc.Disaggregation = &config.DisaggregationConfig{Protocol: config.ProtocolVLLM, PrefillThresholdTokens: new(int),
+		Decode: []config.TargetConfig{{Source: "pool", Model: "llama", Weight: &w}}}
+	rc.Targets = rc.Targets[:1] // the prefill pool: the fixed provider
+	go func() { (<-h.sinks).Set(nil) }()
+	cfg, err := f.Prepare(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := config.Validate(cfg); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if d := cfg.Routes[0].Disaggregation; len(d.Decode) != 0 || len(d.DecodeDiscovered) != 1 || base.Routes[0].Disaggregation.Decode[0].Source != "pool" {
+		t.Fatalf("decode pool %+v (the base must stay as it was)", d)
+	}
+	a := &applied{t: t}
+	f.Attach(a.apply)
+	f.applyMu.Lock()
+	sink := f.sources["pool"]
+	f.applyMu.Unlock()
+	sink.Set([]Endpoint{ep("10.0.0.1", true), ep("10.0.0.2", true)})
+	waitFor(t, "the decode endpoints", func() bool {
+		if a.count() == 0 {
+			return false
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		d := a.cfgs[len(a.cfgs)-1].Routes[0].Disaggregation
+		return len(d.Decode) == 2 && d.Decode[0].Provider == "pool@10.0.0.1:8000"
+	})
+	if got := a.targets(); got != "fixed" {
+		t.Fatalf("prefill pool %q, want the fixed provider alone", got)
+	}
+}
