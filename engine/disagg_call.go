@@ -220,7 +220,8 @@ func (c *call) prefillOn(ctx *fasthttp.RequestCtx, ti int) (outcome, attemptResu
 	params, err := disagg.ParsePrefillAnswer(answer)
 	switch {
 	case err == nil:
-		if !c.hold(len(params) - cap(c.kvParams)) {
+		// Counted whole in the body memory, like the request's other buffers (a pooled call keeps it).
+		if !c.hold(max(len(params), cap(c.kvParams))) {
 			out, res := c.fail(ctx, t, nil, failProto, errPrefillAnswerSize)
 			return out, res, false
 		}
