@@ -40,7 +40,35 @@ func TestSoak(t *testing.T) {
 		okJSON(w, r)
 	})
 	gw := startGateway(t, gatewayConfig("least_load", "[retry]\nbackoff_ms = 1\n", up.URL, up.URL))
+	soak(t, gw, dur)
+}
 
+// TestSoakDisaggregated is TestSoak on a disaggregated route: every request is a prefill hop and a decode
+// hop, and clients leave during either.
+func TestSoakDisaggregated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak test skipped in -short mode")
+	}
+	p := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Duration(rand.IntN(4)) * time.Millisecond)
+		prefillOK("p")(w, r)
+	})
+	d := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"stream":true`) {
+			sseEvents(5+rand.IntN(20), time.Duration(1+rand.IntN(3))*time.Millisecond)(w, r)
+			return
+		}
+		time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
+		okJSON(w, r)
+	})
+	gw := startGateway(t, pdFakes([]string{p.URL, p.URL}, []string{d.URL, d.URL}, "cache_aware", "prefill_threshold_tokens = 0",
+		"[retry]\nbackoff_ms = 1\n"))
+	soak(t, gw, 5*time.Second)
+}
+
+// soak is the load, the client disconnects and the leak checks of the soak tests, for dur.
+func soak(t *testing.T, gw *testGateway, dur time.Duration) {
 	settle := func() (int, uint64) {
 		testClient.CloseIdleConnections()
 		for _, p := range gw.g.Snapshot().Providers {
