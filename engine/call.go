@@ -552,13 +552,12 @@ func (c *call) run(ctx *fasthttp.RequestCtx) {
 			k++
 		}
 		t := c.route.Targets[ti]
-		if !c.admit(t) {
-			if c.watch.gone.Load() {
-				c.clientLeft(ctx, nil)
+		if ok, left, busy := c.admitOrBusy(ctx, t); !ok {
+			if left {
 				c.finish(c.status)
 				return
 			}
-			last = attemptResult{kind: failBusy, err: c.busyError(t)}
+			last = busy
 			continue
 		}
 		if sent > 0 {
@@ -624,6 +623,20 @@ func (c *call) admit(t *Target) bool {
 	}
 	c.probe = probe
 	return true
+}
+
+// admitOrBusy is admit for a candidate of run's loops. When t has no slot, left reports a client that left
+// meanwhile, which is answered (clientLeft) and must be finished, and busy is the attempt to answer if no
+// other candidate takes the request.
+func (c *call) admitOrBusy(ctx *fasthttp.RequestCtx, t *Target) (ok, left bool, busy attemptResult) {
+	if c.admit(t) {
+		return true, false, attemptResult{}
+	}
+	if c.watch.gone.Load() {
+		c.clientLeft(ctx, nil)
+		return false, true, attemptResult{}
+	}
+	return false, false, attemptResult{kind: failBusy, err: c.busyError(t)}
 }
 
 // done releases t's slot and records the attempt's outcome for cooldowns and the breaker.

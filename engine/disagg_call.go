@@ -94,13 +94,12 @@ func (c *call) runPD(ctx *fasthttp.RequestCtx) {
 		}
 		c.decodeTried |= 1 << di
 		t := pd.decode[di]
-		if !c.admit(t) {
-			if c.watch.gone.Load() {
-				c.clientLeft(ctx, nil)
+		if ok, left, busy := c.admitOrBusy(ctx, t); !ok {
+			if left {
 				c.finish(c.status)
 				return
 			}
-			last = attemptResult{kind: failBusy, err: c.busyError(t)}
+			last = busy
 			continue
 		}
 		if decodes > 0 {
@@ -172,12 +171,11 @@ func (c *call) prefillPhase(ctx *fasthttp.RequestCtx) (outcome, attemptResult, b
 			k++
 		}
 		t := c.route.Targets[ti]
-		if !c.admit(t) {
-			if c.watch.gone.Load() {
-				c.clientLeft(ctx, nil)
+		if ok, left, busy := c.admitOrBusy(ctx, t); !ok {
+			if left {
 				return outDone, attemptResult{}, false
 			}
-			last = attemptResult{kind: failBusy, err: c.busyError(t)}
+			last = busy
 			continue
 		}
 		if sent > 0 {

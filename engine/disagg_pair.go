@@ -33,14 +33,12 @@ func (c *call) runPairs(ctx *fasthttp.RequestCtx) {
 			k++
 		}
 		pt := c.route.Targets[ti]
-		if !c.admit(pt) {
-			if c.watch.gone.Load() {
-				c.clientLeft(ctx, nil)
+		if ok, left, busy := c.admitOrBusy(ctx, pt); !ok {
+			if left {
 				c.finish(c.status)
 				return
 			}
-			last = attemptResult{kind: failBusy, err: c.busyError(pt)}
-			ti = -1
+			last, ti = busy, -1
 			continue
 		}
 		pprobe := c.probe

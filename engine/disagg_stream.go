@@ -20,51 +20,35 @@ const maxHeldEvents = 64 << 10
 // when that first event is an error, so the attempt fails before the client got a byte and the request
 // can be prefilled and decoded again; or what broke the stream off before such an event came.
 func (c *call) holdFirstEvent() (failKind, error) {
-	buf := c.respBuf[:0]
+	c.respBuf = c.respBuf[:0]
 	scanned := 0
 	for {
 		for {
-			end := eventEnd(buf[scanned:])
+			end := eventEnd(c.respBuf[scanned:])
 			if end < 0 {
 				break
 			}
-			ev := buf[scanned : scanned+end]
+			ev := c.respBuf[scanned : scanned+end]
 			scanned += end
 			if isRoleChunk(ev) {
 				continue
 			}
-			c.respBuf = buf
 			if bytes.HasPrefix(bytes.TrimLeft(ev, " \r\n"), []byte(`data: {"error"`)) {
 				return failAnswered, errDecodeError
 			}
 			return failNone, nil
 		}
-		if len(buf) >= maxHeldEvents {
-			break
+		if c.upstreamDone {
+			return failNone, nil // the stream ended before such an event: what came is passed on as it is
 		}
-		if len(buf) == cap(buf) {
-			n := min(max(2*cap(buf), 4<<10), maxHeldEvents)
-			if !c.hold(n - cap(buf)) {
-				break
-			}
-			nb := make([]byte, len(buf), n)
-			copy(nb, buf)
-			buf = nb
-		}
-		n, err := c.bodyStream.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			c.upstreamDone = true
-			break
-		}
-		if err != nil {
-			c.respBuf = buf
+		more, err := c.readMore(maxHeldEvents)
+		if err != nil && err != io.EOF {
 			return classify(err), err
 		}
+		if !more {
+			return failNone, nil // a long run of role chunks: passed on as it is
+		}
 	}
-	// The stream ended, or is long, before such an event: what came is passed on as it is.
-	c.respBuf = buf
-	return failNone, nil
 }
 
 var errDecodeError = errors.New("the decode engine's stream began with an error event")

@@ -248,32 +248,44 @@ const maxPrefetch = 1 << 20
 // prefetch reads the start of a non-streaming body into c.respBuf: all of it when it is at most maxPrefetch
 // (then c.upstreamDone is set). It returns failNone, or what broke the body off.
 func (c *call) prefetch() (failKind, error) {
-	buf := c.respBuf[:0]
-	for len(buf) < maxPrefetch {
-		if len(buf) == cap(buf) {
-			// Grown as the bytes come, and inside the gateway's body memory: when that is spent the rest of
-			// the body streams through instead of being read ahead.
-			n := min(max(2*cap(buf), 4<<10), maxPrefetch)
-			if !c.hold(n - cap(buf)) {
-				break
-			}
-			nb := make([]byte, len(buf), n)
-			copy(nb, buf)
-			buf = nb
-		}
-		n, err := c.bodyStream.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			c.upstreamDone = true
-			break
-		}
-		if err != nil {
-			c.respBuf = buf
+	c.respBuf = c.respBuf[:0]
+	for {
+		more, err := c.readMore(maxPrefetch)
+		switch {
+		case err == io.EOF:
+			return failNone, nil
+		case err != nil:
 			return classify(err), err
+		case !more:
+			return failNone, nil
 		}
 	}
-	c.respBuf = buf
-	return failNone, nil
+}
+
+// readMore reads the next bytes of the upstream's body onto c.respBuf, which grows as the bytes come, up to
+// limit bytes and inside the gateway's body memory. It reports false, reading nothing, when the buffer is
+// at limit or the body memory is spent (the rest of the body then streams through instead of being read
+// ahead); err is the read's, and io.EOF sets c.upstreamDone.
+func (c *call) readMore(limit int) (bool, error) {
+	buf := c.respBuf
+	if len(buf) >= limit {
+		return false, nil
+	}
+	if len(buf) == cap(buf) {
+		n := min(max(2*cap(buf), 4<<10), limit)
+		if !c.hold(n - cap(buf)) {
+			return false, nil
+		}
+		nb := make([]byte, len(buf), n)
+		copy(nb, buf)
+		buf = nb
+	}
+	n, err := c.bodyStream.Read(buf[len(buf):cap(buf)])
+	c.respBuf = buf[:len(buf)+n]
+	if err == io.EOF {
+		c.upstreamDone = true
+	}
+	return true, err
 }
 
 // releaseConn gives the upstream connection back once its response was read whole (reusable), or closes it.
