@@ -109,6 +109,11 @@ func kvLoadFailed(w http.ResponseWriter, r *http.Request) {
 // pdFakes returns the config of route "m" disaggregated over prefill engines p0.. (upstream model "pm")
 // and decode engines d0.. (model "dm"), with extra appended to the file's top (sections).
 func pdFakes(prefill, decode []string, strategy, disagg, extra string) string {
+	return pdConfig(prefill, decode, "pm", "dm", strategy, disagg, extra)
+}
+
+// pdConfig is pdFakes with the upstream models of each pool.
+func pdConfig(prefill, decode []string, prefillModel, decodeModel, strategy, disagg, extra string) string {
 	var b strings.Builder
 	b.WriteString("[server]\nlisten = \"127.0.0.1:0\"\n" + extra + "\n")
 	for i, u := range prefill {
@@ -119,11 +124,11 @@ func pdFakes(prefill, decode []string, strategy, disagg, extra string) string {
 	}
 	fmt.Fprintf(&b, "[[routes]]\nmodel = \"m\"\nstrategy = %q\n", strategy)
 	for i := range prefill {
-		fmt.Fprintf(&b, "[[routes.targets]]\nprovider = \"p%d\"\nmodel = \"pm\"\n", i)
+		fmt.Fprintf(&b, "[[routes.targets]]\nprovider = \"p%d\"\nmodel = %q\n", i, prefillModel)
 	}
 	b.WriteString("[routes.disaggregation]\n" + disagg + "\n")
 	for i := range decode {
-		fmt.Fprintf(&b, "[[routes.disaggregation.decode]]\nprovider = \"d%d\"\nmodel = \"dm\"\n", i)
+		fmt.Fprintf(&b, "[[routes.disaggregation.decode]]\nprovider = \"d%d\"\nmodel = %q\n", i, decodeModel)
 	}
 	return b.String()
 }

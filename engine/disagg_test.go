@@ -27,23 +27,7 @@ func pdFleet(t *testing.T, nPrefill, nDecode int, strategy, extra string, tweak 
 	}
 	prefill, pu := simFleet(t, nPrefill, role(sim.RolePrefill))
 	decode, du := simFleet(t, nDecode, role(sim.RoleDecode))
-	var b strings.Builder
-	b.WriteString("[server]\nlisten = \"127.0.0.1:0\"\n")
-	for i, u := range pu {
-		fmt.Fprintf(&b, "[[providers]]\nname = \"p%d\"\napi_base = %q\n", i, u)
-	}
-	for i, u := range du {
-		fmt.Fprintf(&b, "[[providers]]\nname = \"d%d\"\napi_base = %q\n", i, u)
-	}
-	fmt.Fprintf(&b, "[[routes]]\nmodel = \"m\"\nstrategy = %q\n", strategy)
-	for i := range pu {
-		fmt.Fprintf(&b, "[[routes.targets]]\nprovider = \"p%d\"\nmodel = \"up-model\"\n", i)
-	}
-	b.WriteString("[routes.disaggregation]\n" + extra + "\n")
-	for i := range du {
-		fmt.Fprintf(&b, "[[routes.disaggregation.decode]]\nprovider = \"d%d\"\nmodel = \"up-model\"\n", i)
-	}
-	return prefill, decode, b.String()
+	return prefill, decode, pdConfig(pu, du, "up-model", "up-model", strategy, extra, "")
 }
 
 // longPrompt is a prompt well over the default prefill threshold.
