@@ -35,7 +35,7 @@ type RouteState struct {
 // pool, and what became of the requests' two hops.
 type DisaggState struct {
 	Protocol string `json:"protocol"` // "vllm" or "sglang"
-	// PrefillThresholdTokens is the uncached prompt below which a request skips the prefill pool.
+	// PrefillThresholdTokens is the prompt length, in tokens, below which a request skips the prefill pool.
 	PrefillThresholdTokens int `json:"prefill_threshold_tokens"`
 	// BootstrapPort is the prefill engines' bootstrap port sent to SGLang (0: null); absent for vllm.
 	BootstrapPort *int `json:"bootstrap_port,omitempty"`

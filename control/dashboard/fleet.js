@@ -177,7 +177,7 @@ function disaggSummary(pd) {
     ? `SGLang: prefill and decode engine at once, bootstrap port ${pd.bootstrap_port ? pd.bootstrap_port : "none"}`
     : "vLLM: the prefill engine first, its KV transfer params to the decode engine";
   const skip = pd.prefill_threshold_tokens > 0
-    ? `prompts under ${pd.prefill_threshold_tokens} uncached tokens skip the prefill pool`
+    ? `prompts under ${pd.prefill_threshold_tokens} tokens skip the prefill pool`
     : "every prompt goes through the prefill pool";
   const hops = pd.hops;
   return h("div", { class: "disagg" },
