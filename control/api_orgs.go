@@ -460,6 +460,15 @@ type replicaView struct {
 	Self       bool   `json:"self"`
 }
 
+// ownNames returns a copy of an org's route targets with its providers under the names it gave them.
+func ownNames(ts []engine.TargetState, org string) []engine.TargetState {
+	ts = slices.Clone(ts)
+	for i := range ts {
+		ts[i].Provider = strings.TrimPrefix(ts[i].Provider, org+"/")
+	}
+	return ts
+}
+
 // getState is the gateway's live state: everything for the superadmin; for an org token, its org's routes
 // only, with its providers under the names it gave them, and no replicas (the fleet is the operator's).
 func (s *Server) getState(w http.ResponseWriter, r *http.Request, c *caller) error {
@@ -470,9 +479,11 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request, c *caller) err
 			if rs.Org != c.org {
 				continue
 			}
-			rs.Targets = slices.Clone(rs.Targets)
-			for i := range rs.Targets {
-				rs.Targets[i].Provider = strings.TrimPrefix(rs.Targets[i].Provider, c.org+"/")
+			rs.Targets = ownNames(rs.Targets, c.org)
+			if pd := rs.Disaggregation; pd != nil {
+				own := *pd
+				own.Decode = ownNames(pd.Decode, c.org)
+				rs.Disaggregation = &own
 			}
 			own = append(own, rs)
 		}

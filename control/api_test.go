@@ -1299,6 +1299,51 @@ func TestAPIState(t *testing.T) {
 	}
 }
 
+// TestAPIStateDisaggregation: a disaggregated route of rolter.toml shows its prefill pool as its targets
+// and its protocol, bootstrap port and decode pool apart, in the shape openapi.json describes; a short
+// prompt skips the prefill pool and is counted on the decode target that served it.
+func TestAPIStateDisaggregation(t *testing.T) {
+	dec0, dec1 := newUpstream(t), newUpstream(t)
+	extra := fmt.Sprintf(`[[providers]]
+name = "dec0"
+api_base = %q
+[[providers]]
+name = "dec1"
+api_base = %q
+[[routes]]
+model = "pd"
+[[routes.targets]]
+provider = "shared"
+[routes.disaggregation]
+protocol = "sglang"
+bootstrap_port = 9001
+[[routes.disaggregation.decode]]
+provider = "dec0"
+[[routes.disaggregation.decode]]
+provider = "dec1"
+`, dec0.URL, dec1.URL)
+	e := newEnvWith(t, filepath.Join(t.TempDir(), "rolter.db"), extra, nil)
+	e.wantChat("pd", "", 200, "")
+	r := e.su("GET", "/api/v1/state", nil)
+	want(t, r, 200, "")
+	var st engine.State
+	r.json(t, &st)
+	i := slices.IndexFunc(st.Routes, func(rs engine.RouteState) bool { return rs.Model == "pd" })
+	if i < 0 || st.Routes[slices.IndexFunc(st.Routes, func(rs engine.RouteState) bool { return rs.Model == "pub" })].Disaggregation != nil {
+		t.Fatalf("state %+v", st.Routes)
+	}
+	rs := st.Routes[i]
+	pd := rs.Disaggregation
+	if pd == nil || len(rs.Targets) != 1 || rs.Targets[0].Provider != "shared" || rs.Targets[0].Requests != 0 {
+		t.Fatalf("route state %+v", rs)
+	}
+	if pd.Protocol != "sglang" || pd.BootstrapPort == nil || *pd.BootstrapPort != 9001 || len(pd.Decode) != 2 ||
+		pd.Decode[0].Provider != "dec0" || pd.Decode[1].Provider != "dec1" || !pd.Decode[0].Eligible || pd.Decode[0].Requests != uint64(dec0.n.Load()) || pd.Decode[1].Requests != uint64(dec1.n.Load()) ||
+		dec0.n.Load()+dec1.n.Load() != 1 || e.S.n.Load() != 0 || pd.Hops.PrefillOK != 0 {
+		t.Fatalf("disaggregation %+v", pd)
+	}
+}
+
 // TestAPIConcurrentWrites: writes are serialised; of concurrent replaces of one version exactly one wins.
 func TestAPIConcurrentWrites(t *testing.T) {
 	e := newEnv(t, "")

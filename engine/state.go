@@ -3,6 +3,8 @@ package engine
 import (
 	"math"
 	"time"
+
+	"github.com/rolter-ai/rolter/config"
 )
 
 // State is a read-only view of the live snapshot, for the control plane (GET /api/v1/state) and the
@@ -23,6 +25,36 @@ type RouteState struct {
 	// room for.
 	Shadows       []ShadowState `json:"shadows,omitempty"`
 	ShadowDropped uint64        `json:"shadow_dropped,omitempty"`
+	// Disaggregation is the decode pool and protocol of a prefill/decode-disaggregated route
+	// ([routes.disaggregation]), whose Targets are then its prefill pool; absent for a route whose targets
+	// serve requests whole.
+	Disaggregation *DisaggState `json:"disaggregation,omitempty"`
+}
+
+// DisaggState is what a disaggregated route adds to its state: how its two pools are paired, its decode
+// pool, and what became of the requests' two hops.
+type DisaggState struct {
+	Protocol string `json:"protocol"` // "vllm" or "sglang"
+	// PrefillThresholdTokens is the prompt length, in tokens, below which a request skips the prefill pool.
+	PrefillThresholdTokens int `json:"prefill_threshold_tokens"`
+	// BootstrapPort is the prefill engines' bootstrap port sent to SGLang (0: null); absent for vllm.
+	BootstrapPort *int `json:"bootstrap_port,omitempty"`
+	// Decode is the decode pool, each target as the prefill pool's in Targets (no trie nor evidence: the
+	// decode pool is chosen by load, not by prefix).
+	Decode []TargetState `json:"decode"`
+	// Hops counts the prefill and decode hops by outcome (rolter_disagg_hops_total), Reprefills the fresh
+	// prefills after a decode engine failed with the blocks (rolter_disagg_reprefills_total), since the
+	// route's series began.
+	Hops       DisaggHops `json:"hops"`
+	Reprefills uint64     `json:"reprefills"`
+}
+
+// DisaggHops are a disaggregated route's hops by kind and outcome.
+type DisaggHops struct {
+	PrefillOK     uint64 `json:"prefill_ok"`
+	PrefillFailed uint64 `json:"prefill_failed"`
+	DecodeOK      uint64 `json:"decode_ok"`
+	DecodeFailed  uint64 `json:"decode_failed"`
 }
 
 // ShadowState is one shadow strategy of a route: what it would have done, in its own counterfactual state.
@@ -95,29 +127,16 @@ func (g *Gateway) State() State {
 		rs := RouteState{Model: r.Model, Strategy: r.StrategyName, Org: r.org, Decisions: r.m.Decisions()}
 		tries := r.tries
 		for i, t := range r.Targets {
-			p := t.Provider
-			ts := TargetState{Provider: p.Name, Model: t.Model, Weight: t.Weight, Inflight: p.Inflight(), Requests: t.m.Requests()}
-			ts.Eligible, ts.Why = p.health.status(now)
-			if p.engineQueue != nil {
-				if run, wait, ok := p.engineQueue(); ok {
-					ts.EngineRunning, ts.EngineWaiting = &run, &wait
-				}
-			}
+			ts := targetState(s, t, now)
 			if tries != nil {
 				stats := tries[i].Stats()
 				ts.TrieNodes, ts.TriePromptBytes = &stats.Nodes, &stats.EdgeBytes
 			}
-			m := t.m
-			ts.Measured, ts.Unmeasured = m.Measured.Get(), m.Unmeasured.Get()
-			ts.PromptTokens, ts.CachedTokens = m.PromptTokens.Get(), m.CachedTokens.Get()
-			ts.Reuse = Reuse{Scored: m.ReuseScored.Get(), Held: m.ReuseHeld.Get(), Captured: m.ReuseCaptured.Get()}
-			ts.ReuseGap = finite(t.gap.value())
 			ts.Evidence = evidenceOf(r, i)
-			if src := s.kv[p.Name]; src != nil {
-				kst := src.st.Stats()
-				ts.KVBlocks, ts.KVTrusted, ts.KVReason = &kst.Blocks, &kst.Trusted, kst.Reason.String()
-			}
 			rs.Targets = append(rs.Targets, ts)
+		}
+		if pd := r.pd; pd != nil {
+			rs.Disaggregation = disaggState(s, pd, now)
 		}
 		if ss := r.shadows; ss != nil {
 			rs.ShadowDropped = ss.dropped.Get()
@@ -130,6 +149,43 @@ func (g *Gateway) State() State {
 		st.Routes = append(st.Routes, rs)
 	}
 	return st
+}
+
+// targetState is what every target shows, in either pool of its route.
+func targetState(s *Snapshot, t *Target, now int64) TargetState {
+	p, m := t.Provider, t.m
+	ts := TargetState{Provider: p.Name, Model: t.Model, Weight: t.Weight, Inflight: p.Inflight(), Requests: m.Requests()}
+	ts.Eligible, ts.Why = p.health.status(now)
+	if p.engineQueue != nil {
+		if run, wait, ok := p.engineQueue(); ok {
+			ts.EngineRunning, ts.EngineWaiting = &run, &wait
+		}
+	}
+	ts.Measured, ts.Unmeasured = m.Measured.Get(), m.Unmeasured.Get()
+	ts.PromptTokens, ts.CachedTokens = m.PromptTokens.Get(), m.CachedTokens.Get()
+	ts.Reuse = Reuse{Scored: m.ReuseScored.Get(), Held: m.ReuseHeld.Get(), Captured: m.ReuseCaptured.Get()}
+	ts.ReuseGap = finite(t.gap.value())
+	if src := s.kv[p.Name]; src != nil {
+		kst := src.st.Stats()
+		ts.KVBlocks, ts.KVTrusted, ts.KVReason = &kst.Blocks, &kst.Trusted, kst.Reason.String()
+	}
+	return ts
+}
+
+// disaggState is the state of a disaggregated route's decode pool and hops.
+func disaggState(s *Snapshot, pd *pdRoute, now int64) *DisaggState {
+	ds := &DisaggState{Protocol: config.ProtocolVLLM, PrefillThresholdTokens: pd.thresholdBytes / config.BytesPerToken,
+		Decode: []TargetState{}, Reprefills: pd.m.Reprefills.Get(),
+		Hops: DisaggHops{PrefillOK: pd.m.PrefillOK.Get(), PrefillFailed: pd.m.PrefillFailed.Get(),
+			DecodeOK: pd.m.DecodeOK.Get(), DecodeFailed: pd.m.DecodeFailed.Get()}}
+	if pd.sglang {
+		port := int(pd.bootstrapPort)
+		ds.Protocol, ds.BootstrapPort = config.ProtocolSGLang, &port
+	}
+	for _, t := range pd.decode {
+		ds.Decode = append(ds.Decode, targetState(s, t, now))
+	}
+	return ds
 }
 
 // finite returns &v, or nil for NaN (not measured yet).

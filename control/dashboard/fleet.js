@@ -1,7 +1,8 @@
 // Fleet: the gateway's live state (GET /api/v1/state), polled every 2 s and when the window regains focus.
 // Per route and target: in flight, finished requests and their rate, the engine's queue, eligibility and
 // why, the prefix trie, the KV index and its stream, the delivered cache hits; the route's decisions by
-// reason; and a chart of requests per second per target over the last minutes, from successive
+// reason; for a prefill/decode-disaggregated route, its protocol and hops and its two pools apart (the
+// targets are the prefill pool, ranked by the strategy; the decode pool is chosen by load); and a chart of requests per second per target over the last minutes, from successive
 // `requests` counts. Then the discovery sources, for the superadmin: each one's health and endpoints.
 
 import { api, describe, APIError } from "./api.js";
@@ -15,20 +16,29 @@ const SERIES = 8; // colours in dashboard.css (.s0 ... .s7); more targets share 
 const last = new Map(); // target key -> {t, requests}
 const rates = new Map(); // target key -> [{t, rate}]
 
-const key = (route, t) => `${route.model}\u0000${t.provider}\u0000${t.model}`;
+// key names a target's rate history; a decode target apart from the same engine in the prefill pool.
+const key = (route, t, pool) => `${route.model}\u0000${t.provider}\u0000${t.model}${pool === "decode" ? "\u0000decode" : ""}`;
+
+// pools are a route's targets by pool: one unnamed pool, or a disaggregated route's prefill and decode.
+function pools(route) {
+  if (!route.disaggregation) return [{ pool: null, targets: route.targets }];
+  return [{ pool: "prefill", targets: route.targets }, { pool: "decode", targets: route.disaggregation.decode }];
+}
 
 // record adds one poll's counts to the history. A count that went down (the route's series began anew,
 // at a reload that changed it) starts the target over rather than plotting a negative rate.
 function record(state, now) {
   for (const route of state.routes) {
-    for (const t of route.targets) {
-      const k = key(route, t);
-      const prev = last.get(k);
-      last.set(k, { t: now, requests: t.requests });
-      if (!prev || t.requests < prev.requests || now <= prev.t) continue;
-      const series = rates.get(k) || [];
-      series.push({ t: now, rate: (t.requests - prev.requests) / ((now - prev.t) / 1000) });
-      rates.set(k, series);
+    for (const { pool, targets } of pools(route)) {
+      for (const t of targets) {
+        const k = key(route, t, pool);
+        const prev = last.get(k);
+        last.set(k, { t: now, requests: t.requests });
+        if (!prev || t.requests < prev.requests || now <= prev.t) continue;
+        const series = rates.get(k) || [];
+        series.push({ t: now, rate: (t.requests - prev.requests) / ((now - prev.t) / 1000) });
+        rates.set(k, series);
+      }
     }
   }
   for (const [k, series] of rates) {
@@ -112,36 +122,68 @@ function render(ctx, content, state, now) {
   const keys = [];
   const sections = state.routes.map((route) => {
     const decisions = Object.entries(route.decisions).sort((a, b) => b[1] - a[1]);
-    const rows = route.targets.map((t) => {
-      const k = key(route, t);
-      keys.push({ k, label: `${route.model}: ${shortName(route, t.provider)}` });
-      const cell = (col, label, value) => h("td", { "data-col": col, "data-label": label }, value);
-      return h("tr", { "data-route": route.model, "data-provider": t.provider },
-        // One span in the cell: a narrow window lays a cell out as a grid of label and value.
-        h("th", { scope: "row", "data-label": "Target" },
-          h("span", {}, swatch(keys.length - 1), shortName(route, t.provider), h("span", { class: "sub" }, ` → ${t.model}`))),
-        cell("weight", "Weight", String(t.weight)),
-        cell("inflight", "In flight", String(t.inflight)),
-        cell("requests", "Requests", String(t.requests)),
-        cell("rate", "Req/s", fmtRate(currentRate(k))),
-        cell("engine", "Engine queue", t.engine_running === undefined ? "—" : `${t.engine_running} running, ${t.engine_waiting} waiting`),
-        cell("eligible", "Eligible", t.eligible ? "yes" : `no: ${t.why || "unknown"}`),
-        cell("trie", "Trie", t.trie_nodes === undefined ? "—" : `${t.trie_nodes} nodes, ${t.trie_edge_bytes} bytes`),
-        cell("kv", "KV index", t.kv_blocks === undefined ? "—"
-          : `${t.kv_blocks} blocks, stream ${t.kv_trusted ? "trusted" : "untrusted"}${t.kv_reason && t.kv_reason !== "none" ? ` (${t.kv_reason})` : ""}`),
-        cell("hits", "Cache hits", targetHits(t)));
+    const tables = pools(route).map(({ pool, targets }) => {
+      const rows = targets.map((t) => {
+        const k = key(route, t, pool);
+        keys.push({ k, label: `${route.model}: ${shortName(route, t.provider)}${pool ? ` (${pool})` : ""}` });
+        return targetRow(route, t, pool, k, keys.length - 1);
+      });
+      const caption = pool === "prefill" ? h("caption", { class: "pool" }, "Prefill pool", h("span", { class: "sub" }, ` · ranked by ${route.strategy}`))
+        : pool === "decode" ? h("caption", { class: "pool" }, "Decode pool", h("span", { class: "sub" }, " · chosen by load"))
+          : null;
+      return h("div", { class: "table-wrap" }, h("table", { class: "cards", "data-pool": pool },
+        caption,
+        h("thead", {}, h("tr", {}, COLUMNS.map((c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: COLUMNS.length, "data-label": "" }, "No targets yet.")))));
     });
     return h("section", { class: "route-state", "data-route": route.model },
-      h("h2", {}, route.model, h("span", { class: "sub" }, ` · ${route.strategy} · ${orgName(route.org)}`)),
-      h("div", { class: "table-wrap" }, h("table", { class: "cards" },
-        h("thead", {}, h("tr", {}, ["Target", "Weight", "In flight", "Requests", "Req/s", "Engine queue", "Eligible", "Trie", "KV index", "Cache hits"]
-          .map((c) => h("th", { scope: "col" }, c)))),
-        h("tbody", {}, rows))),
+      h("h2", {}, route.model, h("span", { class: "sub" },
+        ` · ${route.strategy}${route.disaggregation ? ` · disaggregated (${route.disaggregation.protocol})` : ""} · ${orgName(route.org)}`)),
+      route.disaggregation ? disaggSummary(route.disaggregation) : null,
+      tables,
       h("p", { class: "decisions", "data-col": "decisions" }, "Decisions by reason: ",
         decisions.length ? decisions.map(([r, n]) => `${r} ${n}`).join(" · ") : "none yet"),
       h("p", { class: "ratio", "data-col": "hit-ratio" }, hitRatio(route)));
   });
   replace(content, chart(keys, now, content.clientWidth), sections, sources);
+}
+
+const COLUMNS = ["Target", "Weight", "In flight", "Requests", "Req/s", "Engine queue", "Eligible", "Trie", "KV index", "Cache hits"];
+
+// targetRow is one target of a route's pool (null for a route with one pool); k is its rate history and
+// i its colour in the chart.
+function targetRow(route, t, pool, k, i) {
+  const cell = (col, label, value) => h("td", { "data-col": col, "data-label": label }, value);
+  return h("tr", { "data-route": route.model, "data-provider": t.provider, "data-pool": pool },
+    // One span in the cell: a narrow window lays a cell out as a grid of label and value.
+    h("th", { scope: "row", "data-label": "Target" },
+      h("span", {}, swatch(i), shortName(route, t.provider), h("span", { class: "sub" }, ` → ${t.model}`))),
+    cell("weight", "Weight", String(t.weight)),
+    cell("inflight", "In flight", String(t.inflight)),
+    cell("requests", "Requests", String(t.requests)),
+    cell("rate", "Req/s", fmtRate(currentRate(k))),
+    cell("engine", "Engine queue", t.engine_running === undefined ? "—" : `${t.engine_running} running, ${t.engine_waiting} waiting`),
+    cell("eligible", "Eligible", t.eligible ? "yes" : `no: ${t.why || "unknown"}`),
+    cell("trie", "Trie", t.trie_nodes === undefined ? "—" : `${t.trie_nodes} nodes, ${t.trie_edge_bytes} bytes`),
+    cell("kv", "KV index", t.kv_blocks === undefined ? "—"
+      : `${t.kv_blocks} blocks, stream ${t.kv_trusted ? "trusted" : "untrusted"}${t.kv_reason && t.kv_reason !== "none" ? ` (${t.kv_reason})` : ""}`),
+    cell("hits", "Cache hits", targetHits(t)));
+}
+
+// disaggSummary is what a disaggregated route adds above its pools: how the two engines of a request are
+// paired, which prompts skip the prefill pool, and what became of the hops.
+function disaggSummary(pd) {
+  const how = pd.protocol === "sglang"
+    ? `SGLang: prefill and decode engine at once, bootstrap port ${pd.bootstrap_port ? pd.bootstrap_port : "none"}`
+    : "vLLM: the prefill engine first, its KV transfer params to the decode engine";
+  const skip = pd.prefill_threshold_tokens > 0
+    ? `prompts under ${pd.prefill_threshold_tokens} tokens skip the prefill pool`
+    : "every prompt goes through the prefill pool";
+  const hops = pd.hops;
+  return h("div", { class: "disagg" },
+    h("p", { "data-col": "disaggregation" }, `Disaggregated, ${how}; ${skip}.`),
+    h("p", { "data-col": "hops" }, `Hops: prefill ${hops.prefill_ok} ok, ${hops.prefill_failed} failed · ` +
+      `decode ${hops.decode_ok} ok, ${hops.decode_failed} failed · ${pd.reprefills} re-prefill${pd.reprefills === 1 ? "" : "s"} after a failed decode`));
 }
 
 // sourceSection is one discovery source ([[sources]], the superadmin's view only): whether its last
