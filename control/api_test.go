@@ -1300,8 +1300,8 @@ func TestAPIState(t *testing.T) {
 }
 
 // TestAPIStateDisaggregation: a disaggregated route of rolter.toml shows its prefill pool as its targets
-// and its protocol, bootstrap port and decode pool apart, in the shape openapi.json describes; a short
-// prompt skips the prefill pool and is counted on the decode target that served it.
+// and its protocol and decode pool apart, in the shape openapi.json describes; a short prompt skips the
+// prefill pool and is counted on the decode target that served it, and in the skips by reason.
 func TestAPIStateDisaggregation(t *testing.T) {
 	dec0, dec1 := newUpstream(t), newUpstream(t)
 	extra := fmt.Sprintf(`[[providers]]
@@ -1315,8 +1315,6 @@ model = "pd"
 [[routes.targets]]
 provider = "shared"
 [routes.disaggregation]
-protocol = "sglang"
-bootstrap_port = 9001
 [[routes.disaggregation.decode]]
 provider = "dec0"
 [[routes.disaggregation.decode]]
@@ -1337,7 +1335,7 @@ provider = "dec1"
 	if pd == nil || len(rs.Targets) != 1 || rs.Targets[0].Provider != "shared" || rs.Targets[0].Requests != 0 {
 		t.Fatalf("route state %+v", rs)
 	}
-	if pd.Protocol != "sglang" || pd.BootstrapPort == nil || *pd.BootstrapPort != 9001 || len(pd.Decode) != 2 ||
+	if pd.Protocol != "vllm" || pd.BootstrapPort != nil || pd.Skipped["short_prompt"] != 1 || len(pd.KVParams) != 0 || len(pd.Decode) != 2 ||
 		pd.Decode[0].Provider != "dec0" || pd.Decode[1].Provider != "dec1" || !pd.Decode[0].Eligible || pd.Decode[0].Requests != uint64(dec0.n.Load()) || pd.Decode[1].Requests != uint64(dec1.n.Load()) ||
 		dec0.n.Load()+dec1.n.Load() != 1 || e.S.n.Load() != 0 || pd.Hops.PrefillOK != 0 {
 		t.Fatalf("disaggregation %+v", pd)

@@ -47,6 +47,11 @@ type DisaggState struct {
 	// route's series began.
 	Hops       DisaggHops `json:"hops"`
 	Reprefills uint64     `json:"reprefills"`
+	// KVParams counts the prefill answers by what their kv_transfer_params were (received, absent,
+	// invalid), Skipped the requests sent to a decode engine alone by reason (short_prompt, endpoint,
+	// prefill_failed); reasons and results not seen yet are left out.
+	KVParams map[string]uint64 `json:"kv_params"`
+	Skipped  map[string]uint64 `json:"skipped"`
 }
 
 // DisaggHops are a disaggregated route's hops by kind and outcome.
@@ -175,7 +180,7 @@ func targetState(s *Snapshot, t *Target, now int64) TargetState {
 // disaggState is the state of a disaggregated route's decode pool and hops.
 func disaggState(s *Snapshot, pd *pdRoute, now int64) *DisaggState {
 	ds := &DisaggState{Protocol: config.ProtocolVLLM, PrefillThresholdTokens: pd.thresholdBytes / config.BytesPerToken,
-		Decode: []TargetState{}, Reprefills: pd.m.Reprefills.Get(),
+		Decode: []TargetState{}, Reprefills: pd.m.Reprefills.Get(), KVParams: pd.m.ParamCounts(), Skipped: pd.m.SkipCounts(),
 		Hops: DisaggHops{PrefillOK: pd.m.PrefillOK.Get(), PrefillFailed: pd.m.PrefillFailed.Get(),
 			DecodeOK: pd.m.DecodeOK.Get(), DecodeFailed: pd.m.DecodeFailed.Get()}}
 	if pd.sglang {

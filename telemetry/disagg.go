@@ -42,5 +42,11 @@ func (s *Set) NewDisaggMetrics(route string) *DisaggMetrics {
 // Params counts a prefill answer by what its kv_transfer_params were (an index of DisaggParamResults).
 func (m *DisaggMetrics) Params(result int) { m.params.Inc(result) }
 
+// ParamCounts returns the prefill answers so far by what their kv_transfer_params were.
+func (m *DisaggMetrics) ParamCounts() map[string]uint64 { return m.params.Values() }
+
+// SkipCounts returns the requests sent to a decode engine without a prefill so far, by reason.
+func (m *DisaggMetrics) SkipCounts() map[string]uint64 { return m.skipped.Values() }
+
 // Skipped counts a request sent to a decode engine without a prefill, by reason (DisaggSkipReasons).
 func (m *DisaggMetrics) Skipped(reason int) { m.skipped.Inc(reason) }

@@ -183,7 +183,14 @@ function disaggSummary(pd) {
   return h("div", { class: "disagg" },
     h("p", { "data-col": "disaggregation" }, `Disaggregated, ${how}; ${skip}.`),
     h("p", { "data-col": "hops" }, `Hops: prefill ${hops.prefill_ok} ok, ${hops.prefill_failed} failed · ` +
-      `decode ${hops.decode_ok} ok, ${hops.decode_failed} failed · ${pd.reprefills} re-prefill${pd.reprefills === 1 ? "" : "s"} after a failed decode`));
+      `decode ${hops.decode_ok} ok, ${hops.decode_failed} failed · ${pd.reprefills} re-prefill${pd.reprefills === 1 ? "" : "s"} after a failed decode`),
+    h("p", { "data-col": "skipped" }, `Decoded without a prefill: ${counts(pd.skipped)} · prefill answers' KV params: ${counts(pd.kv_params)}`));
+}
+
+// counts renders a map of counts by name ("short_prompt 3, endpoint 1"), or "none".
+function counts(m) {
+  const names = Object.keys(m || {}).sort();
+  return names.length ? names.map((k) => `${k} ${m[k]}`).join(", ") : "none";
 }
 
 // sourceSection is one discovery source ([[sources]], the superadmin's view only): whether its last

@@ -127,7 +127,8 @@ provider = "pre"
 		`Number(`+row("decode", "dec0")+`.querySelector('[data-col="requests"]').textContent) + Number(`+row("decode", "dec1")+`.querySelector('[data-col="requests"]').textContent) === 3`)
 	p.wait("the protocol, threshold and hops", route+`.querySelector("h2").textContent.includes("disaggregated (vllm)") && `+
 		route+`.querySelector('[data-col="disaggregation"]').textContent.includes("under 16 tokens skip the prefill pool") && `+
-		route+`.querySelector('[data-col="hops"]').textContent.startsWith("Hops: prefill 3 ok, 0 failed")`)
+		route+`.querySelector('[data-col="hops"]').textContent.startsWith("Hops: prefill 3 ok, 0 failed") && `+
+		route+`.querySelector('[data-col="skipped"]').textContent.includes("KV params: absent 3")`)
 	p.wait("the other route's one table", `document.querySelectorAll('section[data-route="whole"] table').length === 1 && `+
 		`!document.querySelector('section[data-route="whole"] [data-pool], section[data-route="whole"] .disagg') && `+
 		`!document.querySelector('section[data-route="whole"] h2').textContent.includes("disaggregated")`)
