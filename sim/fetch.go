@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -43,7 +44,9 @@ func (e *Engine) fetchRoom(r *request) (*apiError, bool) {
 	if len(b.host) == 0 || port == 0 {
 		return fail("no bootstrap server to ask: bootstrap_host " + strconv.Quote(string(b.host)) + ", port " + strconv.Itoa(port))
 	}
-	addr := net.JoinHostPort(string(b.host), strconv.Itoa(port))
+	// SGLang's routers write an IPv6 host in brackets (maybe_wrap_ipv6_address).
+	host := strings.TrimSuffix(strings.TrimPrefix(string(b.host), "["), "]")
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	full := len(r.hashes)
 	e.mu.Lock()
 	start := min(e.cache.match(r.hashes, max((len(r.tokens)-1)/e.cfg.BlockSize, 0)), full)
