@@ -212,6 +212,13 @@ type Config struct {
 	// kv_load_failure_policy "fail": the request fails with HTTP 500) or LoadRecompute (it
 	// computes the prompt locally).
 	KVLoadFailure LoadFailurePolicy
+	// BootstrapTimeout is how long a prefill engine holds the blocks of a bootstrap_room request
+	// for its decode engine before it frees them and answers 500; default 300s
+	// (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT).
+	BootstrapTimeout time.Duration
+	// WaitingTimeout is how long a decode engine waits for a bootstrap_room request's blocks
+	// before it answers 500; default 300s (SGLANG_DISAGGREGATION_WAITING_TIMEOUT).
+	WaitingTimeout time.Duration
 
 	Faults
 }
@@ -253,6 +260,7 @@ const (
 	defaultCLIPort      = 8000
 	defaultSideChannel  = 5600 // VLLM_NIXL_SIDE_CHANNEL_PORT
 	defaultKVLease      = 480 * time.Second
+	defaultSGLangWait   = 300 * time.Second // SGLANG_DISAGGREGATION_{BOOTSTRAP,WAITING}_TIMEOUT
 
 	// demo transfer latency: a 2k-token prompt (128 blocks) moves in 2.5ms.
 	defaultTransferPerBlock = 20 * time.Microsecond
@@ -281,6 +289,8 @@ func DefaultConfig() Config {
 		KVLease:          defaultKVLease,
 		TransferPerBlock: defaultTransferPerBlock,
 		KVLoadFailure:    LoadFail,
+		BootstrapTimeout: defaultSGLangWait,
+		WaitingTimeout:   defaultSGLangWait,
 	}
 }
 
@@ -324,6 +334,12 @@ func (c *Config) normalize() error {
 	}
 	if c.KVLoadFailure == "" {
 		c.KVLoadFailure = LoadFail
+	}
+	if c.BootstrapTimeout == 0 {
+		c.BootstrapTimeout = defaultSGLangWait
+	}
+	if c.WaitingTimeout == 0 {
+		c.WaitingTimeout = defaultSGLangWait
 	}
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -389,6 +405,9 @@ func (c *Config) normalize() error {
 	if c.KVLease < 0 || c.TransferPerBlock < 0 {
 		bad("kv lease and transfer time must not be negative")
 	}
+	if c.BootstrapTimeout < 0 || c.WaitingTimeout < 0 {
+		bad("bootstrap and waiting timeouts must not be negative")
+	}
 	errs = append(errs, c.Faults.validate()...)
 	return errors.Join(errs...)
 }
@@ -439,6 +458,8 @@ type flagConfig struct {
 	policy       string
 	leaseS       float64
 	transferUS   float64
+	bootstrapS   float64
+	waitingS     float64
 }
 
 func newFlagSet(out io.Writer) (*flagConfig, *flag.FlagSet) {
@@ -471,6 +492,8 @@ func newFlagSet(out io.Writer) (*flagConfig, *flag.FlagSet) {
 	fs.StringVar(&c.SideChannelHost, "side-channel-host", "", "prefill role: remote_host handed to decoders (empty = --host)")
 	fs.Float64Var(&fc.leaseS, "kv-lease-seconds", defaultKVLease.Seconds(), "prefill role: seconds unpulled blocks are held (VLLM_NIXL_ABORT_REQUEST_TIMEOUT)")
 	fs.Float64Var(&fc.transferUS, "transfer-us-per-block", float64(defaultTransferPerBlock)/1e3, "microseconds a pull takes per block moved")
+	fs.Float64Var(&fc.bootstrapS, "bootstrap-timeout-seconds", defaultSGLangWait.Seconds(), "prefill role, bootstrap_room requests: seconds a room's blocks wait for their decode (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)")
+	fs.Float64Var(&fc.waitingS, "waiting-timeout-seconds", defaultSGLangWait.Seconds(), "decode role, bootstrap_room requests: seconds a decode waits for its room (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)")
 	fs.StringVar(&fc.policy, "kv-load-failure-policy", string(LoadFail), "decode role: fail (HTTP 500, vLLM's default) or recompute when a pull fails")
 	fs.Float64Var(&c.ErrorRate, "error-rate", 0, "fault: fraction of requests answered with HTTP 500 (0..1)")
 	fs.Float64Var(&fc.latencyMS, "added-latency-ms", 0, "fault: milliseconds added before each request is queued")
@@ -518,6 +541,11 @@ func (fc *flagConfig) finish() error {
 	c.KVLease = toDur("kv-lease-seconds", fc.leaseS, 1e9)
 	if fc.leaseS == 0 {
 		errs = append(errs, fmt.Errorf("cannot use kv-lease-seconds 0: must be positive"))
+	}
+	c.BootstrapTimeout = toDur("bootstrap-timeout-seconds", fc.bootstrapS, 1e9)
+	c.WaitingTimeout = toDur("waiting-timeout-seconds", fc.waitingS, 1e9)
+	if fc.bootstrapS == 0 || fc.waitingS == 0 {
+		errs = append(errs, fmt.Errorf("cannot use a bootstrap or waiting timeout of 0: must be positive"))
 	}
 	c.Role = Role(fc.role)
 	c.KVLoadFailure = LoadFailurePolicy(fc.policy)

@@ -17,6 +17,7 @@ func TestParseFlags(t *testing.T) {
 		"--hash-mode", "bytes", "--replay-layout", "old", "--topic", "kv", "--max-tokens", "9",
 		"--role", "prefill", "--engine-id", "p0", "--side-channel-port", "5700", "--kv-lease-seconds", "2.5",
 		"--transfer-us-per-block", "5", "--kv-load-failure-policy", "recompute",
+		"--bootstrap-timeout-seconds", "1.5", "--waiting-timeout-seconds", "2",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -29,6 +30,7 @@ func TestParseFlags(t *testing.T) {
 		PrefillPerToken: 2500 * time.Nanosecond, DecodePerToken: 1500 * time.Microsecond, IdleTimeout: 5 * time.Second,
 		Role: RolePrefill, EngineID: "p0", SideChannelPort: 5700, SideChannelHost: "127.0.0.1",
 		KVLease: 2500 * time.Millisecond, TransferPerBlock: 5 * time.Microsecond, KVLoadFailure: LoadRecompute,
+		BootstrapTimeout: 1500 * time.Millisecond, WaitingTimeout: 2 * time.Second,
 		Faults: Faults{ErrorRate: 0.25, AddedLatency: 7 * time.Millisecond, HangBeforeHeaders: true,
 			AbortAfterChunks: 3, DropEveryNthBatch: 5, GarbageEveryNBatches: 6},
 	}
@@ -38,7 +40,8 @@ func TestParseFlags(t *testing.T) {
 
 	def, err := ParseFlags(nil)
 	if err != nil || def.Port != 8000 || def.KVEvents != "" || def.Era != EraMap || def.PrefillPerToken != 20*time.Microsecond ||
-		def.Role != RoleAggregated || def.SideChannelPort != 5600 || def.KVLease != 480*time.Second || def.KVLoadFailure != LoadFail {
+		def.Role != RoleAggregated || def.SideChannelPort != 5600 || def.KVLease != 480*time.Second || def.KVLoadFailure != LoadFail ||
+		def.BootstrapTimeout != 300*time.Second || def.WaitingTimeout != 300*time.Second {
 		t.Fatalf("defaults %+v %v", def, err)
 	}
 	if _, err := ParseFlags([]string{"-h"}); !errors.Is(err, flag.ErrHelp) {
@@ -69,6 +72,7 @@ func TestParseFlagsErrors(t *testing.T) {
 	f("--max-model-len 99999", "max model len 99999 out of range")
 	f("--prefill-us-per-token -1", "must not be negative")
 	f("--port 70000", "port 70000")
+	f("--waiting-timeout-seconds 0 --bootstrap-timeout-seconds -1", "bootstrap or waiting timeout of 0", "bootstrap-timeout-seconds -1")
 	f("stray", `unexpected argument "stray"`)
 	f("--unknown-flag", "flag provided but not defined")
 }

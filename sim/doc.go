@@ -81,6 +81,60 @@
 // RemotePrefills, HeldBlocks, PullsServed, PullsRefused, BlocksSent, ExpiredReqs,
 // ExpiredBlocks, RemoteDecodes, PullsFailed, FailedNotifs and BlocksReceived.
 //
+// # SGLang's protocol: one room, two requests at once (bootstrap.go, room.go, fetch.go)
+//
+// A /v1/completions or /v1/chat/completions body with "bootstrap_room" on an engine with a Role
+// speaks SGLang's protocol instead of vLLM's (kv_transfer_params are then ignored). SGLang's
+// routers (python/sglang/srt/disaggregation/mini_lb.py, sgl-model-gateway's PD router) send the
+// same body to a prefill and a decode engine at once, adding "bootstrap_host" (the prefill's
+// host), "bootstrap_port" (its bootstrap port, or null) and "bootstrap_room" (an integer, the same
+// on both, new per client request). The facts the sim follows, from SGLang's sources:
+//
+//   - The prefill server generates one token whatever max_tokens says (disaggregation/prefill.py,
+//     PrefillBootstrapQueue._process_req sets max_new_tokens 1), ends it FINISH_LENGTH and answers
+//     only after the transfer to the decode succeeded (process_disagg_prefill_inflight_queue:
+//     KVPoll.Success, then stream_output), so its answer follows the decode's read. stream is
+//     honoured: headers at once, the token event after the transfer. Its usage is that of a
+//     one-token request, cached_tokens its own prefix hit.
+//   - SGLang's prefill waits for its decode up to SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (300s,
+//     srt/environ.py) and fails the request with HTTP 500 ("Prefill bootstrap failed"); the decode
+//     waits for the KV up to SGLANG_DISAGGREGATION_WAITING_TIMEOUT (300s): "Request N timed out
+//     after Xs in KVPoll.WaitingForInput" (the backends' KVReceiver.poll), then
+//     DecodeTransferQueue.pop_transferred aborts it with HTTP 500 ("Decode transfer failed").
+//   - The decode takes usage's cached_tokens from the prefill engine, shipped with the KV
+//     (decode.py _commit_transfer_to_req; sgl-project/sglang#25972), not the transferred prefix.
+//   - A null bootstrap_port means the engine's own --disaggregation-bootstrap-port (8998 by default;
+//     managers/scheduler.py handle_generate_request). A null bootstrap_room on a disaggregated
+//     engine is a 400 "Disaggregated request received without bootstrap room id" (the scheduler's
+//     check), a member of the wrong type a 400 from SGLang's RequestValidationError handler
+//     (http_server.py turns FastAPI's 422 into 400). Errors use SGLang's ErrorResponse
+//     {"object":"error","message","type","param":null,"code"} (entrypoints/openai/protocol.py);
+//     an aborted request's 500 has type "500" (serving_base.py: HTTPException ->
+//     create_error_response(err_type=str(status_code))).
+//   - A client that leaves aborts its request; an aborted decode receiver tells the prefill
+//     (_send_abort_notification in the backends' conn.py), whose request then fails.
+//
+// The sim: a prefill engine runs the request (prefix cache, prefill latency, one token), keeps its
+// full prompt blocks under the room, and answers once a decode engine has read them; after
+// BootstrapTimeout (--bootstrap-timeout-seconds, 300) unread they are freed and it answers 500
+// (sglang:num_bootstrap_failed_reqs). A decode engine asks the prefill's side channel, which is
+// the bootstrap server (its port is the bootstrap port): POST /room {"room", "start", "wait_ms"}
+// long-polls up to a second for the room, then takes TransferPerBlock per block sent from
+// "start" (the blocks the decode lacks) and answers their digests and the prefill's
+// cached_tokens; the decode checks the digests against its own prompt (another body is a 500),
+// caches the blocks and decodes max_tokens tokens. It asks again until WaitingTimeout
+// (--waiting-timeout-seconds, 300) passes, then answers 500, in a stream one error event then
+// [DONE] (sglang:num_transfer_failed_reqs). A decode whose client leaves sends POST /room/abort:
+// a held room is freed and its prefill answers 500; a room not held yet gets a tombstone for
+// BootstrapTimeout, so its prefill fails at once. A prefill whose client leaves frees its room.
+// The sim moves full blocks only: the prompt's tail shorter than a block is computed on the
+// decode (PrefillPerToken each). Simplifications: SGLang's prefill does not compute
+// before the decode has registered with it (the sim prefills at once); the sim takes integers only
+// as JSON integers where pydantic's lax mode also takes "7" or 7.0; lists (batched /generate)
+// and Role both are refused with 400. Stats counts RoomsServed, RoomsExpired, RoomsAborted,
+// RoomDecodes and RoomsFailed; /metrics adds rolter_sim_bootstrap_rooms_served_total and
+// rolter_sim_bootstrap_rooms_aborted_total.
+//
 // # HTTP (vLLM's OpenAI server shapes)
 //
 //	POST /v1/chat/completions, /v1/completions   JSON or SSE ("data: {...}\n\n" per event, one
@@ -160,7 +214,8 @@
 // --max-model-len, --max-tokens, --prefill-us-per-token, --decode-us-per-token, the
 // disaggregated role --role prefill|decode|both, --engine-id, --side-channel-port (5600),
 // --side-channel-host, --kv-lease-seconds (480), --transfer-us-per-block,
-// --kv-load-failure-policy fail|recompute, and the faults
+// --kv-load-failure-policy fail|recompute, SGLang's --bootstrap-timeout-seconds (300) and
+// --waiting-timeout-seconds (300), and the faults
 // --error-rate, --added-latency-ms, --hang, --abort-after-chunks, --drop-every-nth-batch,
 // --garbage-every-n-batches.
 package sim

@@ -48,6 +48,10 @@ type Engine struct {
 	extQueried    uint64
 	extHits       uint64
 	xfer          histogram // vllm:nixl_xfer_time_seconds
+	// SGLang's protocol, under mu: rooms held for decode engines (and tombstones of rooms whose
+	// decode gave up first), and a channel closed and replaced whenever a room is held.
+	rooms      map[string]*room
+	roomSignal chan struct{}
 
 	requests     atomic.Uint64
 	completed    atomic.Uint64
@@ -74,6 +78,11 @@ type Engine struct {
 	failedNotifs   atomic.Uint64
 	blocksSent     atomic.Uint64
 	blocksReceived atomic.Uint64
+	roomsServed    atomic.Uint64
+	roomsExpired   atomic.Uint64
+	roomsAborted   atomic.Uint64
+	roomDecodes    atomic.Uint64
+	roomsFailed    atomic.Uint64
 
 	reqPool sync.Pool
 
@@ -110,6 +119,8 @@ func New(cfg Config) (*Engine, error) {
 		e.cfg.EngineID = newUUID()
 	}
 	e.holds = make(map[string]*kvHold)
+	e.rooms = make(map[string]*room)
+	e.roomSignal = make(chan struct{})
 	f := cfg.Faults
 	e.faults.Store(&f)
 	if cfg.KVEvents != "" {
@@ -207,6 +218,7 @@ func (e *Engine) Stop() {
 		}
 		e.wg.Wait()
 		e.releaseHolds()
+		e.releaseRooms()
 		if e.pub != nil {
 			e.pub.close()
 		}
@@ -315,6 +327,14 @@ type Stats struct {
 	FailedNotifs   uint64 // empty pulls (a full local hit) the prefill engine refused (vllm:nixl_num_failed_notifications)
 	BlocksReceived uint64 // blocks read from prefill engines
 
+	// SGLang's protocol (bootstrap_room). Prefill side:
+	RoomsServed  uint64 // rooms whose blocks a decode engine read
+	RoomsExpired uint64 // rooms no decode read within BootstrapTimeout (sglang:num_bootstrap_failed_reqs)
+	RoomsAborted uint64 // rooms freed because the prefill's client or the decode request gave up
+	// Decode side:
+	RoomDecodes uint64 // bootstrap_room requests received
+	RoomsFailed uint64 // rooms that never came or could not be read (sglang:num_transfer_failed_reqs)
+
 	BatchesPublished uint64 // event batches given a sequence number (sent or dropped)
 	BatchesDropped   uint64 // batches not sent (DropEveryNthBatch)
 	GarbageSent      uint64 // garbage messages sent
@@ -346,6 +366,11 @@ func (e *Engine) Stats() Stats {
 	s.PullsFailed = e.pullsFailed.Load()
 	s.FailedNotifs = e.failedNotifs.Load()
 	s.BlocksReceived = e.blocksReceived.Load()
+	s.RoomsServed = e.roomsServed.Load()
+	s.RoomsExpired = e.roomsExpired.Load()
+	s.RoomsAborted = e.roomsAborted.Load()
+	s.RoomDecodes = e.roomDecodes.Load()
+	s.RoomsFailed = e.roomsFailed.Load()
 	s.KVUsage = float64(s.UsedBlocks) / float64(e.cfg.NumBlocks)
 	s.Requests = e.requests.Load()
 	s.Completed = e.completed.Load()
@@ -521,15 +546,20 @@ func (e *Engine) finish(r *request) {
 }
 
 // complete ends r after its last token: a do_remote_decode request on a prefilling engine
-// keeps its blocks for a decode engine to pull; any other request finishes.
+// keeps its blocks for a decode engine to pull, a bootstrap_room request keeps them under its
+// room; any other request finishes.
 func (e *Engine) complete(r *request) {
-	if !e.cfg.Role.prefills() || !r.kv.doRemoteDecode {
+	if !e.cfg.Role.prefills() || (!r.kv.doRemoteDecode && !r.boot.set) {
 		e.finish(r)
 		return
 	}
 	e.mu.Lock()
 	if r.state == stRunning {
-		e.hold(r)
+		if r.boot.set {
+			e.holdRoom(r)
+		} else {
+			e.hold(r)
+		}
 		e.running--
 		e.schedule()
 		r.state = stDone

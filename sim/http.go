@@ -141,6 +141,18 @@ func (e *Engine) serveCompletion(ctx *fasthttp.RequestCtx, a api) {
 		e.abandon(ctx, r)
 		return
 	}
+	if r.boot.set && e.cfg.Role.decodes() && !r.stream {
+		ae, ok := e.fetchRoom(r)
+		if !ok {
+			e.abandon(ctx, r)
+			return
+		}
+		if ae != nil {
+			e.putRequest(r)
+			writeErrorFor(ctx, a, ae)
+			return
+		}
+	}
 	if ae := e.pullRemote(r); ae != nil {
 		if !r.stream {
 			e.putRequest(r)
@@ -163,6 +175,19 @@ func (e *Engine) serveCompletion(ctx *fasthttp.RequestCtx, a api) {
 	if !e.generate(r) {
 		e.abandon(ctx, r)
 		return
+	}
+	if r.room != nil {
+		// SGLang's prefill server answers once the decode engine has read the blocks.
+		ae, ok := e.awaitRoom(r)
+		if !ok {
+			e.abandon(ctx, r)
+			return
+		}
+		if ae != nil {
+			e.putRequest(r)
+			writeErrorFor(ctx, a, ae)
+			return
+		}
 	}
 	e.completed.Add(1)
 	ctx.SetContentType("application/json")
@@ -221,18 +246,33 @@ func (r *request) nextEvent() error {
 	}
 	switch r.phase {
 	case phAdmit:
+		if r.pullErr == nil && r.boot.set && e.cfg.Role.decodes() {
+			ae, ok := e.fetchRoom(r)
+			if !ok {
+				return errStreamEnded
+			}
+			r.pullErr = ae
+		}
 		if r.pullErr != nil {
-			e.finish(r)
-			r.out = append(r.out, "data: "...)
-			r.out = appendErrorBody(r.out, r.pullErr)
-			r.out = append(r.out, "\n\n"...)
-			r.phase = phDone
+			r.appendStreamError(r.pullErr)
 			break
 		}
 		if !e.admit(r) || !e.pause(r, r.prefill) {
 			return errStreamEnded
 		}
 		e.prefilled(r)
+		if r.boot.set && e.cfg.Role.prefills() {
+			// SGLang's prefill streams its one token once the decode engine has read the blocks.
+			e.complete(r)
+			ae, ok := e.awaitRoom(r)
+			if !ok {
+				return errStreamEnded
+			}
+			if ae != nil {
+				r.appendStreamError(ae)
+				break
+			}
+		}
 		r.phase = phTokens
 		if r.out = r.appendOpening(r.out); len(r.out) > 0 {
 			break
@@ -264,6 +304,16 @@ func (r *request) nextEvent() error {
 	}
 	r.chunks++
 	return nil
+}
+
+// appendStreamError ends r's stream with one error event, then [DONE], as vLLM and SGLang stream
+// the errors of a request that already has its headers.
+func (r *request) appendStreamError(ae *apiError) {
+	r.e.finish(r)
+	r.out = append(r.out, "data: "...)
+	r.out = appendErrorBody(r.out, ae)
+	r.out = append(r.out, "\n\n"...)
+	r.phase = phDone
 }
 
 // CloseWithError is called by the fasthttp server once the stream is over; err is the write

@@ -66,10 +66,10 @@ func (e *Engine) Banner() string {
 	if c.Role != RoleAggregated {
 		fmt.Fprintf(&b, " | role %s, engine id %s", c.Role, c.EngineID)
 		if a := e.SideChannelAddr(); a != "" {
-			fmt.Fprintf(&b, ", block pulls on %s (lease %s, %s/block)", a, c.KVLease, c.TransferPerBlock)
+			fmt.Fprintf(&b, ", block pulls and SGLang bootstrap on %s (lease %s, bootstrap timeout %s, %s/block)", a, c.KVLease, c.BootstrapTimeout, c.TransferPerBlock)
 		}
 		if c.Role.decodes() {
-			fmt.Fprintf(&b, ", kv load failure policy %s", c.KVLoadFailure)
+			fmt.Fprintf(&b, ", kv load failure policy %s, SGLang waiting timeout %s", c.KVLoadFailure, c.WaitingTimeout)
 		}
 	}
 	fmt.Fprintf(&b, " | %d blocks x %d tokens, %d seqs, prefill %s/token, decode %s/token",

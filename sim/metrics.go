@@ -44,6 +44,11 @@ func (e *Engine) appendMetrics(dst []byte) []byte {
 		counter("vllm:nixl_num_failed_transfers", "Number of failed NIXL KV Cache transfers.", e.pullsFailed.Load())
 		counter("vllm:nixl_num_failed_notifications", "Number of failed NIXL KV Cache notifications.", e.failedNotifs.Load())
 		counter("vllm:nixl_num_kv_expired_reqs", "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance.", expired)
+		// SGLang's protocol: its scheduler's failure counters (metrics/collector.py), and the sim's own.
+		counter("sglang:num_bootstrap_failed_reqs", "The number of bootstrap failed requests.", e.roomsExpired.Load())
+		counter("sglang:num_transfer_failed_reqs", "The number of transfer failed requests.", e.roomsFailed.Load())
+		counter("rolter_sim_bootstrap_rooms_served", "Rooms whose blocks a decode engine read (sim).", e.roomsServed.Load())
+		counter("rolter_sim_bootstrap_rooms_aborted", "Rooms freed because one side's request was aborted (sim).", e.roomsAborted.Load())
 		dst = xfer.append(dst, "vllm:nixl_xfer_time_seconds", "Histogram of transfer duration for NIXL KV Cache transfers.", e.cfg.EngineLabel, e.cfg.Model, e.createdAt)
 	}
 	// prometheus_client's process collector: a restarted engine has a new start time.

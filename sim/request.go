@@ -46,9 +46,14 @@ type request struct {
 	// offered and the key of their hold.
 	kv                     kvParams
 	pulledStart, pulledEnd int
-	offerIDs               []uint32
-	offerKey               string
-	pullErr                *apiError // a failed pull, told in the stream
+	// SGLang's protocol: the bootstrap members; on a prefill engine the room holding the blocks,
+	// on a decode engine the cached_tokens the prefill engine reported (-1: not a room request).
+	boot         bootParams
+	room         *room
+	reportCached int
+	offerIDs     []uint32
+	offerKey     string
+	pullErr      *apiError // a failed pull, told in the stream
 
 	// Stream state, touched only by the goroutine serving the response.
 	phase      streamPhase
@@ -80,7 +85,7 @@ const (
 func newRequest(e *Engine) *request {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &request{e: e, timer: t, ready: make(chan struct{}, 1)}
+	return &request{e: e, timer: t, ready: make(chan struct{}, 1), reportCached: -1}
 }
 
 func (r *request) reset() {
@@ -97,6 +102,8 @@ func (r *request) reset() {
 	r.held = r.held[:0]
 	r.private, r.hit, r.cached, r.prefill = 0, 0, 0, 0
 	r.kv.reset()
+	r.boot.reset()
+	r.room, r.reportCached = nil, -1
 	r.pulledStart, r.pulledEnd = 0, 0
 	r.offerIDs, r.offerKey, r.pullErr = r.offerIDs[:0], "", nil
 	r.phase = 0
@@ -115,6 +122,7 @@ type apiError struct {
 	status int
 	typ    string
 	msg    string
+	sglang bool // answered in SGLang's ErrorResponse shape: the request spoke SGLang's protocol
 }
 
 func badRequest(msg string) *apiError {
@@ -175,8 +183,18 @@ func (r *request) parseCompletion(body []byte, chat bool, cfg *Config) *apiError
 		return e
 	}
 	if cfg.Role != RoleAggregated {
-		if e := r.parseKVParams(v); e != nil {
+		// A body with bootstrap_room speaks SGLang's protocol; kv_transfer_params are vLLM's.
+		if e := r.parseBootstrap(v, cfg.Role); e != nil {
 			return e
+		}
+		if !r.boot.set {
+			if e := r.parseKVParams(v); e != nil {
+				return e
+			}
+		} else if cfg.Role.prefills() {
+			// SGLang's prefill server generates one token whatever the body asks
+			// (PrefillBootstrapQueue._process_req sets max_new_tokens = 1) and ends FINISH_LENGTH.
+			r.maxTokens, r.explicitMax = 1, true
 		}
 	}
 	if chat {

@@ -44,7 +44,11 @@ func appendJSONString(dst []byte, s string) []byte {
 const hexDigits = "0123456789abcdef"
 
 // appendErrorBody appends {"error":{"message","type","param":null,"code"}}.
+// A request that spoke SGLang's protocol gets SGLang's shape instead.
 func appendErrorBody(dst []byte, e *apiError) []byte {
+	if e.sglang {
+		return appendSGLangError(dst, e)
+	}
 	dst = append(dst, `{"error":{"message":`...)
 	dst = appendJSONString(dst, e.msg)
 	dst = append(dst, `,"type":`...)
@@ -87,7 +91,15 @@ func (r *request) appendHead(dst []byte, object string) []byte {
 	return append(dst, r.e.modelJSON...)
 }
 
-func (r *request) cachedTokens() int { return r.cached }
+// cachedTokens is usage's cached_tokens: the prompt tokens not computed here, except on an SGLang
+// decode engine, which reports the prefill engine's figure (decode.py _commit_transfer_to_req
+// copies it from the transferred metadata).
+func (r *request) cachedTokens() int {
+	if r.reportCached >= 0 {
+		return r.reportCached
+	}
+	return r.cached
+}
 
 func (r *request) appendUsage(dst []byte) []byte {
 	dst = append(dst, `"usage":{"prompt_tokens":`...)

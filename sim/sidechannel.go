@@ -120,7 +120,7 @@ func (e *Engine) startSideChannel() error {
 	}
 	e.sideLn = ln
 	e.sideSrv = &fasthttp.Server{
-		Handler:               e.servePull,
+		Handler:               e.serveSide,
 		Name:                  "rolter-sim-side-channel",
 		ReadTimeout:           10 * time.Second,
 		IdleTimeout:           e.cfg.IdleTimeout,
@@ -146,12 +146,27 @@ func (e *Engine) pullError(ctx *fasthttp.RequestCtx, status int, msg string) {
 	ctx.SetBody(append(b, '}'))
 }
 
+// serveSide routes the side channel: vLLM's pulls, and the reads and aborts of SGLang's rooms
+// (room.go).
+func (e *Engine) serveSide(ctx *fasthttp.RequestCtx) {
+	if ctx.IsPost() {
+		switch string(ctx.Path()) {
+		case "/pull":
+			e.servePull(ctx)
+			return
+		case "/room":
+			e.serveRoom(ctx)
+			return
+		case "/room/abort":
+			e.serveRoomAbort(ctx)
+			return
+		}
+	}
+	e.pullError(ctx, fasthttp.StatusNotFound, "the side channel serves POST /pull, /room and /room/abort")
+}
+
 // servePull answers one pull: the named blocks' hashes after the transfer time, and the hold freed.
 func (e *Engine) servePull(ctx *fasthttp.RequestCtx) {
-	if string(ctx.Path()) != "/pull" || !ctx.IsPost() {
-		e.pullError(ctx, fasthttp.StatusNotFound, "the side channel serves POST /pull")
-		return
-	}
 	p := parserPool.Get()
 	defer parserPool.Put(p)
 	v, err := p.ParseBytes(ctx.PostBody())
