@@ -11,10 +11,11 @@ type DisaggregationConfig struct {
 	Protocol string `toml:"protocol" json:"protocol"`
 	// Decode is the decode pool: targets as in the route's list (a provider or a source, a model, a weight).
 	Decode []TargetConfig `toml:"decode" json:"decode"`
-	// PrefillThresholdTokens makes disaggregation selective: a request whose prompt has fewer uncached
-	// tokens than this - the prompt's length less what the chosen prefill engine is estimated to hold, at
-	// four bytes of the prompt key per token - skips the prefill engine, and its decode engine prefills
-	// it locally. 0 sends every request through a prefill engine.
+	// PrefillThresholdTokens makes disaggregation selective: a request whose prompt is shorter than this
+	// many tokens (four bytes of the prompt key per token) skips the prefill engine, and its decode engine
+	// prefills it locally. The decode engines' caches are not tracked, so the whole prompt counts as what
+	// the decode engine would compute. 0 sends every request through a prefill engine. vllm only: an
+	// SGLang decode server cannot prefill without its peer.
 	PrefillThresholdTokens *int `toml:"prefill_threshold_tokens" json:"prefill_threshold_tokens,omitempty"`
 	// BootstrapPort is the prefill engines' bootstrap port (SGLang's --disaggregation-bootstrap-port);
 	// 0 sends null, as SGLang's router does for a worker without one. sglang only.

@@ -6,10 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rolter-ai/rolter/internal/freeport"
+	"github.com/rolter-ai/rolter/sim"
 )
 
 // rooms is where fake SGLang engines meet: each side notes the rooms it was sent, and a prefill engine
@@ -185,4 +189,44 @@ func TestDisaggSGLangFails(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestDisaggSGLangSim: an SGLang-protocol route over simulated SGLang prefill and decode engines (each
+// prefill engine on its own loopback address, all with one bootstrap port, as a fleet of hosts has it):
+// streamed and plain answers through rooms, the blocks moved, and the prefill engine chosen by its cache.
+func TestDisaggSGLangSim(t *testing.T) {
+	port, err := freeport.Loopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	prefill, decode, cfg := pdFleet(t, 2, 1, "cache_aware", "protocol = \"sglang\"\nbootstrap_port = "+strconv.Itoa(port), func(c *sim.Config) {
+		if c.Role == sim.RolePrefill {
+			n++
+			c.Host, c.SideChannelHost, c.SideChannelPort = fmt.Sprintf("127.0.0.%d", 1+n), "", port
+		}
+	})
+	gw := startGateway(t, cfg)
+	msgs := strings.Repeat("a long shared system prompt for the sglang fleet. ", 30)
+	var first string
+	for i, stream := range []bool{false, true, false, true} {
+		body := chatBody("m", msgs, stream)
+		resp, out := post(t, gw.URL+"/v1/chat/completions", body)
+		if resp.StatusCode != 200 || (stream && !strings.Contains(out, "[DONE]")) || strings.Contains(out, `"error"`) {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, out)
+		}
+		pt := resp.Header.Get("X-Rolter-Prefill-Target")
+		if i == 0 {
+			first = pt
+		} else if pt != first {
+			t.Fatalf("request %d was prefilled on %s, not %s which holds the prompt", i, pt, first)
+		}
+	}
+	var served uint64
+	for _, e := range prefill {
+		served += e.Stats().RoomsServed
+	}
+	if d := decode[0].Stats(); served != 4 || d.RoomDecodes != 4 {
+		t.Fatalf("rooms served %d, decode rooms %d; want 4 and 4", served, d.RoomDecodes)
+	}
 }
