@@ -134,6 +134,12 @@
 // protocol.py, managers/io_struct.py): lists are for batched /generate requests only. llm-d's SGLang
 // connector (connector_sglang.go) does the same with port 8998 by default (SGLANG_BOOTSTRAP_PORT).
 //
+// Three more facts (python/sglang/srt/disaggregation/prefill.py, decode.py, managers/scheduler.py): the
+// prefill server forces max_new_tokens to 1 and answers only after the transfer to its decode peer
+// succeeded, so a router must send the decode request before it waits for the prefill's answer; the decode
+// server reports the prefill's cached_tokens, shipped with the KV, not the transferred prefix; and a null
+// bootstrap_port means the prefill engine's own --disaggregation-bootstrap-port.
+//
 // Failure semantics (SGLang): the prefill and the decode fail together. sgl-model-gateway drops the decode
 // request when the prefill fails (the decode engine would otherwise wait for the KV up to its
 // disaggregation timeout, 300 s) and answers the prefill's error; a decode that fails first aborts the
