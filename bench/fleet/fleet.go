@@ -28,7 +28,10 @@ func (e *UnavailableError) Error() string {
 
 // Fleet is N in-process simulated engines behind one in-process gateway on loopback.
 type Fleet struct {
-	Sims    []*sim.Engine
+	Sims []*sim.Engine
+	// Prefill is how many of Sims, first in order, are the prefill pool of a disaggregated fleet
+	// (StartDisagg); 0 for an aggregated one.
+	Prefill int
 	Names   []string
 	Gateway *engine.Gateway
 	served  chan error

@@ -60,6 +60,8 @@ func (rep *Report) Markdown(charts []string) string {
 		}
 	}
 
+	rep.Disagg.markdown(&b, rep.Options)
+
 	if len(charts) > 0 {
 		b.WriteString("\n## Charts\n\n")
 		for _, c := range charts {

@@ -47,6 +47,12 @@ type Options struct {
 	RunTimeout time.Duration
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
+	// TransferPerBlock is the disaggregated fleets' block pull cost (100µs: one token's prefill,
+	// disagg.go says why), DisaggConcurrency their in-flight count (4 engines × MaxNumSeqs × 3/4), and
+	// NoDisagg leaves the disaggregated comparison out.
+	TransferPerBlock  time.Duration
+	DisaggConcurrency int
+	NoDisagg          bool
 	// Workloads, when set, replace Workload for the scenarios they name (tests use small
 	// ones).
 	Workloads map[string]loadtest.Workload
@@ -98,6 +104,12 @@ func (o *Options) Normalize() {
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
+	}
+	if o.TransferPerBlock == 0 {
+		o.TransferPerBlock = o.PrefillPerToken
+	}
+	if o.DisaggConcurrency == 0 {
+		o.DisaggConcurrency = 4 * o.MaxNumSeqs * 3 / 4
 	}
 }
 
@@ -173,9 +185,13 @@ type Report struct {
 	Workloads map[string]loadtest.Workload `json:"workloads"`
 	Runs      []*Trial                     `json:"runs"`
 	Goals     []fleet.Goal                 `json:"goals"`
-	Started   time.Time                    `json:"started"`
-	Seconds   float64                      `json:"seconds"`
-	Machine   fleet.Machine                `json:"machine"`
+	// Disagg is the disaggregated prefill/decode comparison (disagg.go); nil when not run.
+	Disagg  *DisaggReport `json:"disagg,omitempty"`
+	Started time.Time     `json:"started"`
+	Seconds float64       `json:"seconds"`
+	// DisaggSeconds is the time of a disaggregated comparison run alone into a loaded report (RunDisagg).
+	DisaggSeconds float64       `json:"disagg_seconds,omitempty"`
+	Machine       fleet.Machine `json:"machine"`
 }
 
 // ReportOptions is the serialisable part of Options.
@@ -313,9 +329,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 		}
 	}
+	if !o.NoDisagg {
+		rep.Disagg = runDisagg(ctx, &o, log)
+	}
 	rep.Goals = goalsOf(rep)
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	return rep, ctx.Err()
+}
+
+// RunDisagg runs the disaggregated comparison alone into rep (a report loaded from its JSON) and
+// evaluates the goals again; it returns an error only when ctx ends.
+func RunDisagg(ctx context.Context, rep *Report, o Options) error {
+	o.Normalize()
+	log := slog.New(slog.NewTextHandler(o.Log, &slog.HandlerOptions{Level: slog.LevelError}))
+	start := time.Now()
+	rep.Disagg = runDisagg(ctx, &o, log)
+	rep.Goals = goalsOf(rep)
+	rep.DisaggSeconds = time.Since(start).Seconds()
+	return ctx.Err()
 }
 
 // runOne measures one scenario under one strategy on a fresh fleet.
@@ -382,6 +413,7 @@ func goalsOf(rep *Report) []fleet.Goal {
 	for _, scenario := range []string{loadtest.SharedPrefix, loadtest.MultiTurn} {
 		rep.preciseGoal(&g, scenario)
 	}
+	rep.Disagg.goals(&g)
 	return g
 }
 

@@ -37,11 +37,15 @@ type upOptions struct {
 	// control starts the control plane and the dashboard on controlListen.
 	control       bool
 	controlListen string
+	// pd is -pd P:D: P prefill and D decode engines behind one disaggregated route instead of -n
+	// aggregated ones (up_pd.go).
+	pd pdShape
 }
 
 // up starts n simulated engines and a gateway in front of them with a generated config (one route, every
 // engine a target, health checks and engine-metrics scraping on), prints where to send requests and where
-// the config is, and stops everything on Ctrl-C.
+// the config is, and stops everything on Ctrl-C. With -pd P:D the engines are P prefill and D decode ones
+// behind one disaggregated route (up_pd.go).
 func up(args []string, stdout, stderr io.Writer) int {
 	var o upOptions
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
@@ -57,12 +61,17 @@ func up(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.logLevel, "log-level", "warn", "gateway log level: debug, info, warn, error")
 	fs.BoolVar(&o.control, "control", false, "also start the control plane (/api/v1) and the dashboard, with a store in the temp dir")
 	fs.StringVar(&o.controlListen, "control-listen", "127.0.0.1:8081", "control plane address with -control (a free port is used if this one is taken)")
+	fs.Var(&o.pd, "pd", "P:D starts P prefill and D decode engines behind one disaggregated route (-strategy ranks the prefill pool) instead of -n engines")
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
 	o.shadow = shadowOf(o.strategy, o.shadow, stderr)
 	if o.n < 1 || o.n > 64 {
 		fmt.Fprintln(stderr, "rolter up: -n must be between 1 and 64")
+		return 2
+	}
+	if o.pd.prefill+o.pd.decode > 64 {
+		fmt.Fprintln(stderr, "rolter up: -pd must start at most 64 engines")
 		return 2
 	}
 	log := newLogger(stderr, o.logLevel)
@@ -73,22 +82,9 @@ func up(args []string, stdout, stderr io.Writer) int {
 			e.Stop()
 		}
 	}()
-	for i := 0; i < o.n; i++ {
-		cfg := sim.DefaultConfig()
-		cfg.KVEvents = "tcp://127.0.0.1:*"
-		cfg.Replay = "tcp://127.0.0.1:*"
-		cfg.EngineLabel = fmt.Sprint(i)
-		cfg.NumBlocks = o.numBlocks
-		cfg.MaxNumSeqs = o.maxNumSeqs
-		cfg.PrefillPerToken = time.Duration(o.prefillUs * float64(time.Microsecond))
-		cfg.DecodePerToken = time.Duration(o.decodeUs * float64(time.Microsecond))
-		if !kvindex.Supported {
-			cfg.KVEvents, cfg.Replay = "", ""
-		}
-		e, err := sim.New(cfg)
-		if err == nil {
-			err = e.Start()
-		}
+	roles := o.pd.roles(o.n)
+	for i, role := range roles {
+		e, err := startUpSim(&o, i, role)
 		if err != nil {
 			fmt.Fprintf(stderr, "rolter up: cannot start simulated engine %d: %s\n", i+1, err)
 			return 1
@@ -104,7 +100,12 @@ func up(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	text := upConfig(ln.Addr().String(), o.strategy, o.shadow, sims)
+	var text string
+	if o.pd.set() {
+		text = upPDConfig(ln.Addr().String(), o.strategy, o.shadow, sims[:o.pd.prefill], sims[o.pd.prefill:])
+	} else {
+		text = upConfig(ln.Addr().String(), o.strategy, o.shadow, sims)
+	}
 	path := o.configOut
 	if path == "" {
 		path = filepath.Join(os.TempDir(), fmt.Sprintf("rolter-up-%d.toml", os.Getpid()))
@@ -152,15 +153,27 @@ func up(args []string, stdout, stderr io.Writer) int {
 	}
 
 	url := "http://" + ln.Addr().String()
+	if o.pd.set() {
+		if err := printPDBanner(stdout, url, path, &o, sims, cp, token); err != nil {
+			fmt.Fprintf(stderr, "rolter up: %s\n", err)
+			return 1
+		}
+	} else {
+		printBanner(stdout, url, path, &o, sims, cp, token)
+	}
+
+	code := serveUntilSignal(g, ln, 5*time.Second, reload, log)
+	fmt.Fprintln(stdout, "stopped.")
+	return code
+}
+
+// printBanner prints where an aggregated `rolter up` serves and a request to try.
+func printBanner(stdout io.Writer, url, path string, o *upOptions, sims []*sim.Engine, cp *controlPlane, token string) {
 	model := sims[0].Config().Model
 	fmt.Fprintf(stdout, "\nRolter %s is up: %d simulated vLLM engines behind one gateway (strategy %s).\n\n", version, o.n, o.strategy)
 	fmt.Fprintf(stdout, "  gateway   %s/v1   (OpenAI-compatible; model %q)\n", url, model)
 	fmt.Fprintf(stdout, "  metrics   %s/metrics\n", url)
-	if cp != nil {
-		ctl := "http://" + cp.ln.Addr().String()
-		fmt.Fprintf(stdout, "  dashboard %s/dashboard/   (admin token %s)\n", ctl, token)
-		fmt.Fprintf(stdout, "  api       %s/api/v1   (Authorization: Bearer $%s)\n", ctl, upTokenEnv)
-	}
+	printControl(stdout, cp, token)
 	fmt.Fprintf(stdout, "  config    %s\n", path)
 	for i, e := range sims {
 		fmt.Fprintf(stdout, "  engine %-2d %s\n", i+1, e.URL())
@@ -169,10 +182,41 @@ func up(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -D - \\\n", url)
 	fmt.Fprintf(stdout, "    -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":%q}]}'\n\n", model, TryItPrompt)
 	fmt.Fprintf(stdout, "Ctrl-C stops everything.\n")
+}
 
-	code := serveUntilSignal(g, ln, 5*time.Second, reload, log)
-	fmt.Fprintln(stdout, "stopped.")
-	return code
+// printControl prints the control plane's addresses of `rolter up -control`.
+func printControl(stdout io.Writer, cp *controlPlane, token string) {
+	if cp == nil {
+		return
+	}
+	ctl := "http://" + cp.ln.Addr().String()
+	fmt.Fprintf(stdout, "  dashboard %s/dashboard/   (admin token %s)\n", ctl, token)
+	fmt.Fprintf(stdout, "  api       %s/api/v1   (Authorization: Bearer $%s)\n", ctl, upTokenEnv)
+}
+
+// startUpSim starts engine i of `rolter up` in role.
+func startUpSim(o *upOptions, i int, role sim.Role) (*sim.Engine, error) {
+	cfg := sim.DefaultConfig()
+	cfg.KVEvents = "tcp://127.0.0.1:*"
+	cfg.Replay = "tcp://127.0.0.1:*"
+	cfg.EngineLabel = fmt.Sprint(i)
+	cfg.NumBlocks = o.numBlocks
+	cfg.MaxNumSeqs = o.maxNumSeqs
+	cfg.PrefillPerToken = time.Duration(o.prefillUs * float64(time.Microsecond))
+	cfg.DecodePerToken = time.Duration(o.decodeUs * float64(time.Microsecond))
+	if role != sim.RoleAggregated {
+		// Each prefill engine serves its block pulls on a free loopback port of its own.
+		cfg.Role, cfg.SideChannelPort, cfg.SideChannelHost = role, 0, "127.0.0.1"
+	}
+	if !kvindex.Supported || role == sim.RoleDecode {
+		// A decode engine's cache is not what routes a request (its pool is chosen by load).
+		cfg.KVEvents, cfg.Replay = "", ""
+	}
+	e, err := sim.New(cfg)
+	if err == nil {
+		err = e.Start()
+	}
+	return e, err
 }
 
 // TryItPrompt is the prompt `rolter up` suggests: longer than one KV block of the simulator (16 tokens), so
@@ -244,12 +288,18 @@ func upConfig(listen, strategy, shadow string, sims []*sim.Engine) string {
 	for i := range sims {
 		fmt.Fprintf(&b, "\n[[routes.targets]]\nprovider = \"sim-%d\"\n", i+1)
 	}
-	if shadow != "" {
-		var names []string
-		for _, n := range strings.Split(shadow, ",") {
-			names = append(names, strconv.Quote(strings.TrimSpace(n)))
-		}
-		fmt.Fprintf(&b, "\n[routes.shadow]\nstrategies = [%s]\n", strings.Join(names, ", "))
-	}
+	writeShadow(&b, shadow)
 	return b.String()
+}
+
+// writeShadow renders the route's [routes.shadow] section, if any.
+func writeShadow(b *strings.Builder, shadow string) {
+	if shadow == "" {
+		return
+	}
+	var names []string
+	for _, n := range strings.Split(shadow, ",") {
+		names = append(names, strconv.Quote(strings.TrimSpace(n)))
+	}
+	fmt.Fprintf(b, "\n[routes.shadow]\nstrategies = [%s]\n", strings.Join(names, ", "))
 }

@@ -36,6 +36,10 @@ func run() int {
 	flag.Uint64Var(&o.Seed, "seed", 1, "workload seed of the first repeat")
 	flag.IntVar(&o.Repeats, "repeats", 3, "runs of every (scenario, strategy), each with its own seed")
 	flag.DurationVar(&o.RunTimeout, "run-timeout", 3*time.Minute, "bound on one (scenario, strategy) run")
+	flag.DurationVar(&o.TransferPerBlock, "transfer-per-block", 0, "disaggregated fleets: block pull time (default prefill-per-token)")
+	flag.IntVar(&o.DisaggConcurrency, "disagg-concurrency", 0, "disaggregated comparison: requests in flight (default 4 × max-num-seqs × 3/4)")
+	flag.BoolVar(&o.NoDisagg, "no-disagg", false, "leave the disaggregated prefill/decode comparison out")
+	into := flag.String("disagg-into", "", "run only the disaggregated comparison and write it into this routing.json's report")
 	render := flag.String("render", "", "render the Markdown and charts again from this routing.json instead of running")
 	flag.Parse()
 	if *render != "" {
@@ -57,7 +61,17 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := routing.Run(ctx, o)
+	var rep *routing.Report
+	var err error
+	if *into != "" {
+		if rep, err = routing.Load(*into); err != nil {
+			fmt.Fprintf(os.Stderr, "routing: %s\n", err)
+			return 1
+		}
+		err = routing.RunDisagg(ctx, rep, o)
+	} else {
+		rep, err = routing.Run(ctx, o)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "routing: %s (writing what was measured)\n", err)
 	}
@@ -66,7 +80,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "routing: %s\n", werr)
 		return 1
 	}
-	fmt.Printf("routing report (%.0f s): %s\n", rep.Seconds, strings.Join(files, " "))
+	fmt.Printf("routing report (%.0f s): %s\n", max(rep.Seconds, rep.DisaggSeconds), strings.Join(files, " "))
 	for _, g := range rep.Goals {
 		fmt.Printf("  %-4s %s: %s (target %s)\n", g.Verdict, g.Name, g.Measured, g.Target)
 	}
