@@ -32,10 +32,12 @@ const (
 
 // Defaults of [routes.disaggregation].
 const (
-	// DefaultPrefillThresholdTokens is the selective-disaggregation threshold. Below it, a prefill hop
-	// costs more than it saves: one more round trip and a transfer of every block, against a local
-	// prefill of a few hundred tokens (bench/results/routing: the disaggregated fleet).
-	DefaultPrefillThresholdTokens = 256
+	// DefaultPrefillThresholdTokens is the selective-disaggregation threshold: 0, every request through a
+	// prefill engine, as vLLM's proxy and SGLang's routers send them. What a prefill hop saves a short
+	// prompt is the decode engines' freedom from prefills, which the simulator does not model (a hop only
+	// adds 3-17 ms to an idle simulated fleet at any length: bench/results/disagg-threshold.md), so the
+	// threshold is the operator's to measure on real engines.
+	DefaultPrefillThresholdTokens = 0
 	// DefaultBootstrapPort is SGLang's default --disaggregation-bootstrap-port.
 	DefaultBootstrapPort = 8998
 	// BytesPerToken is the prompt key's bytes per token the threshold is estimated with.

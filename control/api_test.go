@@ -1315,6 +1315,7 @@ model = "pd"
 [[routes.targets]]
 provider = "shared"
 [routes.disaggregation]
+prefill_threshold_tokens = 256
 [[routes.disaggregation.decode]]
 provider = "dec0"
 [[routes.disaggregation.decode]]

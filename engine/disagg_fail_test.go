@@ -437,7 +437,7 @@ func TestDisaggSkips(t *testing.T) {
 		}
 		decodeOK(w, r)
 	})
-	gw := startGateway(t, pdFakes([]string{p.URL}, []string{d.URL}, "round_robin", "", ""))
+	gw := startGateway(t, pdFakes([]string{p.URL}, []string{d.URL}, "round_robin", "prefill_threshold_tokens = 256", ""))
 	for _, tc := range []struct{ path, body, reason string }{
 		{"/v1/chat/completions", chatBody("m", "hi", false), "short_prompt"},
 		{"/v1/embeddings", `{"model":"m","input":"` + strings.Repeat("word ", 300) + `"}`, "endpoint"},

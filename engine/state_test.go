@@ -85,7 +85,7 @@ func TestStateDisaggregation(t *testing.T) {
 func TestStateDisaggregationSGLang(t *testing.T) {
 	_, _, cfg := pdFleet(t, 1, 1, "least_load", "protocol = \"sglang\"\nbootstrap_port = 9001", nil)
 	pd := startGateway(t, cfg).g.State().Routes[0].Disaggregation
-	if pd == nil || pd.Protocol != "sglang" || pd.BootstrapPort == nil || *pd.BootstrapPort != 9001 || pd.PrefillThresholdTokens != 256 || len(pd.Decode) != 1 {
+	if pd == nil || pd.Protocol != "sglang" || pd.BootstrapPort == nil || *pd.BootstrapPort != 9001 || pd.PrefillThresholdTokens != 0 || len(pd.Decode) != 1 {
 		t.Fatalf("disaggregation %+v", pd)
 	}
 }

@@ -18,8 +18,10 @@ import (
 // whose one route is disaggregated over them, the shape `rolter up -pd` generates (cmd/rolter/up_pd.go):
 // strategy over the prefill pool, the decode pool by load, extra appended to [routes.disaggregation].
 // f.Sims holds the prefill engines, then the decode ones; f.Prefill says how many of them prefill and
-// f.Names are the decode engines' names (x-rolter-target). On any error everything started is stopped.
-func StartDisagg(nPrefill, nDecode int, simCfg sim.Config, strategy, extra string, log *slog.Logger) (*Fleet, error) {
+// f.Names are the decode engines' names (x-rolter-target). decodeSeqs and prefillBlocks, when > 0, are the
+// decode engines' max_num_seqs and the prefill engines' KV blocks. On any error everything started is
+// stopped.
+func StartDisagg(nPrefill, nDecode int, simCfg sim.Config, decodeSeqs, prefillBlocks int, strategy, extra string, log *slog.Logger) (*Fleet, error) {
 	if err := CheckStrategy(nPrefill, strategy); err != nil {
 		return nil, err
 	}
@@ -35,8 +37,15 @@ func StartDisagg(nPrefill, nDecode int, simCfg sim.Config, strategy, extra strin
 		c.EngineLabel = fmt.Sprint(i)
 		c.Port, c.KVEvents, c.Replay = 0, "", ""
 		c.Role, c.SideChannelPort, c.SideChannelHost = sim.RolePrefill, 0, "127.0.0.1"
+		if prefillBlocks > 0 {
+			c.NumBlocks = prefillBlocks
+		}
 		if i >= nPrefill {
+			c.NumBlocks = simCfg.NumBlocks
 			c.Role = sim.RoleDecode
+			if decodeSeqs > 0 {
+				c.MaxNumSeqs = decodeSeqs
+			}
 		}
 		e, err := sim.New(c)
 		if err != nil {

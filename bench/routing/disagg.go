@@ -87,6 +87,9 @@ func (t *DisaggTrial) PrefillHitRate() float64 {
 
 func (t *DisaggTrial) ok() bool { return t.Error == "" && t.Result != nil }
 
+// disaggDecodeSeqs is the decode engines' max_num_seqs as a multiple of the prefill engines'.
+const disaggDecodeSeqs = 4
+
 // runDisagg runs every fleet on every disaggregated scenario, o.Repeats times, the matrix repeated
 // rather than each cell back to back.
 func runDisagg(ctx context.Context, o *Options, log *slog.Logger) *DisaggReport {
@@ -130,7 +133,12 @@ func runDisaggOne(ctx context.Context, o *Options, sc sim.Config, scenario strin
 	var f *fleet.Fleet
 	var err error
 	if fl.Prefill > 0 {
-		f, err = fleet.StartDisagg(fl.Prefill, fl.Decode, sc, fl.Strategy, "", log)
+		// A decode engine batches several times the sequences a prefill engine prefills at once (decode is
+		// memory-bound, prefill compute-bound), and a decode pool of max_num_seqs each would hold fewer than
+		// the requests in flight: the fleet would measure its decode queue, not its prefill pool. The prefill
+		// pool holds the fleet's prompt cache, as much of it as the aggregated fleet's four engines do.
+		f, err = fleet.StartDisagg(fl.Prefill, fl.Decode, sc, disaggDecodeSeqs*o.MaxNumSeqs,
+			sc.NumBlocks*(fl.Prefill+fl.Decode)/fl.Prefill, fl.Strategy, "", log)
 	} else {
 		agg := sc
 		agg.TransferPerBlock = 0
@@ -262,15 +270,19 @@ func (d *DisaggReport) markdown(b *strings.Builder, o ReportOptions) {
 	}
 	b.WriteString("\n## Disaggregated prefill/decode\n\n")
 	fmt.Fprintf(b, "Same engines as above (%d blocks, `max_num_seqs` %d, prefill %s per uncached token, decode %s per token), "+
-		"four of them per fleet, %d requests in flight (3/4 of four engines' slots), streaming, fresh fleet per run:\n\n",
-		o.NumBlocks, o.MaxNumSeqs, o.PrefillPerToken, o.DecodePerToken, d.Concurrency)
+		"four of them per fleet, %d requests in flight (3/4 of four engines' slots), streaming, fresh fleet per run; "+
+		"the decode engines of a disaggregated fleet run %d sequences at once, as decode engines batch several times what a "+
+		"prefill engine prefills at once (with %d, the decode pool would hold fewer than the requests in flight and the "+
+		"comparison would measure its queue), and its prefill engines hold the fleet's prompt cache, twice the blocks "+
+		"each, so that both kinds of fleet have the same prompt-cache capacity:\n\n",
+		o.NumBlocks, o.MaxNumSeqs, o.PrefillPerToken, o.DecodePerToken, d.Concurrency, disaggDecodeSeqs*o.MaxNumSeqs, o.MaxNumSeqs)
 	b.WriteString("- **prefill-by-cache**: one disaggregated route (`rolter up -pd 2:2`'s shape), 2 prefill + 2 decode engines, `cache_aware` over the prefill pool, the decode pool by least load;\n")
 	b.WriteString("- **prefill-by-load**: the same fleet with `least_load` over the prefill pool;\n")
 	b.WriteString("- **aggregated**: 4 ordinary engines, `cache_aware`.\n\n")
 	fmt.Fprintf(b, "A block pull costs %s per 16-token block: a Llama-3-8B block (16 tokens × 128 KiB of K and V in bf16 = 2 MiB) "+
 		"moves over RDMA at some 20-40 GB/s in 50-100 µs, against 16 × %s = %s to compute it, so a pull costs "+
 		"about what one token of prefill does - the ratio of the simulator's own defaults (20 µs per block, 20 µs per token). "+
-		"`prefill_threshold_tokens` is the default (256); every prompt of these workloads is longer, so every request takes the prefill hop.\n\n",
+		"`prefill_threshold_tokens` is the default (0): every request takes the prefill hop.\n\n",
 		d.TransferPerBlock, o.PrefillPerToken, blockCost(o.PrefillPerToken))
 	b.WriteString("Prefill hit = the prefill engines' own prefix-cache counters (every engine's when aggregated); ITL = each request's (latency − TTFT) / (output tokens − 1). The repeat with the median prefill hit rate, its range in brackets:\n")
 	for _, sc := range d.Scenarios {

@@ -20,6 +20,10 @@ type pdShape struct {
 }
 
 // String implements flag.Value.
+// upThresholdTokens is the prefill_threshold_tokens of the fleet `up -pd` starts (the default is 0): a
+// short prompt shows what a skipped prefill looks like, a long one the two hops.
+const upThresholdTokens = 256
+
 func (p *pdShape) String() string {
 	if !p.set() {
 		return ""
@@ -85,7 +89,7 @@ func upPDConfig(listen, strategy, shadow string, prefill, decode []*sim.Engine) 
 	writeShadow(&b, shadow)
 	fmt.Fprintf(&b, "\n[routes.disaggregation]\nprotocol = %q\n", config.ProtocolVLLM)
 	fmt.Fprintf(&b, "prefill_threshold_tokens = %d   # shorter prompts (prompt bytes / %d) are prefilled by their decode engine\n",
-		config.DefaultPrefillThresholdTokens, config.BytesPerToken)
+		upThresholdTokens, config.BytesPerToken)
 	for i := range decode {
 		fmt.Fprintf(&b, "\n[[routes.disaggregation.decode]]\nprovider = \"decode-%d\"\n", i+1)
 	}
@@ -118,7 +122,7 @@ func printPDBanner(stdout io.Writer, url, path string, o *upOptions, sims []*sim
 		fmt.Fprintf(stdout, "  decode %-2d  %s\n", i+1, e.URL())
 	}
 	fmt.Fprintf(stdout, "\nTry it (x-rolter-prefill-target names the engine that prefilled the prompt, x-rolter-target the one that generated;\n"+
-		"prompts under %d tokens skip the prefill hop: x-rolter-prefill-skipped: short_prompt):\n\n", config.DefaultPrefillThresholdTokens)
+		"prompts under %d tokens skip the prefill hop: x-rolter-prefill-skipped: short_prompt):\n\n", upThresholdTokens)
 	fmt.Fprintf(stdout, "  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -D - -d @%s\n\n", url, req)
 	fmt.Fprintf(stdout, "Ctrl-C stops everything.\n")
 	return nil
