@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"time"
 
-	"github.com/rolter-ai/rolter/config"
-	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/sim"
 )
 
@@ -62,28 +59,11 @@ func StartDisagg(nPrefill, nDecode int, simCfg sim.Config, decodeSeqs, prefillBl
 			return nil, fmt.Errorf("simulated engine %d does not answer: %w", i+1, err)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("cannot listen on loopback: %w", err)
-	}
 	urls := f.URLs()
-	text := DisaggConfig(ln.Addr().String(), strategy, extra, urls[:nPrefill], urls[nPrefill:], f.Sims[0].Config().Model)
-	cfg, err := config.Parse([]byte(text), "bench.toml")
-	if err != nil {
-		_ = ln.Close()
-		return nil, fmt.Errorf("cannot parse the generated gateway config: %w\n%s", err, text)
-	}
-	g, err := engine.New(cfg, engine.Options{Logger: log, Version: "bench"})
-	if err != nil {
-		_ = ln.Close()
-		return nil, fmt.Errorf("cannot start the gateway: %w", err)
-	}
-	f.Gateway = g
-	f.served = make(chan error, 1)
-	go func() { f.served <- g.Serve(ln) }()
-	f.URL = "http://" + ln.Addr().String()
-	if err := WaitHTTP(context.Background(), f.URL+"/healthz", 10*time.Second, nil); err != nil {
-		return nil, fmt.Errorf("the gateway does not answer: %w", err)
+	if err := f.startGateway(func(listen string) string {
+		return DisaggConfig(listen, strategy, extra, urls[:nPrefill], urls[nPrefill:], f.Sims[0].Config().Model)
+	}, log); err != nil {
+		return nil, err
 	}
 	ok = true
 	return f, nil

@@ -77,30 +77,41 @@ func Start(n int, simCfg sim.Config, strategy string, log *slog.Logger, extra ..
 			return nil, fmt.Errorf("simulated engine %d does not answer: %w", i+1, err)
 		}
 	}
+	if err := f.startGateway(func(listen string) string {
+		return Config(listen, strategy, f.URLs(), f.kvEndpoints(), f.Sims[0].Config().Model) + strings.Join(extra, "")
+	}, log); err != nil {
+		return nil, err
+	}
+	ok = true
+	return f, nil
+}
+
+// startGateway starts the fleet's in-process gateway on a loopback port with the config render makes for
+// that address, and waits until it answers.
+func (f *Fleet) startGateway(render func(listen string) string, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("cannot listen on loopback: %w", err)
+		return fmt.Errorf("cannot listen on loopback: %w", err)
 	}
-	text := Config(ln.Addr().String(), strategy, f.URLs(), f.kvEndpoints(), f.Sims[0].Config().Model) + strings.Join(extra, "")
+	text := render(ln.Addr().String())
 	cfg, err := config.Parse([]byte(text), "bench.toml")
 	if err != nil {
 		_ = ln.Close()
-		return nil, fmt.Errorf("cannot parse the generated gateway config: %w\n%s", err, text)
+		return fmt.Errorf("cannot parse the generated gateway config: %w\n%s", err, text)
 	}
 	g, err := engine.New(cfg, engine.Options{Logger: log, Version: "bench"})
 	if err != nil {
 		_ = ln.Close()
-		return nil, fmt.Errorf("cannot start the gateway: %w", err)
+		return fmt.Errorf("cannot start the gateway: %w", err)
 	}
 	f.Gateway = g
 	f.served = make(chan error, 1)
 	go func() { f.served <- g.Serve(ln) }()
 	f.URL = "http://" + ln.Addr().String()
 	if err := WaitHTTP(context.Background(), f.URL+"/healthz", 10*time.Second, nil); err != nil {
-		return nil, fmt.Errorf("the gateway does not answer: %w", err)
+		return fmt.Errorf("the gateway does not answer: %w", err)
 	}
-	ok = true
-	return f, nil
+	return nil
 }
 
 // CheckStrategy parses the fleet config of strategy over n placeholder engines and maps a
