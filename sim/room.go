@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"encoding/hex"
 	"strconv"
 	"time"
 
@@ -260,16 +259,8 @@ func (e *Engine) serveRoom(ctx *fasthttp.RequestCtx) {
 	e.roomsServed.Add(1)
 	e.blocksSent.Add(uint64(len(hashes)))
 
-	b := append([]byte(nil), `{"block_hashes":[`...)
-	for i := range hashes {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b = hex.AppendEncode(b, hashes[i][:])
-		b = append(b, '"')
-	}
-	b = append(b, `],"cached_tokens":`...)
+	b := appendHashList(nil, hashes)
+	b = append(b, `,"cached_tokens":`...)
 	b = strconv.AppendInt(b, int64(cached), 10)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(append(b, '}'))

@@ -222,7 +222,14 @@ func (e *Engine) servePull(ctx *fasthttp.RequestCtx) {
 	e.pullsServed.Add(1)
 	e.blocksSent.Add(uint64(len(ids)))
 
-	b := append([]byte(nil), `{"block_hashes":[`...)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(appendHashList(nil, hashes), '}'))
+}
+
+// appendHashList appends `{"block_hashes":[...]` - the hex digests of the blocks a pull moves, which the
+// reader checks against its own prompt - without the closing brace, for the caller's other members.
+func appendHashList(b []byte, hashes []blockHash) []byte {
+	b = append(b, `{"block_hashes":[`...)
 	for i := range hashes {
 		if i > 0 {
 			b = append(b, ',')
@@ -231,8 +238,7 @@ func (e *Engine) servePull(ctx *fasthttp.RequestCtx) {
 		b = hex.AppendEncode(b, hashes[i][:])
 		b = append(b, '"')
 	}
-	ctx.SetContentType("application/json")
-	ctx.SetBody(append(b, "]}"...))
+	return append(b, ']')
 }
 
 func (h *kvHold) find(id uint32) *block {
