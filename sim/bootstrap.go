@@ -85,7 +85,7 @@ func (r *request) parseBootstrap(v *fastjson.Value, role Role) *apiError {
 
 // integerLiteral reports whether a JSON number literal is an integer: no fraction, no exponent.
 func integerLiteral(n []byte) bool {
-	return len(n) > 0 && bytes.IndexAny(n, ".eE") < 0
+	return len(n) > 0 && !bytes.ContainsAny(n, ".eE")
 }
 
 // sglangBadRequest is a 400 in SGLang's shape.
