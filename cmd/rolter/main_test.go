@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
@@ -70,30 +69,18 @@ func TestUp(t *testing.T) {
 			"-shadow", "pipeline,round_robin"}, pw, io.Discard)
 		pw.Close()
 	}()
-	br := bufio.NewReader(pr)
-	var banner strings.Builder
-	for {
-		line, err := br.ReadString('\n')
-		banner.WriteString(line)
-		if err != nil {
-			t.Fatalf("up exited early: %s", banner.String())
-		}
-		if strings.Contains(line, "Ctrl-C stops everything") {
-			break
-		}
-	}
-	go io.Copy(io.Discard, br)
-	url := regexp.MustCompile(`gateway\s+(http://\S+)/v1`).FindStringSubmatch(banner.String())
+	banner := readBanner(t, pr)
+	url := regexp.MustCompile(`gateway\s+(http://\S+)/v1`).FindStringSubmatch(banner)
 	if url == nil {
-		t.Fatalf("no gateway URL in:\n%s", banner.String())
+		t.Fatalf("no gateway URL in:\n%s", banner)
 	}
-	if _, err := os.Stat(cfgPath); err != nil || !strings.Contains(banner.String(), cfgPath) {
-		t.Fatalf("config not written or not shown: %v\n%s", err, banner.String())
+	if _, err := os.Stat(cfgPath); err != nil || !strings.Contains(banner, cfgPath) {
+		t.Fatalf("config not written or not shown: %v\n%s", err, banner)
 	}
 	// The prompt the banner suggests: its second send finds whole KV blocks cached.
 	prompt, _ := json.Marshal(TryItPrompt)
-	if !strings.Contains(banner.String(), string(prompt)) {
-		t.Fatalf("the banner does not suggest TryItPrompt:\n%s", banner.String())
+	if !strings.Contains(banner, string(prompt)) {
+		t.Fatalf("the banner does not suggest TryItPrompt:\n%s", banner)
 	}
 	body := `{"model":"sim-model","messages":[{"role":"user","content":` + string(prompt) + `}]}`
 	for i := 0; i < 2; i++ {
@@ -125,9 +112,9 @@ func TestUp(t *testing.T) {
 		}
 	}
 	// -control: the dashboard and the API, with the token the banner shows.
-	ctl := regexp.MustCompile(`dashboard\s+(http://\S+)/dashboard/\s+\(admin token (\w+)\)`).FindStringSubmatch(banner.String())
+	ctl := regexp.MustCompile(`dashboard\s+(http://\S+)/dashboard/\s+\(admin token (\w+)\)`).FindStringSubmatch(banner)
 	if ctl == nil {
-		t.Fatalf("no dashboard in:\n%s", banner.String())
+		t.Fatalf("no dashboard in:\n%s", banner)
 	}
 	for path, token := range map[string]string{"/dashboard/": "", "/api/v1/info": ctl[2], "/api/v1/state": ctl[2]} {
 		req, _ := http.NewRequest("GET", ctl[1]+path, nil)
