@@ -1,17 +1,14 @@
 package webtest
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -58,23 +55,7 @@ provider = "pre"
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := gw.Serve(ln); err != nil {
-			t.Errorf("serve: %s", err)
-		}
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = gw.Shutdown(ctx)
-		<-done
-	})
+	gwURL := serveGateway(t, gw)
 	st, err := store.Open(filepath.Join(t.TempDir(), "rolter.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +76,7 @@ provider = "pre"
 	// Three prompts over the threshold: each is prefilled on pre and generated on a decode engine.
 	for i := range 3 {
 		body := fmt.Sprintf(`{"model":"chat","messages":[{"role":"user","content":"question %d: %s"}]}`, i, strings.Repeat("about the two pools of the fleet ", 8))
-		resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		resp, err := http.Post(gwURL+"/v1/chat/completions", "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}

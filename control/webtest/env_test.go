@@ -244,17 +244,9 @@ func parseFile(t *testing.T, text string) *config.Config {
 	return cfg
 }
 
-// newEnv starts a gateway on the file config, opens a new store in a temporary folder and serves the
-// control plane on it, after a first Reload.
-func newEnv(t *testing.T) *env {
+// serveGateway serves gw on a loopback port until the test ends, and returns its URL.
+func serveGateway(t *testing.T, gw *engine.Gateway) string {
 	t.Helper()
-	e := &env{t: t, logs: &syncbuf.Buffer{}}
-	e.file.Store(parseFile(t, fileConfigText(newEngineStub(t).URL)))
-	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	gw, err := engine.New(e.file.Load(), engine.Options{Logger: log, Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +264,21 @@ func newEnv(t *testing.T) *env {
 		_ = gw.Shutdown(ctx)
 		<-done
 	})
-	e.gw, e.gwURL = gw, "http://"+ln.Addr().String()
+	return "http://" + ln.Addr().String()
+}
+
+// newEnv starts a gateway on the file config, opens a new store in a temporary folder and serves the
+// control plane on it, after a first Reload.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, logs: &syncbuf.Buffer{}}
+	e.file.Store(parseFile(t, fileConfigText(newEngineStub(t).URL)))
+	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	gw, err := engine.New(e.file.Load(), engine.Options{Logger: log, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.gw, e.gwURL = gw, serveGateway(t, gw)
 
 	st, err := store.Open(filepath.Join(t.TempDir(), "rolter.db"))
 	if err != nil {
