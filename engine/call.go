@@ -137,9 +137,6 @@ type call struct {
 	// the prefill's usage, the decode targets tried, whether the last decode attempt reached its engine, and
 	// why the prefill was skipped.
 	hop         hop
-	objEnd      int // the body object's closing brace, its members and overridden keys (promptkey.Info)
-	objMembers  int
-	objKeys     uint8
 	obj         disagg.Object
 	suffix      []byte
 	prefillT    *Target
@@ -376,7 +373,10 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 		return noEndpoints(r)
 	}
 	c.modelAt[0], c.modelAt[1] = info.ModelStart, info.ModelEnd
-	c.objEnd, c.objMembers, c.objKeys = info.End, info.Members, info.Overrides
+	if r.pd != nil {
+		// Where a hop's members go, from the scan's one pass (disagg_call.go).
+		c.obj = disagg.NewObject(info.End, info.Members, disagg.Keys(info.Overrides))
+	}
 	c.route = r
 
 	p := &c.pick

@@ -62,8 +62,6 @@ func (c *call) runPD(ctx *fasthttp.RequestCtx) {
 		c.answerError(ctx, noEndpoints(c.route))
 		return
 	}
-	// The scanner read where the body's object ends and which overridden keys it holds (prepare).
-	c.obj = disagg.NewObject(c.objEnd, c.objMembers, disagg.Keys(c.objKeys))
 	c.skip = c.skipReason()
 	if c.skip != skipNone {
 		pd.m.Skipped(c.skip - 1)
