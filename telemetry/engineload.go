@@ -92,6 +92,8 @@ type LoadSample struct {
 	// StartTime is process_start_time_seconds (the Prometheus client's process collector, which vLLM and
 	// SGLang serve), 0 when absent: a new value is a restarted engine, whose prefix cache is empty.
 	StartTime float64
+	// LoRA is the newest vllm:lora_requests_info series (lora.go); LoRA.Seen is false when the body has none.
+	LoRA LoRASample
 }
 
 // ParseEngineLoad reads the engine load from a Prometheus text body (docs/internals/engine-metrics.md).
@@ -105,7 +107,8 @@ type LoadSample struct {
 //
 // When modelName is not empty, series whose model_name label differs are skipped; series without a
 // model_name label still count (they cannot belong to another model). A body without any queue series
-// is an error. Garbage lines are skipped.
+// is an error. Garbage lines are skipped. The LoRA sample is read in the same pass (vLLM only; SGLang
+// exposes no such series); its strings are copies that do not alias body.
 func ParseEngineLoad(body []byte, modelName string) (LoadSample, error) {
 	var sc Scanner
 	return parseEngineLoad(&sc, body, modelName)
@@ -131,6 +134,7 @@ func parseEngineLoad(sc *Scanner, body []byte, modelName string) (LoadSample, er
 	var vRun, vWait, vKV, vGPU, sRun, sWait, sKV loadSeries
 	otherModel := false
 	start := 0.0
+	var lora loraSeries
 	sc.Init(body)
 	for sc.Next() {
 		s := sc.Sample()
@@ -140,6 +144,9 @@ func parseEngineLoad(sc *Scanner, body []byte, modelName string) (LoadSample, er
 			if s.Value > 0 && !math.IsInf(s.Value, 0) {
 				start = s.Value
 			}
+			continue
+		case loraInfoName:
+			lora.offer(s)
 			continue
 		case "vllm:num_requests_running":
 			dst = &vRun
@@ -178,7 +185,7 @@ func parseEngineLoad(sc *Scanner, body []byte, modelName string) (LoadSample, er
 		if vKV.n == 0 {
 			kv = vGPU.mean()
 		}
-		return LoadSample{Running: vRun.count(), Waiting: vWait.count(), KVUsage: kv, Source: "vllm", StartTime: start}, nil
+		return LoadSample{Running: vRun.count(), Waiting: vWait.count(), KVUsage: kv, Source: "vllm", StartTime: start, LoRA: lora.sample()}, nil
 	case sRun.n > 0 || sWait.n > 0:
 		return LoadSample{Running: sRun.count(), Waiting: sWait.count(), KVUsage: sKV.mean(), Source: "sglang", StartTime: start}, nil
 	}

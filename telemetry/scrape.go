@@ -41,24 +41,31 @@ type ScrapeConfig struct {
 	// OnRestart, when set, is called (on the poll goroutine) when the engine's process_start_time_seconds
 	// changes between two scrapes: the engine restarted, and its prefix cache is empty.
 	OnRestart func()
+	// Adapters, when set, gets each scrape's LoRA sample (LoadSample.LoRA; a body without the series
+	// stores a batch that was not seen) and is invalidated by a failed scrape.
+	Adapters *Adapters
 }
 
 // URL returns the full scrape URL.
 func (c *ScrapeConfig) URL() (string, error) {
-	if _, _, err := parseEndpoint(c.BaseURL); err != nil {
+	return endpointURL(c.BaseURL, c.Path, DefaultScrapePath, "metrics path")
+}
+
+// endpointURL joins an engine's base URL and a path (def when empty); what names the path in errors.
+func endpointURL(base, path, def, what string) (string, error) {
+	if _, _, err := parseEndpoint(base); err != nil {
 		return "", err
 	}
-	if strings.ContainsAny(c.BaseURL, "?#") {
-		return "", fmt.Errorf("cannot use base URL %q: it must not have a query or fragment", c.BaseURL)
+	if strings.ContainsAny(base, "?#") {
+		return "", fmt.Errorf("cannot use base URL %q: it must not have a query or fragment", base)
 	}
-	path := c.Path
 	if path == "" {
-		path = DefaultScrapePath
+		path = def
 	}
 	if !strings.HasPrefix(path, "/") {
-		return "", fmt.Errorf("cannot use metrics path %q: it must start with '/'", path)
+		return "", fmt.Errorf("cannot use %s %q: it must start with '/'", what, path)
 	}
-	return strings.TrimSuffix(c.BaseURL, "/") + path, nil
+	return strings.TrimSuffix(base, "/") + path, nil
 }
 
 // Validate reports every problem of c at once.
@@ -85,6 +92,7 @@ type Scraper struct {
 	model    string
 	baseline func() int64
 	restart  func()
+	adapters *Adapters
 	start    float64 // the last process_start_time_seconds seen; poll goroutine only
 	sc       Scanner // used only by the poll goroutine
 }
@@ -93,7 +101,7 @@ type Scraper struct {
 // cfg is not fatal here (config validation reports it through ScrapeConfig.Validate): every scrape of
 // such a Scraper fails with the validation error.
 func NewScraper(cfg ScrapeConfig, load *EngineLoad, logger *slog.Logger) *Scraper {
-	s := &Scraper{load: load, model: cfg.ModelName, baseline: cfg.Baseline, restart: cfg.OnRestart}
+	s := &Scraper{load: load, model: cfg.ModelName, baseline: cfg.Baseline, restart: cfg.OnRestart, adapters: cfg.Adapters}
 	u, _ := cfg.URL()
 	if u == "" {
 		u = cfg.BaseURL + cfg.Path // for log lines only: every scrape fails with the Validate error
@@ -110,7 +118,7 @@ func NewScraper(cfg ScrapeConfig, load *EngineLoad, logger *slog.Logger) *Scrape
 		headers:    cfg.Headers,
 		dialer:     cfg.Dial,
 		handle:     s.handle,
-		invalidate: load.Invalidate,
+		invalidate: s.invalidate,
 		logger:     logger,
 	})
 	return s
@@ -124,7 +132,11 @@ func (s *Scraper) handle(body []byte) error {
 	if s.baseline != nil {
 		s.load.baseline.Store(s.baseline())
 	}
-	s.load.Store(ls.Running, ls.Waiting, ls.KVUsage, time.Now().UnixNano())
+	now := time.Now().UnixNano()
+	s.load.Store(ls.Running, ls.Waiting, ls.KVUsage, now)
+	if s.adapters != nil {
+		s.adapters.StoreBatch(ls.LoRA, now)
+	}
 	if ls.StartTime > 0 {
 		if s.start > 0 && ls.StartTime != s.start && s.restart != nil {
 			s.restart()
@@ -132,6 +144,13 @@ func (s *Scraper) handle(body []byte) error {
 		s.start = ls.StartTime
 	}
 	return nil
+}
+
+func (s *Scraper) invalidate() {
+	s.load.Invalidate()
+	if s.adapters != nil {
+		s.adapters.InvalidateBatch()
+	}
 }
 
 // Start starts the poll goroutine; the first scrape happens at once.
