@@ -11,8 +11,10 @@ import (
 // ModelsPoller) says which adapters are registered, that is loaded and servable.
 //
 // Each store builds an immutable view, maps included, and swaps it in with an atomic pointer, so the
-// reads routing makes on every request (Running, Waiting, Registered, MaxLoRA, RunningCount) take no
-// lock and do not allocate, also for a name converted from a []byte at the call (Running(string(b))).
+// reads routing makes on every request (Running, Waiting, Registered, Lookup, MaxLoRA, RunningCount)
+// take no lock and do not allocate. A caller holding the name as a []byte (from the request body) should
+// use Lookup: Go copies string(b) to the heap when it is longer than 32 bytes and passed to a function,
+// while a map index with string(b) inside Lookup never copies.
 // Every read takes the caller's clock and a maximum age with EngineLoad's rule: a source that failed,
 // or whose last store is maxAge nanoseconds old or older at now, answers false (or 0).
 //
@@ -91,6 +93,27 @@ func (a *Adapters) Waiting(name string, now, maxAge int64) bool {
 	}
 	_, ok := v.waiting[name]
 	return ok
+}
+
+// AdapterState is what one engine holds of one adapter, as Lookup reads it.
+type AdapterState struct {
+	Running    bool // a running request of the fresh batch uses it
+	Waiting    bool // a waiting request of the fresh batch uses it
+	Registered bool // the fresh model list has it
+}
+
+// Lookup returns the three answers of Running, Waiting and Registered for name in one call. name is
+// only read during the call; Lookup does not allocate whatever its length.
+func (a *Adapters) Lookup(name []byte, now, maxAge int64) AdapterState {
+	var st AdapterState
+	if v := a.freshBatch(now, maxAge); v != nil {
+		_, st.Running = v.running[string(name)]
+		_, st.Waiting = v.waiting[string(name)]
+	}
+	if v := a.models.Load(); v != nil && isFresh(v.at, now, maxAge) {
+		_, st.Registered = v.registered[string(name)]
+	}
+	return st
 }
 
 // RunningCount returns how many distinct adapters the running requests of the last fresh batch use;

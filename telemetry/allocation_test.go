@@ -4,6 +4,7 @@ package telemetry
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fastjson"
@@ -118,5 +119,49 @@ func TestParseCacheStatusAllocs(t *testing.T) {
 	})
 	if n != 0 {
 		t.Fatalf("ParseCacheStatus allocates %v times; want 0", n)
+	}
+}
+
+func TestAdaptersReadAllocs(t *testing.T) {
+	var a Adapters
+	long := strings.Repeat("adapter-", 8) // past the runtime's 32-byte stack buffer for string(b)
+	a.StoreBatch(LoRASample{Seen: true, MaxLoRA: 4, Running: []string{long, "sql-lora"}, Waiting: []string{"tool-lora"}}, 100)
+	a.StoreModels(ModelList{Adapters: []AdapterCard{{Name: long, Parent: "base"}}}, 100)
+	name := []byte(long)
+	n := testing.AllocsPerRun(100, func() {
+		if !a.Running(long, 150, 100) || !a.Registered(long, 150, 100) {
+			t.Fatalf("adapter %q not found", long)
+		}
+		if st := a.Lookup(name, 150, 100); !st.Running || st.Waiting || !st.Registered {
+			t.Fatalf("Lookup(%q) = %+v", name, st)
+		}
+		a.Waiting(long, 150, 100)
+		a.MaxLoRA(150, 100)
+		a.RunningCount(150, 100)
+		a.View(150, 100)
+	})
+	if n != 0 {
+		t.Fatalf("Adapters reads allocate %v times; want 0", n)
+	}
+}
+
+func TestParseEngineLoadLoRABodyAllocs(t *testing.T) {
+	// The LoRA series costs allocations only once per body, not per line: its names are copied after
+	// the scan, so a body with many old label sets allocates as much as one with a single set.
+	one := append(readFixture(t, "vllm_metrics.txt"), "vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"a,b\",waiting_lora_adapters=\"c\"} 9\n"...)
+	many := one
+	for range 50 {
+		many = append(many, "vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"x,y\",waiting_lora_adapters=\"z\"} 1\n"...)
+	}
+	var sc Scanner
+	count := func(body []byte) float64 {
+		return testing.AllocsPerRun(20, func() {
+			if _, err := parseEngineLoad(&sc, body, ""); err != nil {
+				t.Fatalf("parseEngineLoad: %s", err)
+			}
+		})
+	}
+	if a, b := count(one), count(many); a != b || a == 0 {
+		t.Fatalf("allocations: %v for one LoRA series, %v for 51; want the same, above 0", a, b)
 	}
 }
