@@ -15,11 +15,12 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// The poll loop both sources of outside state share: a Scraper (scrape.go) and an LMCachePoller
-// (lmcache.go) each configure a poller with what to fetch and how to read a body, and own the state it
-// writes (EngineLoad, CacheStatus). The package doc describes the shape they share.
+// The poll loop every source of outside state shares: a Scraper (scrape.go), an LMCachePoller
+// (lmcache.go) and a ModelsPoller (models.go) each configure a poller with what to fetch and how to read
+// a body, and own the state it writes (EngineLoad and Adapters, CacheStatus, Adapters). The package doc
+// describes the shape they share.
 
-// Defaults applied to zero fields of both pollers' configs.
+// Defaults applied to zero fields of all pollers' configs.
 const (
 	DefaultPollTimeout      = 2 * time.Second
 	defaultMaxIdleConnDelay = 4 * time.Second
@@ -30,7 +31,7 @@ const (
 // errors) that are written all the time.
 const padBytes = 64
 
-// PollStats describes the polls of a Scraper or LMCachePoller so far.
+// PollStats describes the polls of a Scraper, LMCachePoller or ModelsPoller so far.
 type PollStats struct {
 	OK     uint64
 	Failed uint64
@@ -40,7 +41,7 @@ type PollStats struct {
 	LastDuration time.Duration
 }
 
-// pollerConfig is what a Scraper or LMCachePoller hands to the shared poll loop.
+// pollerConfig is what a Scraper, LMCachePoller or ModelsPoller hands to the shared poll loop.
 type pollerConfig struct {
 	what       string
 	url        string
@@ -56,7 +57,7 @@ type pollerConfig struct {
 	logger     *slog.Logger
 }
 
-// poller is the loop shared by Scraper and LMCachePoller: one goroutine, one fasthttp.HostClient,
+// poller is the loop shared by Scraper, LMCachePoller and ModelsPoller: one goroutine, one fasthttp.HostClient,
 // one request and response reused for every poll, at most one poll in flight.
 type poller struct {
 	pollerConfig

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,5 +362,41 @@ func TestScraperUnreachableAndInvalid(t *testing.T) {
 	}
 	if _, _, ok := load.Queue(time.Now().UnixNano(), 0); ok {
 		t.Fatalf("invalid config left the load valid")
+	}
+}
+
+func TestScraperAdapters(t *testing.T) {
+	withLoRA := append(readFixture(t, "vllm_metrics.txt"), vllmLoRASeries...)
+	ms, base := newMetricsServer(t, withLoRA)
+	var load EngineLoad
+	var a Adapters
+	s := NewScraper(ScrapeConfig{BaseURL: base, Timeout: 5 * time.Second, Adapters: &a}, &load, discardLogger)
+	defer s.Stop()
+	maxAge := int64(time.Minute)
+
+	s.p.pollOnce()
+	v := a.View(time.Now().UnixNano(), maxAge)
+	if !v.BatchKnown || v.MaxLoRA != 4 || !slices.Equal(v.Running, []string{"chat-lora", "sql-lora"}) || !slices.Equal(v.Waiting, []string{"tool-lora"}) {
+		t.Fatalf("View = %+v after a scrape with LoRA series (stats %+v)", v, s.Stats())
+	}
+
+	// A body without the series: the scrape succeeds, the batch is known to be absent.
+	plain := readFixture(t, "vllm_metrics.txt")
+	ms.body.Store(&plain)
+	s.p.pollOnce()
+	if v := a.View(time.Now().UnixNano(), maxAge); v.BatchKnown || v.Running != nil || s.Stats().Failed != 0 {
+		t.Fatalf("View = %+v after a body without LoRA series; want an unknown batch (stats %+v)", v, s.Stats())
+	}
+
+	// Back with the series, then a failed scrape invalidates it.
+	ms.body.Store(&withLoRA)
+	s.p.pollOnce()
+	if !a.Running("sql-lora", time.Now().UnixNano(), maxAge) {
+		t.Fatalf("sql-lora not running after the series came back")
+	}
+	ms.status.Store(500)
+	s.p.pollOnce()
+	if a.Running("sql-lora", time.Now().UnixNano(), maxAge) || a.View(time.Now().UnixNano(), maxAge).BatchKnown {
+		t.Fatalf("batch kept after a failed scrape")
 	}
 }
