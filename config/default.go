@@ -87,6 +87,9 @@ func (cfg *Config) SetDefaults() {
 		if r.Disaggregation != nil {
 			r.Disaggregation.setDefaults(r)
 		}
+		if r.LoRA != nil {
+			r.LoRA.setDefaults()
+		}
 	}
 }
 

@@ -19,6 +19,11 @@ type RouteConfig struct {
 	// Disaggregation makes Targets the prefill pool of a prefill/decode-disaggregated fleet and names its
 	// decode pool ([routes.disaggregation]). The file's only: an org's route cannot be disaggregated.
 	Disaggregation *DisaggregationConfig `toml:"disaggregation" json:"-"`
+	// LoRA makes the route's engines serve LoRA adapters of its model, each routed within its home set
+	// ([routes.lora]). The file's only.
+	LoRA *LoRAConfig `toml:"lora" json:"-"`
+	// LoRABase, on a route ServedRoutes made for an adapter, is the model of the route that names it.
+	LoRABase string `toml:"-" json:"-"`
 }
 
 // ShadowConfig is [routes.shadow]: strategies that rank the route's requests beside the live one, each

@@ -187,6 +187,9 @@ func (v *validator) routes(rs []RouteConfig, ps []ProviderConfig, byName map[str
 		if r.Disaggregation != nil {
 			v.disaggregation(key, i, r, ps, byName)
 		}
+		if r.LoRA != nil {
+			v.lora(key, r)
+		}
 		if !known {
 			continue
 		}
@@ -196,6 +199,7 @@ func (v *validator) routes(rs []RouteConfig, ps []ProviderConfig, byName map[str
 			v.shadow(key, r, ps, byName)
 		}
 	}
+	v.loraNames(rs, models)
 }
 
 // pool checks the targets of one pool of route i (r): its targets, or its decode pool; key is the pool's.

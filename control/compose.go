@@ -152,6 +152,11 @@ func copyProvider(p config.ProviderConfig) config.ProviderConfig {
 // copyRoute copies r deeply enough that setting its defaults does not write into r.
 func copyRoute(r config.RouteConfig) config.RouteConfig {
 	r.Targets = append([]config.TargetConfig(nil), r.Targets...)
+	if r.LoRA != nil {
+		l := *r.LoRA
+		l.Adapters = append([]string(nil), l.Adapters...)
+		r.LoRA = &l
+	}
 	return r
 }
 

@@ -59,6 +59,9 @@ type call struct {
 	order    [maxTargets]int
 	nOrder   int
 	tried    uint64
+	// spill are the eligible targets an adapter route's home set left out (lora.go): candidates only once
+	// the set's are tried.
+	spill    uint64
 	decision Decision
 	retries  int
 	// failingOpen: no target was eligible; the ranking is every target, least bad first.
@@ -401,6 +404,9 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 		}
 	}
 	if c.eligibleTargets() {
+		if r.lora != nil {
+			c.spill = r.lora.restrict(p)
+		}
 		c.nOrder, c.decision = r.Strategy.Rank(p, c.order[:])
 	} else if e := c.failOpen(); e != nil {
 		return e
@@ -485,7 +491,7 @@ func (c *call) release() {
 	c.pdUsage, c.decodeTried, c.reached, c.skip, c.writeOnly = usageFigures{}, 0, false, skipNone, false
 	c.pick = Pick{}
 	c.hdr = reqHeaders{}
-	c.tried, c.nOrder, c.retries = 0, 0, 0
+	c.tried, c.nOrder, c.retries, c.spill = 0, 0, 0, 0
 	c.conn, c.bodyStream = nil, nil
 	c.status, c.sse, c.gotFirst, c.upstreamDone = 0, false, false, false
 	c.streamFail, c.pendingErr, c.pending = failNone, nil, nil
@@ -560,6 +566,15 @@ func (c *call) run(ctx *fasthttp.RequestCtx) {
 			last = busy
 			continue
 		}
+		if lr := c.route.lora; lr != nil && lr.dynamic {
+			if err := lr.ensure(t, ti); err != nil {
+				// The replica cannot take the adapter; the next candidate may. The replica serves its other models
+				// as before: no cooldown, no breaker failure.
+				c.done(t, failClient, 0)
+				last = attemptResult{kind: failConnect, err: &apiError{status: fasthttp.StatusBadGateway, typ: typeServer, code: "upstream_error", message: err.Error()}}
+				continue
+			}
+		}
 		if sent > 0 {
 			c.retried(c.target, last.kind)
 			c.retries++
@@ -622,6 +637,9 @@ func (c *call) admit(t *Target) bool {
 		return false
 	}
 	c.probe = probe
+	if lr := c.route.lora; lr != nil {
+		lr.sent(t.Index, c.pick.Now)
+	}
 	return true
 }
 
@@ -643,6 +661,9 @@ func (c *call) admitOrBusy(ctx *fasthttp.RequestCtx, t *Target) (ok, left bool, 
 func (c *call) done(t *Target, kind failKind, retryAfter time.Duration) {
 	p := t.Provider
 	p.adm.release(p.inflight)
+	if lr := c.route.lora; lr != nil {
+		lr.done(t.Index)
+	}
 	c.record(t, kind, retryAfter)
 }
 
@@ -704,11 +725,28 @@ func (c *call) nextTarget(k int) int {
 			best, bestLoad = i, l
 		}
 	}
+	if best < 0 && c.spill != 0 {
+		best = c.leastLoadedSpill(now)
+	}
 	if best >= 0 {
 		c.tried |= 1 << best
 		if c.nOrder < maxTargets {
 			c.order[c.nOrder] = best
 			c.nOrder++
+		}
+	}
+	return best
+}
+
+// leastLoadedSpill returns the least-loaded target of c.spill not tried yet and still eligible, or -1.
+func (c *call) leastLoadedSpill(now int64) int {
+	best, bestLoad := -1, int64(0)
+	for i, t := range c.route.Targets {
+		if c.spill&(1<<i) == 0 || c.tried&(1<<i) != 0 || !t.Provider.health.eligible(now) {
+			continue
+		}
+		if l := t.Load(); best < 0 || l < bestLoad {
+			best, bestLoad = i, l
 		}
 	}
 	return best

@@ -68,6 +68,10 @@ type Provider struct {
 	adm     *admission
 	checker *healthChecker
 	lmcache *lmcacheSource // nil unless [providers.lmcache] is set
+	// adapters is the engine's LoRA adapters, nil unless a [routes.lora] route uses the provider and
+	// [metrics_scrape] is on; admin is the client of its administration API (dynamic_lora's loads).
+	adapters *residency
+	admin    *fasthttp.HostClient
 
 	// set holds the provider's own metric series; registered while a published snapshot holds it.
 	set *telemetry.Set
@@ -87,6 +91,8 @@ type providerSections struct {
 	MetricsScrape config.ScrapeConfig
 	Egress        egress.Config
 	APIKey        string // the value of api_key_secret or api_key_env, read when the config was loaded
+	// Adapters says a [routes.lora] route uses the provider: its engine's adapters are polled.
+	Adapters bool
 }
 
 func sectionsOf(pc *config.ProviderConfig, cfg *config.Config) providerSections {
@@ -97,6 +103,7 @@ func sectionsOf(pc *config.ProviderConfig, cfg *config.Config) providerSections 
 	// max_ejection_percent is applied to every provider by the snapshot (fleetHealth), not per provider.
 	s.Health.MaxEjectionPercent = 0
 	s.APIKey, _ = pc.APIKey(cfg.Control.ProviderEnv)
+	s.Adapters = servesAdapters(pc.Name, cfg)
 	return s
 }
 
@@ -155,6 +162,7 @@ func newProvider(pc *config.ProviderConfig, cfg *config.Config, env *buildEnv, p
 	if cfg.MetricsScrape.Enabled {
 		p.newScraper(cfg, log, env.egress[useScrape])
 	}
+	p.admin = newAdminClient(p, env)
 	if pc.LMCache != nil {
 		p.lmcache = newLMCacheSource(p, log, p.set, env.egress[useLMCache])
 	}
@@ -190,6 +198,9 @@ func (p *Provider) start() {
 	if p.lmcache != nil {
 		p.lmcache.poller.Start()
 	}
+	if p.adapters != nil {
+		p.adapters.models.Start()
+	}
 }
 
 // stop stops the background sources and closes the idle upstream connections; connections still in use
@@ -204,6 +215,10 @@ func (p *Provider) stop() {
 	if p.lmcache != nil {
 		p.lmcache.poller.Stop()
 	}
+	if p.adapters != nil {
+		p.adapters.models.Stop()
+	}
+	p.admin.CloseIdleConnections()
 	p.up.closeIdle(true)
 }
 
@@ -267,6 +282,9 @@ func (p *Provider) newScraper(cfg *config.Config, log *slog.Logger, dialer *egre
 	}
 	if p.auth != nil {
 		sc.Headers = map[string]string{"Authorization": string(p.auth)}
+	}
+	if p.sections.Adapters {
+		sc.Adapters = p.newResidency(sc, log, dialer)
 	}
 	load := &telemetry.EngineLoad{}
 	p.scraper, p.scrapeCfg = telemetry.NewScraper(sc, load, log.With("target", p.Name)), sc

@@ -100,6 +100,8 @@ type Route struct {
 	m     *telemetry.RouteMetrics
 	// pd is the decode pool and protocol of a disaggregated route, nil for others (disagg.go).
 	pd *pdRoute
+	// lora is the adapter side of a route made for a LoRA adapter (lora.go), nil for others.
+	lora *loraRoute
 	// strategyHeader and modelBytes are the x-rolter-strategy and x-rolter-route values.
 	strategyHeader []byte
 	modelBytes     []byte
@@ -271,7 +273,7 @@ func (g *Gateway) buildSnapshot(cfg *config.Config, prev *Snapshot) (_ *Snapshot
 	}
 	trieNodes, trieBytes := cfg.TrieShare()
 	env.trieNodes, env.trieBytes = trieNodes, trieBytes
-	for _, rc := range cfg.Routes {
+	for _, rc := range cfg.ServedRoutes() {
 		r := &Route{Model: rc.Model, StrategyName: rc.Strategy, strategyHeader: []byte(rc.Strategy), modelBytes: []byte(rc.Model), org: rc.Org}
 		rs := seriesFor("route\x00"+rc.Model+"\x00"+rc.Strategy, func(set *telemetry.Set, se *series) {
 			se.route = set.NewRouteMetrics(rc.Model, rc.Strategy, reasonLabels)
@@ -336,6 +338,10 @@ func (g *Gateway) buildSnapshot(cfg *config.Config, prev *Snapshot) (_ *Snapshot
 		}
 		r.Strategy = st
 		r.recorder, _ = st.(Recorder)
+		if rc.LoRABase != "" {
+			r.lora = newLoRARoute(r, &rc, env.prev)
+			registerLoRAMetrics(env.set, r)
+		}
 		if h, ok := st.(trieHolder); ok {
 			r.tries = h.triesOf()
 		}

@@ -29,6 +29,9 @@ type RouteState struct {
 	// ([routes.disaggregation]), whose Targets are then its prefill pool; absent for a route whose targets
 	// serve requests whole.
 	Disaggregation *DisaggState `json:"disaggregation,omitempty"`
+	// LoRA is where an adapter's route places it ([routes.lora] makes one route per adapter); absent for other
+	// routes.
+	LoRA *LoRAState `json:"lora,omitempty"`
 }
 
 // DisaggState is what a disaggregated route adds to its state: how its two pools are paired, its decode
@@ -121,6 +124,8 @@ type TargetState struct {
 	ReuseGap *float64 `json:"reuse_gap,omitempty"`
 	// Evidence is what the strategy routes this target on and how far it is believed (lifecycle.go).
 	Evidence []Evidence `json:"evidence,omitempty"`
+	// Adapters is what the engine reports of its LoRA adapters, for a provider a [routes.lora] route uses.
+	Adapters *AdapterState `json:"adapters,omitempty"`
 }
 
 // State returns the view of the live snapshot. It is safe for concurrent use and never blocks requests.
@@ -142,6 +147,9 @@ func (g *Gateway) State() State {
 		}
 		if pd := r.pd; pd != nil {
 			rs.Disaggregation = disaggState(s, pd, now)
+		}
+		if r.lora != nil {
+			rs.LoRA = loraState(r, now)
 		}
 		if ss := r.shadows; ss != nil {
 			rs.ShadowDropped = ss.dropped.Get()
@@ -170,6 +178,9 @@ func targetState(s *Snapshot, t *Target, now int64) TargetState {
 	ts.PromptTokens, ts.CachedTokens = m.PromptTokens.Get(), m.CachedTokens.Get()
 	ts.Reuse = Reuse{Scored: m.ReuseScored.Get(), Held: m.ReuseHeld.Get(), Captured: m.ReuseCaptured.Get()}
 	ts.ReuseGap = finite(t.gap.value())
+	if a := p.adapters; a != nil {
+		ts.Adapters = a.state(now)
+	}
 	if src := s.kv[p.Name]; src != nil {
 		kst := src.st.Stats()
 		ts.KVBlocks, ts.KVTrusted, ts.KVReason = &kst.Blocks, &kst.Trusted, kst.Reason.String()

@@ -161,6 +161,9 @@ func (c *call) CloseWithError(err error) error {
 	c.releaseConn(c.upstreamDone && c.streamFail == failNone && err == nil && !gone)
 	p := c.target.Provider
 	p.adm.release(p.inflight)
+	if lr := c.route.lora; lr != nil {
+		lr.done(c.target.Index)
+	}
 	if c.streamFail != failNone && c.streamFail != failClient && !(err != nil || gone) {
 		p.health.failure(time.Now().UnixNano(), false, c.streamFail, 0)
 	}

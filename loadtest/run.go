@@ -391,6 +391,9 @@ func (r *run) targeter(ctx context.Context) vegeta.Targeter {
 		if s.user == nil && r.plan.Requests[s.index].MaxTokens > 0 {
 			body.MaxTokens = r.plan.Requests[s.index].MaxTokens
 		}
+		if s.user == nil && r.plan.Requests[s.index].Model != "" {
+			body.Model = r.plan.Requests[s.index].Model
+		}
 		if body.Stream {
 			body.StreamOptions = &streamOptions{IncludeUsage: true}
 		}

@@ -83,6 +83,8 @@ type Request struct {
 	Messages []Message
 	// MaxTokens, when > 0, is this request's max_tokens instead of the workload's OutputTokens.
 	MaxTokens int
+	// Model, when set, is this request's model instead of Options.Model (a LoRA adapter, say).
+	Model string
 	// Session, when set, is sent as x-session-id.
 	Session string
 	// At is when the request is sent, from the start of the run, in a Timed plan.

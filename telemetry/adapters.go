@@ -146,6 +146,15 @@ func (a *Adapters) Registered(name string, now, maxAge int64) bool {
 	return ok
 }
 
+// ModelsAt returns when the fresh model list was read (unix nanoseconds); ok is false when there is none.
+func (a *Adapters) ModelsAt(now, maxAge int64) (at int64, ok bool) {
+	v := a.models.Load()
+	if v == nil || !isFresh(v.at, now, maxAge) {
+		return 0, false
+	}
+	return v.at, true
+}
+
 // AdapterView is a snapshot of an Adapters for the state API. Its slices are sorted and shared with
 // the Adapters: they are valid forever and must not be modified.
 type AdapterView struct {
