@@ -595,7 +595,9 @@ func (fc *flagConfig) finish() error {
 	c.KVLoadFailure = LoadFailurePolicy(fc.policy)
 	c.LoRALoadDelay = toDur("lora-load-ms", fc.loraLoadMS, 1e6)
 	c.LoRAModules = append(c.LoRAModules, fc.loraModules.modules...)
-	if runtimeLoRAFromEnv() {
+	if c.EnableLoRA && runtimeLoRAFromEnv() {
+		// vLLM mounts the runtime API under the variable alone; without LoRA it is of no use,
+		// and an engine started without --enable-lora must not fail for an inherited variable.
 		c.AllowRuntimeLoRA = true
 	}
 	return errors.Join(errs...)

@@ -68,6 +68,10 @@ func TestParseFlagsRuntimeLoRAEnv(t *testing.T) {
 	f("1", true)
 	f("0", false)
 	f("", false)
+	t.Setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "1")
+	if cfg, err := ParseFlags(nil); err != nil || cfg.AllowRuntimeLoRA {
+		t.Fatalf("without --enable-lora: runtime updating %v (%v)", cfg.AllowRuntimeLoRA, err)
+	}
 }
 
 func TestParseFlagsErrors(t *testing.T) {

@@ -64,6 +64,9 @@ func TestLoRAModelsAndRequests(t *testing.T) {
 	if status != 200 || out.Model != "a" {
 		t.Fatalf("adapter chat request: %d %+v", status, out)
 	}
+	if status, rb := postRaw(c, e.URL()+"/v1/responses", `{"model":"c","input":"hi"}`); status != 200 || !bytes.Contains(rb, []byte(`"model":"c"`)) {
+		t.Fatalf("adapter responses request: %d %s", status, rb)
+	}
 	status, out = c.completion(url, loraBody("z", "hello", ""))
 	if status != 404 || out.Error == nil || out.Error.Message != "The model `z` does not exist." {
 		t.Fatalf("unknown adapter: %d %+v", status, out)
@@ -71,7 +74,7 @@ func TestLoRAModelsAndRequests(t *testing.T) {
 	if status, tb := postRaw(c, e.URL()+"/tokenize", loraBody("a", "hello", "")); status != 200 || !bytes.Contains(tb, []byte(`"count":`)) {
 		t.Fatalf("tokenize with an adapter: %d %s", status, tb)
 	}
-	if st := e.Stats(); st.LoRALoads != 2 || st.LoRAEvictions != 0 || st.LoRASlots != 2 {
+	if st := e.Stats(); st.LoRALoads != 3 || st.LoRAEvictions != 1 || st.LoRASlots != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 
