@@ -377,3 +377,38 @@ func TestLoRABlockHashAndEvents(t *testing.T) {
 	f(EraLoraName, `16,3,"GPU","a"]`)
 	f(EraMedium, `16,3,"GPU"]`)
 }
+
+func TestLoRAMixedLoadDrains(t *testing.T) {
+	cfg := loraConfig(2)
+	cfg.MaxNumSeqs = 4
+	cfg.DecodePerToken = time.Millisecond
+	cfg.LoRALoadDelay = 3 * time.Millisecond
+	e := startEngine(t, cfg)
+	c := newClient(t, 20*time.Second)
+	models := []string{"a", "b", "c", "sim-model"}
+	var wg sync.WaitGroup
+	statuses := make([]int, 80)
+	for i := range statuses {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i], _ = c.completion(e.URL()+"/v1/completions", loraBody(models[i*7%len(models)], "p "+strconv.Itoa(i%5), ""))
+		}()
+	}
+	wg.Wait()
+	for i, s := range statuses {
+		if s != 200 {
+			t.Fatalf("request %d: %d", i, s)
+		}
+	}
+	st := e.Stats()
+	if st.Running != 0 || st.Waiting != 0 || st.LoRASlots > 2 || st.LoRALoads < 3 || st.LoRALoads != st.LoRAEvictions+uint64(st.LoRASlots) {
+		t.Fatalf("stats %+v", st)
+	}
+	e.mu.Lock()
+	blocked, drain := e.lora.blocked, e.lora.drain
+	e.mu.Unlock()
+	if blocked != 0 || drain != nil {
+		t.Fatalf("after the load: %d requests marked held back, draining %v", blocked, drain)
+	}
+}
