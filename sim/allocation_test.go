@@ -14,11 +14,11 @@ func TestAllocsTokenizeAndHash(t *testing.T) {
 	tokens := make([]uint32, 0, 4096)
 	hashes := make([]blockHash, 0, 256)
 	var buf []byte
-	hashes, buf = appendBlockHashes(hashes, buf, AppendTokens(tokens, text), 16)
+	hashes, buf = appendBlockHashes(hashes, buf, AppendTokens(tokens, text), 16, "")
 	n := testing.AllocsPerRun(100, func() {
 		tokens = AppendTokens(tokens[:0], text)
 		tokens = AppendChatTokens(tokens[:0], msgs, true)
-		hashes, buf = appendBlockHashes(hashes[:0], buf, tokens, 16)
+		hashes, buf = appendBlockHashes(hashes[:0], buf, tokens, 16, "")
 	})
 	if n != 0 {
 		t.Fatalf("tokenize + hash: %v allocs/op", n)
@@ -27,7 +27,7 @@ func TestAllocsTokenizeAndHash(t *testing.T) {
 
 func TestAllocsEventEncoding(t *testing.T) {
 	tokens := make([]uint32, 64)
-	hashes, _ := appendBlockHashes(nil, nil, tokens, 16)
+	hashes, _ := appendBlockHashes(nil, nil, tokens, 16, "")
 	ev := storedEvent{hashes: hashes[1:], parent: &hashes[0], tokens: tokens[16:], blockSize: 16}
 	buf := make([]byte, 0, 4096)
 	batch := make([]byte, 0, 4096)
@@ -52,7 +52,7 @@ func TestAllocsCacheRequestCycle(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = uint32(i)
 	}
-	hashes, _ := appendBlockHashes(nil, nil, tokens, 16)
+	hashes, _ := appendBlockHashes(nil, nil, tokens, 16, "")
 	held := make([]*block, 0, 32)
 	spare := make([]byte, 0, 1<<16)
 	cycle := func() {
@@ -64,7 +64,7 @@ func TestAllocsCacheRequestCycle(t *testing.T) {
 		held = c.pin(held[:0], hashes[:hit])
 		c.allocate(need)
 		var used int
-		held, used = c.store(held, hashes, hit, tokens)
+		held, used = c.store(held, hashes, hit, tokens, nil)
 		c.release(held, need-used)
 		events, _, _ := log.take(spare)
 		spare = events

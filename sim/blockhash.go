@@ -20,29 +20,38 @@ func (h *blockHash) wireInt() uint64 {
 var noneHash = blockHash(sha256.Sum256([]byte{0x61, '0'}))
 
 // appendBlockHashes appends the chained hashes of every full block of tokens to dst:
-// hash_i = sha256(cbor([hash_{i-1} as bytes, [tokens of block i], None])) with canonical CBOR,
-// as vLLM's hash_block_tokens does with no extra keys (no LoRA, multimodal or cache salt).
+// hash_i = sha256(cbor([hash_{i-1} as bytes, [tokens of block i], extra keys])) with canonical
+// CBOR, as vLLM's hash_block_tokens does. The extra keys are None without a LoRA adapter, and
+// [lora] with one: vLLM's _gen_lora_extra_hash_keys puts the adapter's name into every block's
+// keys (vllm/v1/core/kv_cache_utils.py), so an adapter's blocks never match the base model's.
+// Multimodal and cache-salt keys are not modelled.
 //
 // buf is scratch space (may be nil); the grown buffer is returned for reuse. Nothing is kept.
-func appendBlockHashes(dst []blockHash, buf []byte, tokens []uint32, blockSize int) ([]blockHash, []byte) {
+func appendBlockHashes(dst []blockHash, buf []byte, tokens []uint32, blockSize int, lora string) ([]blockHash, []byte) {
 	parent := noneHash
 	for i := 0; i+blockSize <= len(tokens); i += blockSize {
-		buf = appendBlockCBOR(buf[:0], &parent, tokens[i:i+blockSize])
+		buf = appendBlockCBOR(buf[:0], &parent, tokens[i:i+blockSize], lora)
 		parent = sha256.Sum256(buf)
 		dst = append(dst, parent)
 	}
 	return dst, buf
 }
 
-// appendBlockCBOR appends cbor2.dumps([parent, tokens, None], canonical=True).
-func appendBlockCBOR(dst []byte, parent *blockHash, tokens []uint32) []byte {
+// appendBlockCBOR appends cbor2.dumps([parent, tokens, None], canonical=True), or
+// [parent, tokens, [lora]] for a LoRA adapter's block.
+func appendBlockCBOR(dst []byte, parent *blockHash, tokens []uint32, lora string) []byte {
 	dst = append(dst, 0x83, 0x58, byte(len(parent))) // array(3), bytes(32)
 	dst = append(dst, parent[:]...)
 	dst = appendCBORHead(dst, 4, uint64(len(tokens)))
 	for _, t := range tokens {
 		dst = appendCBORHead(dst, 0, uint64(t))
 	}
-	return append(dst, 0xf6) // None
+	if lora == "" {
+		return append(dst, 0xf6) // None
+	}
+	dst = append(dst, 0x81) // array(1)
+	dst = appendCBORHead(dst, 3, uint64(len(lora)))
+	return append(dst, lora...)
 }
 
 // appendCBORHead appends a CBOR head of the given major type with the shortest argument.

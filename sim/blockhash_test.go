@@ -15,12 +15,12 @@ func TestBlockHashTV7(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = uint32(i + 1)
 	}
-	cbor := appendBlockCBOR(nil, &noneHash, tokens[:16])
+	cbor := appendBlockCBOR(nil, &noneHash, tokens[:16], "")
 	wantCBOR := "8358204e1195df020de59e0d65a33a4279f1183e7ae4e5d980e309f8b55adff2e61c3e900102030405060708090a0b0c0d0e0f10f6"
 	if got := hex.EncodeToString(cbor); got != wantCBOR {
 		t.Fatalf("block 1 CBOR:\ngot  %s\nwant %s", got, wantCBOR)
 	}
-	hashes, _ := appendBlockHashes(nil, nil, tokens, 16)
+	hashes, _ := appendBlockHashes(nil, nil, tokens, 16, "")
 	if len(hashes) != 2 {
 		t.Fatalf("got %d hashes, want 2", len(hashes))
 	}

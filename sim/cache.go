@@ -112,8 +112,9 @@ func (c *prefixCache) allocate(n int) {
 // store caches hashes (the request's full blocks from index first on, computed by prefill) and
 // appends their blocks to held. Each block stored turns one of the request's private blocks
 // into a cached one; a hash already cached is adopted and its private block freed. It returns
-// held and the number of private blocks used up. tokens are the request's prompt tokens.
-func (c *prefixCache) store(held []*block, hashes []blockHash, first int, tokens []uint32) ([]*block, int) {
+// held and the number of private blocks used up. tokens are the request's prompt tokens, lora
+// its adapter (nil for the base model), named in the BlockStored events.
+func (c *prefixCache) store(held []*block, hashes []blockHash, first int, tokens []uint32, lora *loraAdapter) ([]*block, int) {
 	used := 0
 	runStart := -1
 	flush := func(end int) {
@@ -125,6 +126,9 @@ func (c *prefixCache) store(held []*block, hashes []blockHash, first int, tokens
 			hashes:    hashes[runStart:end],
 			tokens:    tokens[runStart*c.blockSize : end*c.blockSize],
 			blockSize: c.blockSize,
+		}
+		if lora != nil {
+			ev.loraID, ev.loraName = lora.id, lora.name
 		}
 		if runStart > 0 {
 			ev.parent = &hashes[runStart-1]

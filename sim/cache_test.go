@@ -29,7 +29,7 @@ func takeEvents(t *testing.T, log *eventLog) []testEvent {
 
 // runRequest admits, prefills and releases one request of the given prompt.
 func runRequest(c *prefixCache, tokens []uint32, outBlocks int) (hit int) {
-	hashes, _ := appendBlockHashes(nil, nil, tokens, c.blockSize)
+	hashes, _ := appendBlockHashes(nil, nil, tokens, c.blockSize, "")
 	hit = c.match(hashes, len(hashes))
 	need := blocksFor(len(tokens), c.blockSize) + outBlocks - hit
 	if !c.fits(hashes, hit, need) {
@@ -37,13 +37,13 @@ func runRequest(c *prefixCache, tokens []uint32, outBlocks int) (hit int) {
 	}
 	held := c.pin(nil, hashes[:hit])
 	c.allocate(need)
-	held, used := c.store(held, hashes, hit, tokens)
+	held, used := c.store(held, hashes, hit, tokens, nil)
 	c.release(held, need-used)
 	return hit
 }
 
 func wire(tokens []uint32, bs int) []uint64 {
-	hashes, _ := appendBlockHashes(nil, nil, tokens, bs)
+	hashes, _ := appendBlockHashes(nil, nil, tokens, bs, "")
 	w := make([]uint64, len(hashes))
 	for i := range hashes {
 		w[i] = hashes[i].wireInt()
@@ -102,10 +102,10 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 func TestCachePinnedBlocksSurvive(t *testing.T) {
 	c := newPrefixCache(6, 4, nil)
 	a := tokensOf(1, 12)
-	hashes, _ := appendBlockHashes(nil, nil, a, 4)
+	hashes, _ := appendBlockHashes(nil, nil, a, 4, "")
 	held := c.pin(nil, nil)
 	c.allocate(3)
-	held, _ = c.store(held, hashes, 0, a)
+	held, _ = c.store(held, hashes, 0, a, nil)
 	// A holds its 3 blocks; 3 free blocks remain for others, no eviction possible.
 	if !c.fits(nil, 0, 3) || c.fits(nil, 0, 4) {
 		t.Fatalf("fits: free %d lru %d", c.free, c.lruLen)
@@ -128,12 +128,12 @@ func TestCacheAdoptsBlocksStoredMeanwhile(t *testing.T) {
 	log := newEventLog(EraMap, HashInt)
 	c := newPrefixCache(16, 4, log)
 	a := tokensOf(1, 8)
-	hashes, _ := appendBlockHashes(nil, nil, a, 4)
+	hashes, _ := appendBlockHashes(nil, nil, a, 4, "")
 	// Two requests miss at once, each with 2 private blocks.
 	c.allocate(2)
 	c.allocate(2)
-	h1, used1 := c.store(nil, hashes, 0, a)
-	h2, used2 := c.store(nil, hashes, 0, a)
+	h1, used1 := c.store(nil, hashes, 0, a, nil)
+	h2, used2 := c.store(nil, hashes, 0, a, nil)
 	if used1 != 2 || used2 != 2 || c.cachedBlocks() != 2 || c.free != 14 {
 		t.Fatalf("used %d %d cached %d free %d", used1, used2, c.cachedBlocks(), c.free)
 	}

@@ -220,7 +220,32 @@ type Config struct {
 	// before it answers 500; default 300s (SGLANG_DISAGGREGATION_WAITING_TIMEOUT).
 	WaitingTimeout time.Duration
 
+	// EnableLoRA serves LoRA adapters as vLLM's --enable-lora does: the adapters of LoRAModules
+	// and, with AllowRuntimeLoRA, those loaded through /v1/load_lora_adapter (lora.go).
+	EnableLoRA bool
+	// MaxLoRAs is the number of adapters that can be in one batch: GPU adapter slots; default 1
+	// (vLLM's --max-loras).
+	MaxLoRAs int
+	// MaxCPULoRAs is vLLM's --max-cpu-loras, kept for the banner; default MaxLoRAs. The sim
+	// does not model the CPU cache of adapters.
+	MaxCPULoRAs int
+	// LoRAModules are the adapters registered at start (vLLM's --lora-modules).
+	LoRAModules []LoRAModule
+	// LoRALoadDelay is how long loading an adapter into a GPU slot takes, and how long a
+	// /v1/load_lora_adapter call takes. `rolter sim` defaults to 100ms.
+	LoRALoadDelay time.Duration
+	// AllowRuntimeLoRA serves POST /v1/load_lora_adapter and /v1/unload_lora_adapter, as
+	// VLLM_ALLOW_RUNTIME_LORA_UPDATING does. Needs EnableLoRA.
+	AllowRuntimeLoRA bool
+
 	Faults
+}
+
+// LoRAModule is one adapter of --lora-modules: the model name requests use and its path
+// (the "root" of its /v1/models card).
+type LoRAModule struct {
+	Name string
+	Path string
 }
 
 // Role is an engine's part in a disaggregated fleet (vLLM's kv_role).
@@ -261,6 +286,8 @@ const (
 	defaultSideChannel  = 5600 // VLLM_NIXL_SIDE_CHANNEL_PORT
 	defaultKVLease      = 480 * time.Second
 	defaultSGLangWait   = 300 * time.Second // SGLANG_DISAGGREGATION_{BOOTSTRAP,WAITING}_TIMEOUT
+	defaultMaxLoRAs     = 1                 // vLLM's --max-loras
+	defaultLoRALoad     = 100 * time.Millisecond
 
 	// demo transfer latency: a 2k-token prompt (128 blocks) moves in 2.5ms.
 	defaultTransferPerBlock = 20 * time.Microsecond
@@ -291,6 +318,8 @@ func DefaultConfig() Config {
 		KVLoadFailure:    LoadFail,
 		BootstrapTimeout: defaultSGLangWait,
 		WaitingTimeout:   defaultSGLangWait,
+		MaxLoRAs:         defaultMaxLoRAs,
+		LoRALoadDelay:    defaultLoRALoad,
 	}
 }
 
@@ -341,10 +370,17 @@ func (c *Config) normalize() error {
 	if c.WaitingTimeout == 0 {
 		c.WaitingTimeout = defaultSGLangWait
 	}
+	if c.MaxLoRAs == 0 {
+		c.MaxLoRAs = defaultMaxLoRAs
+	}
+	if c.MaxCPULoRAs == 0 {
+		c.MaxCPULoRAs = c.MaxLoRAs
+	}
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf(format, args...))
 	}
+	errs = append(errs, c.validateLoRA()...)
 	if c.Port < 0 || c.Port > 65535 {
 		bad("port %d out of range 0..65535", c.Port)
 	}
@@ -460,6 +496,8 @@ type flagConfig struct {
 	transferUS   float64
 	bootstrapS   float64
 	waitingS     float64
+	loraLoadMS   float64
+	loraModules  loraModulesFlag
 }
 
 func newFlagSet(out io.Writer) (*flagConfig, *flag.FlagSet) {
@@ -495,6 +533,12 @@ func newFlagSet(out io.Writer) (*flagConfig, *flag.FlagSet) {
 	fs.Float64Var(&fc.bootstrapS, "bootstrap-timeout-seconds", defaultSGLangWait.Seconds(), "prefill role, bootstrap_room requests: seconds a room's blocks wait for their decode (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)")
 	fs.Float64Var(&fc.waitingS, "waiting-timeout-seconds", defaultSGLangWait.Seconds(), "decode role, bootstrap_room requests: seconds a decode waits for its room (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)")
 	fs.StringVar(&fc.policy, "kv-load-failure-policy", string(LoadFail), "decode role: fail (HTTP 500, vLLM's default) or recompute when a pull fails")
+	fs.BoolVar(&c.EnableLoRA, "enable-lora", false, "serve LoRA adapters (vLLM's --enable-lora)")
+	fs.IntVar(&c.MaxLoRAs, "max-loras", c.MaxLoRAs, "LoRA adapters in one batch: GPU adapter slots")
+	fs.IntVar(&c.MaxCPULoRAs, "max-cpu-loras", 0, "LoRA adapters kept in CPU memory (0 = max-loras; accepted, not modelled)")
+	fs.Var(&fc.loraModules, "lora-modules", `LoRA adapters as name=path, comma or space separated, or a JSON object {"name","path"}; may repeat`)
+	fs.Float64Var(&fc.loraLoadMS, "lora-load-ms", float64(defaultLoRALoad)/1e6, "milliseconds loading a LoRA adapter into a GPU slot (or through /v1/load_lora_adapter) takes")
+	fs.BoolVar(&c.AllowRuntimeLoRA, "allow-runtime-lora", false, "serve /v1/load_lora_adapter and /v1/unload_lora_adapter (also VLLM_ALLOW_RUNTIME_LORA_UPDATING=True or 1)")
 	fs.Float64Var(&c.ErrorRate, "error-rate", 0, "fault: fraction of requests answered with HTTP 500 (0..1)")
 	fs.Float64Var(&fc.latencyMS, "added-latency-ms", 0, "fault: milliseconds added before each request is queued")
 	fs.BoolVar(&c.HangBeforeHeaders, "hang", false, "fault: take a slot and never answer")
@@ -549,5 +593,12 @@ func (fc *flagConfig) finish() error {
 	}
 	c.Role = Role(fc.role)
 	c.KVLoadFailure = LoadFailurePolicy(fc.policy)
+	c.LoRALoadDelay = toDur("lora-load-ms", fc.loraLoadMS, 1e6)
+	c.LoRAModules = append(c.LoRAModules, fc.loraModules.modules...)
+	if c.EnableLoRA && runtimeLoRAFromEnv() {
+		// vLLM mounts the runtime API under the variable alone; without LoRA it is of no use,
+		// and an engine started without --enable-lora must not fail for an inherited variable.
+		c.AllowRuntimeLoRA = true
+	}
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"flag"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ func TestParseFlags(t *testing.T) {
 		"--role", "prefill", "--engine-id", "p0", "--side-channel-port", "5700", "--kv-lease-seconds", "2.5",
 		"--transfer-us-per-block", "5", "--kv-load-failure-policy", "recompute",
 		"--bootstrap-timeout-seconds", "1.5", "--waiting-timeout-seconds", "2",
+		"--enable-lora", "--max-loras", "2", "--lora-modules", "a=/p/a,b=/p/b c=/p/c", "--lora-modules", `{"name": "d", "path": "/p/d"}`,
+		"--lora-load-ms", "30", "--allow-runtime-lora",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -33,19 +36,41 @@ func TestParseFlags(t *testing.T) {
 		BootstrapTimeout: 1500 * time.Millisecond, WaitingTimeout: 2 * time.Second,
 		Faults: Faults{ErrorRate: 0.25, AddedLatency: 7 * time.Millisecond, HangBeforeHeaders: true,
 			AbortAfterChunks: 3, DropEveryNthBatch: 5, GarbageEveryNBatches: 6},
+		EnableLoRA: true, MaxLoRAs: 2, MaxCPULoRAs: 2, LoRALoadDelay: 30 * time.Millisecond, AllowRuntimeLoRA: true,
+		LoRAModules: []LoRAModule{{"a", "/p/a"}, {"b", "/p/b"}, {"c", "/p/c"}, {"d", "/p/d"}},
 	}
-	if cfg != want {
+	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("got  %+v\nwant %+v", cfg, want)
 	}
 
 	def, err := ParseFlags(nil)
 	if err != nil || def.Port != 8000 || def.KVEvents != "" || def.Era != EraMap || def.PrefillPerToken != 20*time.Microsecond ||
 		def.Role != RoleAggregated || def.SideChannelPort != 5600 || def.KVLease != 480*time.Second || def.KVLoadFailure != LoadFail ||
-		def.BootstrapTimeout != 300*time.Second || def.WaitingTimeout != 300*time.Second {
+		def.BootstrapTimeout != 300*time.Second || def.WaitingTimeout != 300*time.Second ||
+		def.EnableLoRA || def.MaxLoRAs != 1 || def.MaxCPULoRAs != 1 || def.LoRALoadDelay != 100*time.Millisecond || def.AllowRuntimeLoRA {
 		t.Fatalf("defaults %+v %v", def, err)
 	}
 	if _, err := ParseFlags([]string{"-h"}); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
+	}
+}
+
+func TestParseFlagsRuntimeLoRAEnv(t *testing.T) {
+	f := func(env string, want bool) {
+		t.Helper()
+		t.Setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", env)
+		cfg, err := ParseFlags([]string{"--enable-lora"})
+		if err != nil || cfg.AllowRuntimeLoRA != want {
+			t.Fatalf("VLLM_ALLOW_RUNTIME_LORA_UPDATING=%q: runtime updating %v, want %v (%v)", env, cfg.AllowRuntimeLoRA, want, err)
+		}
+	}
+	f("True", true)
+	f("1", true)
+	f("0", false)
+	f("", false)
+	t.Setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "1")
+	if cfg, err := ParseFlags(nil); err != nil || cfg.AllowRuntimeLoRA {
+		t.Fatalf("without --enable-lora: runtime updating %v (%v)", cfg.AllowRuntimeLoRA, err)
 	}
 }
 
@@ -75,6 +100,11 @@ func TestParseFlagsErrors(t *testing.T) {
 	f("--waiting-timeout-seconds 0 --bootstrap-timeout-seconds -1", "bootstrap or waiting timeout of 0", "bootstrap-timeout-seconds -1")
 	f("stray", `unexpected argument "stray"`)
 	f("--unknown-flag", "flag provided but not defined")
+	f("--lora-modules a=/p", "need enable-lora")
+	f("--enable-lora --lora-modules a", `lora module "a": want name=path`)
+	f("--enable-lora --lora-modules a=/p,a=/q --max-loras 4 --max-cpu-loras 2 --lora-load-ms -1",
+		`lora module "a" given twice`, "max cpu loras 2 must be at least max loras 4", "lora-load-ms -1")
+	f("--enable-lora --lora-modules sim-model=/p", "base model's name")
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {

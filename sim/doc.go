@@ -135,6 +135,52 @@
 // RoomDecodes and RoomsFailed; /metrics adds rolter_sim_bootstrap_rooms_served_total and
 // rolter_sim_bootstrap_rooms_aborted_total.
 //
+// # LoRA adapters (Config.EnableLoRA; lora.go, loraapi.go)
+//
+// As vLLM with --enable-lora (vllm/entrypoints/openai/serving_models.py, the v1 scheduler,
+// LRUCacheWorkerLoRAManager, v1/metrics/loggers.py). The registry holds the adapters requests
+// may name: LoRAModules (--lora-modules name=path …) and, with AllowRuntimeLoRA
+// (--allow-runtime-lora or VLLM_ALLOW_RUNTIME_LORA_UPDATING=True/1), those added by
+//
+//	POST /v1/load_lora_adapter {"lora_name","lora_path"}  takes LoRALoadDelay (vLLM's add_lora
+//	     loads before answering), then 200 text "Success: LoRA adapter '<name>' added
+//	     successfully."; a missing field or a registered name is a 400 InvalidUserInput
+//	POST /v1/unload_lora_adapter {"lora_name"}  200 "Success: LoRA adapter '<name>' removed
+//	     successfully.", an unknown name a 404 NotFoundError ("… cannot be found.")
+//
+// Without runtime updating both paths are FastAPI's 404. GET /v1/models lists the base model,
+// then one card per adapter in registration order (root: its path, parent: the base model,
+// max_model_len: null). A completion, chat, Responses, Messages, embeddings or /tokenize body
+// whose "model" is an adapter runs with it, and answers carry the adapter's name as "model";
+// any other name is the 404 of an unknown model (always, without EnableLoRA). Adapters get
+// lora_int_id 1, 2, … as they are registered.
+//
+// GPU slots. At most MaxLoRAs (--max-loras, 1) adapters are loaded at once. A request whose
+// adapter is loaded runs as any; one whose adapter is not takes a free slot, or evicts the least
+// recently used loaded adapter no running request uses, and its prefill starts LoRALoadDelay
+// (--lora-load-ms, 100) later; requests of that adapter admitted during the load wait for the
+// same load. When every slot's adapter has running requests the request waits (it counts in
+// num_requests_waiting) and the scheduler looks at the requests behind it, as vLLM's skips
+// requests whose adapter would exceed max_loras; base-model requests never need a slot. So that
+// a busy adapter cannot keep a waiting one out for ever, the first held-back request makes the
+// least recently used slot drain: new requests of its adapter wait until it has been evicted
+// (vLLM has no such rule). A client that leaves while waiting frees its place. An unloaded
+// adapter leaves its slot when its last running request ends. MaxCPULoRAs (--max-cpu-loras) is
+// accepted, not modelled.
+//
+// Prefix cache and events. vLLM puts the adapter's name in every block's extra keys, so a block
+// of an adapter is sha256(cbor([parent, [tokens], [lora_name]])): adapters never share blocks
+// with the base model or each other. BlockStored events of such blocks carry lora_id (the int
+// id), lora_name and extra_keys [[lora_name], …] in the eras that have those fields.
+//
+// Metrics. vllm:lora_requests_info{max_lora,waiting_lora_adapters,running_lora_adapters} is a
+// gauge set to the scrape's unix time for the current label set (adapters with waiting or
+// running requests, comma-joined in registration order); as with prometheus_client, series of
+// earlier label sets stay with their older times (the latest 16), so a reader takes the one with
+// the largest value. rolter_sim_lora_loads_total and rolter_sim_lora_evictions_total count slot
+// loads and evictions. Stats counts LoRALoads, LoRAEvictions, LoRAAPILoads, LoRAAPIUnloads and
+// LoRASlots.
+//
 // # HTTP (vLLM's OpenAI server shapes)
 //
 //	POST /v1/chat/completions, /v1/completions   JSON or SSE ("data: {...}\n\n" per event, one
@@ -149,6 +195,7 @@
 //	POST /tokenize        {"model","prompt"} or {"model","messages","add_generation_prompt"}
 //	                      -> {"count","max_model_len","tokens","token_strs":null}
 //	GET  /v1/models, /health, /version
+//	POST /v1/load_lora_adapter, /v1/unload_lora_adapter   with AllowRuntimeLoRA (see above)
 //	GET  /metrics         prometheus_client text (see below)
 //	GET  /lmcache/status  {"occupancy": cached blocks / NumBlocks, "cache_available": bool}
 //
@@ -166,7 +213,7 @@
 // vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc (blocks held
 // by running requests / NumBlocks, as vLLM counts unpinned cached blocks as free),
 // vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (tokens, with *_created
-// families), vllm:cache_config_info and, with a Role, the KV connector's families above, labelled engine (EngineLabel) and model_name, with
+// families), vllm:cache_config_info, with EnableLoRA the LoRA families above and, with a Role, the KV connector's families above, labelled engine (EngineLabel) and model_name, with
 // # HELP / # TYPE lines and Python-style floats like prometheus_client (docs/internals/engine-metrics.md; test vector TV9).
 //
 // # KV events
@@ -215,7 +262,8 @@
 // disaggregated role --role prefill|decode|both, --engine-id, --side-channel-port (5600),
 // --side-channel-host, --kv-lease-seconds (480), --transfer-us-per-block,
 // --kv-load-failure-policy fail|recompute, SGLang's --bootstrap-timeout-seconds (300) and
-// --waiting-timeout-seconds (300), and the faults
+// --waiting-timeout-seconds (300), the LoRA flags --enable-lora, --max-loras (1),
+// --max-cpu-loras, --lora-modules, --lora-load-ms (100), --allow-runtime-lora, and the faults
 // --error-rate, --added-latency-ms, --hang, --abort-after-chunks, --drop-every-nth-batch,
 // --garbage-every-n-batches.
 package sim

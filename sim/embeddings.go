@@ -50,7 +50,7 @@ func (e *Engine) serveEmbeddings(ctx *fasthttp.RequestCtx) {
 func (r *request) parseEmbeddings(body []byte, cfg *Config) *apiError {
 	p := parserPool.Get()
 	defer parserPool.Put(p)
-	v, ae := parseObject(p, body, cfg)
+	v, ae := r.parseObject(p, body, cfg)
 	if ae != nil {
 		return ae
 	}
@@ -127,7 +127,7 @@ func (r *request) appendEmbeddings(dst []byte) []byte {
 	dst = append(dst, `","object":"list","created":`...)
 	dst = strconv.AppendInt(dst, r.created, 10)
 	dst = append(dst, `,"model":`...)
-	dst = append(dst, r.e.modelJSON...)
+	dst = append(dst, r.modelJSON()...)
 	dst = append(dst, `,"data":[`...)
 	start := 0
 	for i, end := range r.inputEnds {

@@ -52,6 +52,8 @@ type Engine struct {
 	// decode gave up first), and a channel closed and replaced whenever a room is held.
 	rooms      map[string]*room
 	roomSignal chan struct{}
+	// LoRA adapters, under mu: the registry and the GPU slots (lora.go).
+	lora loraState
 
 	requests     atomic.Uint64
 	completed    atomic.Uint64
@@ -121,6 +123,7 @@ func New(cfg Config) (*Engine, error) {
 	e.holds = make(map[string]*kvHold)
 	e.rooms = make(map[string]*room)
 	e.roomSignal = make(chan struct{})
+	e.lora.init(&e.cfg)
 	f := cfg.Faults
 	e.faults.Store(&f)
 	if cfg.KVEvents != "" {
@@ -340,6 +343,13 @@ type Stats struct {
 	GarbageSent      uint64 // garbage messages sent
 	NextSeq          uint64 // sequence number of the next batch
 	SendErrors       uint64 // failed ZMQ sends
+
+	// LoRA adapters.
+	LoRALoads      uint64 // adapters loaded into a GPU slot (rolter_sim_lora_loads_total)
+	LoRAEvictions  uint64 // adapters evicted from a GPU slot to make room for another
+	LoRAAPILoads   uint64 // successful POST /v1/load_lora_adapter calls
+	LoRAAPIUnloads uint64 // successful POST /v1/unload_lora_adapter calls
+	LoRASlots      int    // adapters in GPU slots now
 }
 
 // Stats returns a snapshot of the counters.
@@ -356,6 +366,12 @@ func (e *Engine) Stats() Stats {
 		HeldBlocks:    e.heldBlocks,
 		ExpiredReqs:   e.expiredReqs,
 		ExpiredBlocks: e.expiredBlocks,
+
+		LoRALoads:      e.lora.loads,
+		LoRAEvictions:  e.lora.evictions,
+		LoRAAPILoads:   e.lora.apiLoads,
+		LoRAAPIUnloads: e.lora.apiUnloads,
+		LoRASlots:      len(e.lora.slots),
 	}
 	e.mu.Unlock()
 	s.RemotePrefills = e.remotePrefills.Load()
@@ -400,12 +416,18 @@ func (e *Engine) injectError(rate float64) bool {
 
 // The scheduler. vLLM runs at most max_num_seqs requests; the rest wait in FIFO order. A
 // request is admitted when a slot is free and the cache can give it blocks for its prompt and
-// all its output tokens (reserved up front, so the sim never preempts).
+// all its output tokens (reserved up front, so the sim never preempts). A request of a LoRA
+// adapter also needs the adapter in a GPU slot (lora.go); one held back only by that is
+// skipped, as vLLM's scheduler skips it, and the requests behind it may start.
 
-// tryStart admits r if it can run now. Called with e.mu held.
-func (e *Engine) tryStart(r *request) bool {
+// tryStart admits r if it can run now; loraBlocked reports that r's adapter alone kept it
+// out. Called with e.mu held.
+func (e *Engine) tryStart(r *request) (ok, loraBlocked bool) {
 	if e.running >= e.cfg.MaxNumSeqs {
-		return false
+		return false, false
+	}
+	if r.lora != nil && !e.lora.canRun(r.lora, e.cfg.MaxLoRAs) {
+		return false, true
 	}
 	// vLLM computes at least one prompt token, so a prompt of whole blocks hits one block less
 	// (kv_cache_manager.py: max_cache_hit_length = num_tokens - 1).
@@ -413,7 +435,7 @@ func (e *Engine) tryStart(r *request) bool {
 	hit := e.cache.match(r.hashes, max(limit, 0))
 	need := blocksFor(len(r.tokens)+r.maxTokens, e.cfg.BlockSize) - hit
 	if !e.cache.fits(r.hashes, hit, need) {
-		return false
+		return false, false
 	}
 	r.held = e.cache.pin(r.held[:0], r.hashes[:hit])
 	e.cache.allocate(need)
@@ -430,6 +452,10 @@ func (e *Engine) tryStart(r *request) bool {
 		}
 	}
 	r.prefill = time.Duration(len(r.tokens)-r.cached) * e.cfg.PrefillPerToken
+	if r.lora != nil {
+		// The adapter's load, started now or by an earlier request, ends before the prefill.
+		r.prefill += e.lora.start(r.lora, &e.cfg, time.Now())
+	}
 	r.state = stRunning
 	e.running++
 	e.queried += uint64(len(r.tokens))
@@ -439,7 +465,7 @@ func (e *Engine) tryStart(r *request) bool {
 	} else {
 		e.missRequests.Add(1)
 	}
-	return true
+	return true, false
 }
 
 // admit returns when r runs (true), or when its client went away or the engine stopped
@@ -449,9 +475,13 @@ func (e *Engine) admit(r *request) bool {
 		return false
 	}
 	e.mu.Lock()
-	if e.waitHead == nil && e.tryStart(r) {
-		e.mu.Unlock()
-		return true
+	loraBlocked := false
+	if e.waitHead == nil {
+		var ok bool
+		if ok, loraBlocked = e.tryStart(r); ok {
+			e.mu.Unlock()
+			return true
+		}
 	}
 	r.state = stWaiting
 	if e.waitTail != nil {
@@ -461,6 +491,15 @@ func (e *Engine) admit(r *request) bool {
 	}
 	e.waitTail = r
 	e.waiting++
+	if r.lora != nil {
+		r.lora.waiting++
+	}
+	if loraBlocked {
+		e.setLoRABlocked(r, true)
+	} else if e.lora.blocked > 0 {
+		// Requests held back by their adapter do not hold back r: it may start past them.
+		e.schedule()
+	}
 	e.mu.Unlock()
 	for {
 		if r.conn != nil {
@@ -482,15 +521,37 @@ func (e *Engine) admit(r *request) bool {
 	}
 }
 
-// schedule admits waiting requests while they fit. Called with e.mu held.
+// schedule admits waiting requests in FIFO order while they fit, skipping those only their
+// LoRA adapter holds back. Called with e.mu held.
 func (e *Engine) schedule() {
-	for r := e.waitHead; r != nil; r = e.waitHead {
-		if !e.tryStart(r) {
+	var prev *request
+	for r := e.waitHead; r != nil && e.running < e.cfg.MaxNumSeqs; {
+		next := r.next
+		ok, loraBlocked := e.tryStart(r)
+		if ok {
+			e.unlink(prev, r)
+			r.ready <- struct{}{}
+			r = next
+			continue
+		}
+		if !loraBlocked {
+			if r.loraBlocked {
+				e.setLoRABlocked(r, false)
+			}
 			return
 		}
-		e.dequeue(r)
-		r.ready <- struct{}{}
+		if !r.loraBlocked {
+			e.setLoRABlocked(r, true)
+		}
+		prev, r = r, next
 	}
+}
+
+// setLoRABlocked marks the waiting request r as held back by its adapter, or no longer.
+// Called with e.mu held.
+func (e *Engine) setLoRABlocked(r *request, on bool) {
+	r.loraBlocked = on
+	e.lora.blockedChanged(on)
 }
 
 // dequeue removes r from the waiting list. Called with e.mu held.
@@ -499,6 +560,12 @@ func (e *Engine) dequeue(r *request) {
 	for p := e.waitHead; p != nil && p != r; p = p.next {
 		prev = p
 	}
+	e.unlink(prev, r)
+}
+
+// unlink removes r, which follows prev (nil: r is the head), from the waiting list. Called
+// with e.mu held.
+func (e *Engine) unlink(prev, r *request) {
 	if prev == nil {
 		e.waitHead = r.next
 	} else {
@@ -509,6 +576,12 @@ func (e *Engine) dequeue(r *request) {
 	}
 	r.next = nil
 	e.waiting--
+	if r.lora != nil {
+		r.lora.waiting--
+	}
+	if r.loraBlocked {
+		e.setLoRABlocked(r, false)
+	}
 }
 
 // prefilled caches the blocks r computed during prefill.
@@ -516,7 +589,7 @@ func (e *Engine) prefilled(r *request) {
 	e.mu.Lock()
 	if r.state == stRunning {
 		var used int
-		r.held, used = e.cache.store(r.held, r.hashes, r.hit, r.tokens)
+		r.held, used = e.cache.store(r.held, r.hashes, r.hit, r.tokens, r.lora)
 		r.private -= used
 	}
 	e.mu.Unlock()
@@ -533,7 +606,7 @@ func (e *Engine) finish(r *request) {
 		e.cache.release(r.held, r.private)
 		r.held = r.held[:0]
 		r.private = 0
-		e.running--
+		e.stopRunning(r)
 		e.schedule()
 	}
 	r.state = stDone
@@ -542,6 +615,14 @@ func (e *Engine) finish(r *request) {
 	select {
 	case <-r.ready:
 	default:
+	}
+}
+
+// stopRunning gives back r's running slot and its adapter's use. Called with e.mu held.
+func (e *Engine) stopRunning(r *request) {
+	e.running--
+	if r.lora != nil {
+		e.lora.stop(r.lora)
 	}
 }
 
@@ -560,7 +641,7 @@ func (e *Engine) complete(r *request) {
 		} else {
 			e.hold(r)
 		}
-		e.running--
+		e.stopRunning(r)
 		e.schedule()
 		r.state = stDone
 	}
@@ -656,7 +737,11 @@ func (e *Engine) putRequest(r *request) {
 
 // hashPrompt computes the block hashes of r's full prompt blocks.
 func (e *Engine) hashPrompt(r *request) {
-	r.hashes, r.cborBuf = appendBlockHashes(r.hashes[:0], r.cborBuf, r.tokens, e.cfg.BlockSize)
+	var extra string
+	if r.lora != nil {
+		extra = r.lora.name
+	}
+	r.hashes, r.cborBuf = appendBlockHashes(r.hashes[:0], r.cborBuf, r.tokens, e.cfg.BlockSize, extra)
 }
 
 // newID sets r.id: the X-Request-Id when given (as vLLM does), else a fresh hex id.

@@ -49,6 +49,8 @@ type storedEvent struct {
 	parent    *blockHash // nil for the first block of a sequence
 	tokens    []uint32
 	blockSize int
+	loraID    int    // 0: the base model (lora_id and lora_name nil)
+	loraName  string // the adapter's name, also each block's extra key
 }
 
 // appendBlockStored appends one BlockStored event to dst.
@@ -75,18 +77,18 @@ func appendBlockStored(dst []byte, f format, mode HashMode, ev *storedEvent) []b
 		dst = msgp.AppendString(dst, "block_size")
 		dst = appendInt(dst, int64(ev.blockSize))
 		dst = msgp.AppendString(dst, "lora_id")
-		dst = msgp.AppendNil(dst)
+		dst = appendLoRAID(dst, ev)
 		if f.medium {
 			dst = msgp.AppendString(dst, "medium")
 			dst = msgp.AppendString(dst, eventMedium)
 		}
 		if f.loraName {
 			dst = msgp.AppendString(dst, "lora_name")
-			dst = msgp.AppendNil(dst)
+			dst = appendLoRAName(dst, ev)
 		}
 		if f.extraKeys {
 			dst = msgp.AppendString(dst, "extra_keys")
-			dst = appendNilList(dst, len(ev.hashes))
+			dst = appendExtraKeys(dst, ev)
 		}
 		if f.groupIdx {
 			dst = msgp.AppendString(dst, "group_idx")
@@ -104,15 +106,15 @@ func appendBlockStored(dst []byte, f format, mode HashMode, ev *storedEvent) []b
 	dst = appendParent(dst, mode, ev.parent)
 	dst = appendTokens(dst, ev.tokens)
 	dst = appendInt(dst, int64(ev.blockSize))
-	dst = msgp.AppendNil(dst) // lora_id
+	dst = appendLoRAID(dst, ev)
 	if f.medium {
 		dst = msgp.AppendString(dst, eventMedium)
 	}
 	if f.loraName {
-		dst = msgp.AppendNil(dst)
+		dst = appendLoRAName(dst, ev)
 	}
 	if f.extraKeys {
-		dst = appendNilList(dst, len(ev.hashes))
+		dst = appendExtraKeys(dst, ev)
 	}
 	if f.groupIdx {
 		dst = appendInt(dst, eventGroupIdx)
@@ -263,11 +265,34 @@ func appendTokens(dst []byte, tokens []uint32) []byte {
 	return dst
 }
 
-// appendNilList appends extra_keys: one nil per block (no LoRA, multimodal or salt keys).
-func appendNilList(dst []byte, n int) []byte {
+// appendExtraKeys appends extra_keys: per block nil for the base model, [lora_name] for an
+// adapter's block (the keys its hash was made with; no multimodal or salt keys).
+func appendExtraKeys(dst []byte, ev *storedEvent) []byte {
+	n := len(ev.hashes)
 	dst = msgp.AppendArrayHeader(dst, uint32(n))
 	for range n {
-		dst = msgp.AppendNil(dst)
+		if ev.loraID == 0 {
+			dst = msgp.AppendNil(dst)
+			continue
+		}
+		dst = msgp.AppendArrayHeader(dst, 1)
+		dst = msgp.AppendString(dst, ev.loraName)
 	}
 	return dst
+}
+
+// appendLoRAID appends lora_id: the adapter's lora_int_id, nil for the base model.
+func appendLoRAID(dst []byte, ev *storedEvent) []byte {
+	if ev.loraID == 0 {
+		return msgp.AppendNil(dst)
+	}
+	return appendInt(dst, int64(ev.loraID))
+}
+
+// appendLoRAName appends lora_name: the adapter's name, nil for the base model.
+func appendLoRAName(dst []byte, ev *storedEvent) []byte {
+	if ev.loraID == 0 {
+		return msgp.AppendNil(dst)
+	}
+	return msgp.AppendString(dst, ev.loraName)
 }

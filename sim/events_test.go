@@ -109,7 +109,7 @@ func TestEncodeTV7Batch(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = uint32(i + 1)
 	}
-	hashes, _ := appendBlockHashes(nil, nil, tokens, 16)
+	hashes, _ := appendBlockHashes(nil, nil, tokens, 16, "")
 	ev := appendBlockStored(nil, eraFormats[EraMapMinimal], HashInt,
 		&storedEvent{hashes: hashes[1:], parent: &hashes[0], tokens: tokens[16:], blockSize: 16})
 	got := hex.EncodeToString(appendBatch(nil, eraFormats[EraMapMinimal], tvTS, ev, 1, 0))

@@ -44,6 +44,19 @@ func (e *Engine) serveHTTP(ctx *fasthttp.RequestCtx) {
 			e.serveTokenize(ctx)
 			return
 		}
+	case "/v1/load_lora_adapter", "/v1/unload_lora_adapter":
+		if !e.cfg.AllowRuntimeLoRA {
+			notFound(ctx) // not mounted
+			return
+		}
+		if post {
+			if string(path) == "/v1/load_lora_adapter" {
+				e.serveLoadLoRA(ctx)
+			} else {
+				e.serveUnloadLoRA(ctx)
+			}
+			return
+		}
 	case "/v1/models":
 		if get {
 			e.serveModels(ctx)
@@ -72,15 +85,19 @@ func (e *Engine) serveHTTP(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	default:
-		// FastAPI's answer to unknown paths.
-		ctx.SetStatusCode(fasthttp.StatusNotFound)
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"detail":"Not Found"}`)
+		notFound(ctx)
 		return
 	}
 	ctx.SetStatusCode(fasthttp.StatusMethodNotAllowed)
 	ctx.SetContentType("application/json")
 	ctx.SetBodyString(`{"detail":"Method Not Allowed"}`)
+}
+
+// notFound is FastAPI's answer to unknown paths.
+func notFound(ctx *fasthttp.RequestCtx) {
+	ctx.SetStatusCode(fasthttp.StatusNotFound)
+	ctx.SetContentType("application/json")
+	ctx.SetBodyString(`{"detail":"Not Found"}`)
 }
 
 func writeError(ctx *fasthttp.RequestCtx, e *apiError) {
@@ -352,18 +369,47 @@ func (e *Engine) serveTokenize(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(b)
 }
 
+// serveModels lists the base model, then one card per registered LoRA adapter, as vLLM's
+// show_available_models does (root: the adapter's path, parent: the base model,
+// max_model_len: null).
 func (e *Engine) serveModels(ctx *fasthttp.RequestCtx) {
-	b := append([]byte(nil), `{"object":"list","data":[{"id":`...)
-	b = append(b, e.modelJSON...)
+	b := append([]byte(nil), `{"object":"list","data":[`...)
+	b = e.appendModelCard(b, e.modelJSON, e.modelJSON, nil, true)
+	if e.cfg.EnableLoRA {
+		e.mu.Lock()
+		for _, a := range e.lora.list {
+			b = append(b, ',')
+			b = e.appendModelCard(b, a.nameJSON, appendJSONString(nil, a.path), e.modelJSON, false)
+		}
+		e.mu.Unlock()
+	}
+	b = append(b, `]}`...)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+// appendModelCard appends one ModelCard; a nil parent is null, and only the base model has a
+// max_model_len.
+func (e *Engine) appendModelCard(b, id, root, parent []byte, base bool) []byte {
+	b = append(b, `{"id":`...)
+	b = append(b, id...)
 	b = append(b, `,"object":"model","created":`...)
 	b = strconv.AppendInt(b, int64(e.createdAt), 10)
 	b = append(b, `,"owned_by":"vllm","root":`...)
-	b = append(b, e.modelJSON...)
-	b = append(b, `,"parent":null,"max_model_len":`...)
-	b = strconv.AppendInt(b, int64(e.cfg.MaxModelLen), 10)
-	b = append(b, `}]}`...)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(b)
+	b = append(b, root...)
+	b = append(b, `,"parent":`...)
+	if parent == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, parent...)
+	}
+	b = append(b, `,"max_model_len":`...)
+	if base {
+		b = strconv.AppendInt(b, int64(e.cfg.MaxModelLen), 10)
+	} else {
+		b = append(b, "null"...)
+	}
+	return append(b, '}')
 }
 
 // serveLMCacheStatus answers {"occupancy": cached blocks / capacity, "cache_available": the

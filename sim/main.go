@@ -72,6 +72,12 @@ func (e *Engine) Banner() string {
 			fmt.Fprintf(&b, ", kv load failure policy %s, SGLang waiting timeout %s", c.KVLoadFailure, c.WaitingTimeout)
 		}
 	}
+	if c.EnableLoRA {
+		fmt.Fprintf(&b, " | lora: %d adapters, max-loras %d, load %s", len(c.LoRAModules), c.MaxLoRAs, c.LoRALoadDelay)
+		if c.AllowRuntimeLoRA {
+			b.WriteString(", runtime updating")
+		}
+	}
 	fmt.Fprintf(&b, " | %d blocks x %d tokens, %d seqs, prefill %s/token, decode %s/token",
 		c.NumBlocks, c.BlockSize, c.MaxNumSeqs, c.PrefillPerToken, c.DecodePerToken)
 	if f := e.Faults(); f != (Faults{}) {

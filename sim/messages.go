@@ -19,7 +19,7 @@ import (
 func (r *request) parseMessages(body []byte, cfg *Config) *apiError {
 	p := parserPool.Get()
 	defer parserPool.Put(p)
-	v, e := parseObject(p, body, cfg)
+	v, e := r.parseObject(p, body, cfg)
 	if e != nil {
 		return e
 	}
@@ -61,7 +61,7 @@ func (r *request) appendMessage(dst []byte, done bool) []byte {
 	dst = append(dst, `{"id":"`...)
 	dst = append(dst, r.id...)
 	dst = append(dst, `","type":"message","role":"assistant","model":`...)
-	dst = append(dst, r.e.modelJSON...)
+	dst = append(dst, r.modelJSON()...)
 	if done {
 		dst = append(dst, `,"content":[{"type":"text","text":`...)
 		dst = r.appendText(dst)

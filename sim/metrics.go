@@ -17,6 +17,12 @@ func (e *Engine) appendMetrics(dst []byte) []byte {
 	queried, hits := e.queried, e.hits
 	extQueried, extHits, expired := e.extQueried, e.extHits, e.expiredReqs
 	xfer := e.xfer
+	var loraInfo []loraInfo
+	var loraLoads, loraEvictions uint64
+	if e.cfg.EnableLoRA {
+		loraInfo = e.lora.requestsInfo(float64(time.Now().UnixNano()) / 1e9)
+		loraLoads, loraEvictions = e.lora.loads, e.lora.evictions
+	}
 	e.mu.Unlock()
 
 	labels := `{engine="` + escapeLabel(e.cfg.EngineLabel) + `",model_name="` + escapeLabel(e.cfg.Model) + `"}`
@@ -37,6 +43,11 @@ func (e *Engine) appendMetrics(dst []byte) []byte {
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", float64(used)/float64(e.cfg.NumBlocks))
 	counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", queried)
 	counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", hits)
+	if e.cfg.EnableLoRA {
+		dst = appendLoRAInfo(dst, e.cfg.MaxLoRAs, loraInfo)
+		counter("rolter_sim_lora_loads", "LoRA adapters loaded into a GPU slot (sim).", loraLoads)
+		counter("rolter_sim_lora_evictions", "LoRA adapters evicted from a GPU slot to load another (sim).", loraEvictions)
+	}
 	if e.cfg.Role != RoleAggregated {
 		// What vLLM exposes with a KV connector (v1/metrics/loggers.py, nixl/stats.py).
 		counter("vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.", extQueried)
@@ -61,6 +72,25 @@ func (e *Engine) appendMetrics(dst []byte) []byte {
 	dst = append(dst, `",enable_prefix_caching="True",engine="`+escapeLabel(e.cfg.EngineLabel)+`",num_gpu_blocks="`...)
 	dst = strconv.AppendInt(dst, int64(e.cfg.NumBlocks), 10)
 	dst = append(dst, `",prefix_caching_hash_algo="sha256_cbor"} 1.0`+"\n"...)
+	return dst
+}
+
+// appendLoRAInfo appends vLLM's vllm:lora_requests_info (v1/metrics/loggers.py): a gauge whose
+// labels name the running and waiting adapters and whose value is when it was set, one series
+// per label set it has had (the reader takes the largest value). It has no engine or
+// model_name label.
+func appendLoRAInfo(dst []byte, maxLoRAs int, info []loraInfo) []byte {
+	const name = "vllm:lora_requests_info"
+	dst = append(dst, "# HELP "+name+" Running stats on lora requests.\n# TYPE "+name+" gauge\n"...)
+	for _, in := range info {
+		dst = append(dst, name+`{max_lora="`...)
+		dst = strconv.AppendInt(dst, int64(maxLoRAs), 10)
+		dst = append(dst, `",`...)
+		dst = append(dst, in.labels...)
+		dst = append(dst, "} "...)
+		dst = appendPyFloat(dst, in.at)
+		dst = append(dst, '\n')
+	}
 	return dst
 }
 

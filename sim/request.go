@@ -40,6 +40,10 @@ type request struct {
 	hit     int // cached blocks found at admission
 	cached  int // prompt tokens not computed: local hits, and blocks read from a prefill engine
 	prefill time.Duration
+	// lora is the adapter the request named (nil: the base model); loraBlocked marks a waiting
+	// request that only its adapter keeps out.
+	lora        *loraAdapter
+	loraBlocked bool
 
 	// Disaggregated serving: the request's kv_transfer_params; on a decode engine the blocks
 	// [pulledStart, pulledEnd) read from the prefill engine; on a prefill engine the blocks
@@ -101,6 +105,7 @@ func (r *request) reset() {
 	r.next = nil
 	r.held = r.held[:0]
 	r.private, r.hit, r.cached, r.prefill = 0, 0, 0, 0
+	r.lora, r.loraBlocked = nil, false
 	r.kv.reset()
 	r.boot.reset()
 	r.room, r.reportCached = nil, -1
@@ -169,7 +174,7 @@ func (r *request) parse(body []byte, a api, cfg *Config) *apiError {
 func (r *request) parseCompletion(body []byte, chat bool, cfg *Config) *apiError {
 	p := parserPool.Get()
 	defer parserPool.Put(p)
-	v, e := parseObject(p, body, cfg)
+	v, e := r.parseObject(p, body, cfg)
 	if e != nil {
 		return e
 	}
@@ -268,8 +273,9 @@ func lastWins(v *fastjson.Value) {
 	}
 }
 
-// parseObject parses body as a JSON object naming the engine's model (or none) with p.
-func parseObject(p *fastjson.Parser, body []byte, cfg *Config) (*fastjson.Value, *apiError) {
+// parseObject parses body as a JSON object naming the engine's model, one of its LoRA adapters
+// (r.lora then) or none, with p.
+func (r *request) parseObject(p *fastjson.Parser, body []byte, cfg *Config) (*fastjson.Value, *apiError) {
 	v, err := p.ParseBytes(body)
 	if err != nil {
 		return nil, badRequest("cannot parse request body as JSON: " + err.Error())
@@ -278,13 +284,14 @@ func parseObject(p *fastjson.Parser, body []byte, cfg *Config) (*fastjson.Value,
 		return nil, badRequest("request body must be a JSON object")
 	}
 	lastWins(v)
-	if e := checkModel(v, cfg); e != nil {
+	if e := r.checkModel(v, cfg); e != nil {
 		return nil, e
 	}
 	return v, nil
 }
 
-func checkModel(v *fastjson.Value, cfg *Config) *apiError {
+// checkModel accepts the base model, a registered LoRA adapter (setting r.lora) or no model.
+func (r *request) checkModel(v *fastjson.Value, cfg *Config) *apiError {
 	mv := v.Get("model")
 	if mv == nil || mv.Type() == fastjson.TypeNull {
 		return nil // vLLM serves its only model when none is named
@@ -293,10 +300,15 @@ func checkModel(v *fastjson.Value, cfg *Config) *apiError {
 	if err != nil {
 		return badRequest("model must be a string")
 	}
-	if string(m) != cfg.Model {
-		return &apiError{status: 404, typ: "NotFoundError", msg: "The model `" + string(m) + "` does not exist."}
+	if string(m) == cfg.Model {
+		return nil
 	}
-	return nil
+	if cfg.EnableLoRA {
+		if r.lora = r.e.lookupLoRA(m); r.lora != nil {
+			return nil
+		}
+	}
+	return &apiError{status: 404, typ: "NotFoundError", msg: "The model `" + string(m) + "` does not exist."}
 }
 
 // tokenizePrompt handles the completions prompt: a string, token ids, or a list holding one of
@@ -415,7 +427,7 @@ func textPart(typ []byte) bool {
 func (r *request) parseTokenize(body []byte, cfg *Config) *apiError {
 	p := parserPool.Get()
 	defer parserPool.Put(p)
-	v, e := parseObject(p, body, cfg)
+	v, e := r.parseObject(p, body, cfg)
 	if e != nil {
 		return e
 	}
@@ -423,6 +435,15 @@ func (r *request) parseTokenize(body []byte, cfg *Config) *apiError {
 		return r.tokenizeMessages(v, true)
 	}
 	return r.tokenizePrompt(v)
+}
+
+// modelJSON returns the "model" of r's answers: the adapter's name for a LoRA request, as
+// vLLM's model_name(lora_request) gives, else the base model's. Valid while r is.
+func (r *request) modelJSON() []byte {
+	if r.lora != nil {
+		return r.lora.nameJSON
+	}
+	return r.e.modelJSON
 }
 
 // blocksFor returns the blocks that hold n tokens.

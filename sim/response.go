@@ -88,7 +88,7 @@ func (r *request) appendHead(dst []byte, object string) []byte {
 	dst = append(dst, `","created":`...)
 	dst = strconv.AppendInt(dst, r.created, 10)
 	dst = append(dst, `,"model":`...)
-	return append(dst, r.e.modelJSON...)
+	return append(dst, r.modelJSON()...)
 }
 
 // cachedTokens is usage's cached_tokens: the prompt tokens not computed here, except on an SGLang

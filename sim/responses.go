@@ -19,7 +19,7 @@ import (
 func (r *request) parseResponses(body []byte, cfg *Config) *apiError {
 	p := parserPool.Get()
 	defer parserPool.Put(p)
-	v, e := parseObject(p, body, cfg)
+	v, e := r.parseObject(p, body, cfg)
 	if e != nil {
 		return e
 	}
@@ -76,7 +76,7 @@ func (r *request) appendResponse(dst []byte, done bool) []byte {
 	dst = append(dst, `","object":"response","created_at":`...)
 	dst = strconv.AppendInt(dst, r.created, 10)
 	dst = append(dst, `,"model":`...)
-	dst = append(dst, r.e.modelJSON...)
+	dst = append(dst, r.modelJSON()...)
 	if !done {
 		return append(dst, `,"status":"in_progress","output":[],"usage":null}`...)
 	}

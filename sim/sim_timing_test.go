@@ -29,14 +29,14 @@ func BenchmarkBlockHashes4k(b *testing.B) {
 	var buf []byte
 	b.ReportAllocs()
 	for b.Loop() {
-		hashes, buf = appendBlockHashes(hashes[:0], buf, tokens, 16)
+		hashes, buf = appendBlockHashes(hashes[:0], buf, tokens, 16, "")
 	}
 	sinkInt = len(hashes)
 }
 
 func BenchmarkEncodeBlockStored(b *testing.B) {
 	tokens := make([]uint32, 256)
-	hashes, _ := appendBlockHashes(nil, nil, tokens, 16)
+	hashes, _ := appendBlockHashes(nil, nil, tokens, 16, "")
 	ev := storedEvent{hashes: hashes, tokens: tokens, blockSize: 16}
 	for _, era := range []Era{EraMap, EraPositional} {
 		b.Run(era.String(), func(b *testing.B) {
