@@ -19,8 +19,11 @@ type LoRAConfig struct {
 	// grows: k = ceil(in flight / ReplicaRequests), within the bounds above.
 	ReplicaRequests *int `toml:"replica_requests" json:"replica_requests,omitempty"`
 	// CoolSecs is how long an adapter's load must stay below its home set before the set shrinks by one
-	// replica, and how long a replica the gateway sent the adapter to counts as holding it.
+	// replica.
 	CoolSecs *float64 `toml:"cool_secs" json:"cool_secs,omitempty"`
+	// MaxLoRAs is the engines' adapter slots (vLLM's --max-loras) for an engine whose /metrics does not
+	// report them (max_lora of vllm:lora_requests_info).
+	MaxLoRAs *int `toml:"max_loras" json:"max_loras,omitempty"`
 	// DynamicLoRA makes the gateway load an adapter on its chosen replica, through vLLM's
 	// /v1/load_lora_adapter, when the replica does not list it in /v1/models; AdapterPath is the lora_path it
 	// sends, "{adapter}" replaced by the adapter's name.
@@ -38,9 +41,13 @@ const (
 	DefaultReplicaRequests = 8
 	DefaultLoRACoolSecs    = 30.0
 	DefaultLoRALoadSecs    = 60.0
+	// DefaultMaxLoRAs is vLLM's default --max-loras.
+	DefaultMaxLoRAs = 1
 	// MaxAdapters bounds the adapters of one route; MaxAdapterName their names' length in bytes.
-	MaxAdapters    = 1024
-	MaxAdapterName = 256
+	MaxAdapters = 1024
+	// MaxAdapterSlots bounds max_loras: the gateway remembers 16 adapters per engine.
+	MaxAdapterSlots = 16
+	MaxAdapterName  = 256
 	// AdapterPlaceholder is what AdapterPath's "{adapter}" is.
 	AdapterPlaceholder = "{adapter}"
 )
@@ -50,6 +57,7 @@ func (l *LoRAConfig) setDefaults() {
 	setInt(&l.MaxHomeReplicas, max(DefaultMaxHomeReplicas, *l.HomeReplicas))
 	setInt(&l.ReplicaRequests, DefaultReplicaRequests)
 	setFloat(&l.CoolSecs, DefaultLoRACoolSecs)
+	setInt(&l.MaxLoRAs, DefaultMaxLoRAs)
 	setFloat(&l.LoadTimeoutSecs, DefaultLoRALoadSecs)
 }
 

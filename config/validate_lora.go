@@ -54,6 +54,9 @@ func (v *validator) lora(key string, r *RouteConfig) {
 	if n := *l.ReplicaRequests; n < 1 {
 		v.addf(lk+".replica_requests", "replica_requests must be >= 1, got %d", n)
 	}
+	if n := *l.MaxLoRAs; n < 1 || n > MaxAdapterSlots {
+		v.addf(lk+".max_loras", "max_loras must be in 1..%d, got %d", MaxAdapterSlots, n)
+	}
 	if s := *l.CoolSecs; !(s > 0) || math.IsInf(s, 0) {
 		v.addf(lk+".cool_secs", "cool_secs must be > 0, got %v", s)
 	}

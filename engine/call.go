@@ -638,7 +638,7 @@ func (c *call) admit(t *Target) bool {
 	}
 	c.probe = probe
 	if lr := c.route.lora; lr != nil {
-		lr.sent(t.Index, c.pick.Now)
+		lr.sent(t, c.pick.Now)
 	}
 	return true
 }

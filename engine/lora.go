@@ -30,11 +30,13 @@ import (
 // loraRoute is the adapter side of an adapter route.
 type loraRoute struct {
 	adapter string
+	id      uint64 // the adapter in the engines' slot pictures (slotLRU)
 	base    string // the model of the route that names the adapter
 	// order lists the target indexes by rendezvous score, best first; rank[i] is target i's place in it.
 	order      []int
 	kMin, kMax int
 	per        int64 // replica_requests
+	slots      int   // max_loras: the engines' adapter slots when their /metrics does not say
 	cool       int64 // nanoseconds
 	dynamic    bool
 	path       string // lora_path of dynamic loads
@@ -59,8 +61,7 @@ type loraLive struct {
 type loraTarget struct {
 	_        [64]byte
 	inflight atomic.Int64 // this gateway's requests of the adapter in flight on the replica
-	sentAt   atomic.Int64 // unix nanoseconds when this gateway last sent it one
-	_        [48]byte
+	_        [56]byte
 	load     loader // dynamic loads (lora_load.go)
 }
 
@@ -71,7 +72,7 @@ func newLoRARoute(r *Route, rc *config.RouteConfig, prev *Route) *loraRoute {
 	l := rc.LoRA
 	n := len(r.Targets)
 	lr := &loraRoute{
-		adapter: rc.Model, base: rc.LoRABase,
+		adapter: rc.Model, base: rc.LoRABase, id: xxhash.Sum64String(rc.Model) | 1, slots: *l.MaxLoRAs,
 		kMin: min(*l.HomeReplicas, n), kMax: min(*l.MaxHomeReplicas, n),
 		per: int64(*l.ReplicaRequests), cool: int64(*l.CoolSecs * float64(time.Second)),
 		dynamic: l.DynamicLoRA, path: l.PathOf(rc.Model),
@@ -172,19 +173,29 @@ func (lr *loraRoute) current(now int64) int {
 	return lr.bound(lr.cooled(k, want, now))
 }
 
-// holds reports whether target i holds the adapter with room for a request: this gateway has requests of it
-// in flight there or sent it one within cool, or the engine reports it running; and the engine does not
-// report requests of it waiting for a slot.
+// holds reports whether target i holds the adapter with room for a request: the engine reports it running,
+// this gateway has requests of it in flight there, or it is among the engine's max_loras adapters this
+// gateway sent most recently (vLLM keeps those loaded); and the engine does not report requests of it
+// waiting for a slot.
 func (lr *loraRoute) holds(t *Target, i int, now int64) bool {
-	st := lr.targets[i]
 	a := t.Provider.adapters
 	if a != nil && a.waiting(lr.adapter, now) {
 		return false
 	}
-	if st.inflight.Load() > 0 || now-st.sentAt.Load() < lr.cool {
+	if lr.targets[i].inflight.Load() > 0 || t.Provider.loraSlots.holds(lr.id, lr.slotsOf(t, now)) {
 		return true
 	}
 	return a != nil && a.running(lr.adapter, now)
+}
+
+// slotsOf is target t's adapter slots: what its engine reports (max_lora), else the configured max_loras.
+func (lr *loraRoute) slotsOf(t *Target, now int64) int {
+	if a := t.Provider.adapters; a != nil {
+		if n, ok := a.slots(now); ok {
+			return min(n, lruEntries)
+		}
+	}
+	return lr.slots
 }
 
 // serves reports whether target t can serve the adapter: it lists it in /v1/models, the gateway can load it
@@ -234,9 +245,11 @@ func (lr *loraRoute) preview(r *Route, now int64) []int {
 	return out
 }
 
-// choose returns the home set of width k among the eligible targets: the holders first, then the rest in
-// rendezvous order, among the targets that can serve the adapter (all of them when none can: their lists may
-// be stale).
+// choose returns the home set of width k among the eligible targets that can serve the adapter (all of them
+// when none can: their lists may be stale): the holders first, in rendezvous order; then, while the set is
+// short, of the first max_home_replicas others in rendezvous order, the one whose next adapter to evict was
+// used least recently - a free slot first - so a new adapter displaces the fleet's coldest one rather than
+// a busy one, within a bounded set of replicas.
 func (lr *loraRoute) choose(targets []*Target, eligible uint64, k int, now int64) uint64 {
 	var able uint64
 	for i, t := range targets {
@@ -258,26 +271,39 @@ func (lr *loraRoute) choose(targets []*Target, eligible uint64, k int, now int64
 			n++
 		}
 	}
-	for _, i := range lr.order {
-		if n == k {
+	for n < k {
+		best, bestAge, seen := -1, int64(-1), 0
+		for _, i := range lr.order {
+			if able&(1<<i) == 0 {
+				continue
+			}
+			if seen++; seen > lr.kMax {
+				break
+			}
+			if set&(1<<i) != 0 {
+				continue
+			}
+			t := targets[i]
+			if age := t.Provider.loraSlots.victimAge(lr.slotsOf(t, now), now); age > bestAge {
+				best, bestAge = i, age
+			}
+		}
+		if best < 0 {
 			break
 		}
-		if able&(1<<i) != 0 && set&(1<<i) == 0 {
-			set |= 1 << i
-			n++
-		}
+		set |= 1 << best
+		n++
 	}
 	return set
 }
 
 // sent counts a request of the adapter going to target i; done, its end.
-func (lr *loraRoute) sent(i int, now int64) {
+func (lr *loraRoute) sent(t *Target, now int64) {
+	i := t.Index
 	st := lr.targets[i]
 	st.inflight.Add(1)
 	lr.live.inflight.Add(1)
-	if now-st.sentAt.Load() > int64(time.Millisecond) {
-		st.sentAt.Store(now)
-	}
+	t.Provider.loraSlots.touch(lr.id, now)
 }
 
 func (lr *loraRoute) done(i int) {

@@ -64,6 +64,7 @@ func TestLoRAHomeSetSameOnTwoGateways(t *testing.T) {
 	lora := "home_replicas = 2\nmax_home_replicas = 3\n"
 	a := startGateway(t, loraConfig("least_load", urls, []int{0, 1, 2, 3, 4, 5}, 8, lora))
 	b := startGateway(t, loraConfig("least_load", urls, []int{5, 3, 1, 0, 4, 2}, 8, lora))
+	// Before any traffic, both gateways give every adapter the same order and the same home set.
 	firsts := map[string]bool{}
 	for n := range 8 {
 		model := fmt.Sprintf("a%d", n)
@@ -74,20 +75,28 @@ func TestLoRAHomeSetSameOnTwoGateways(t *testing.T) {
 		if !slices.Equal(sa.Order, sb.Order) || !slices.Equal(sa.Home, sb.Home) {
 			t.Fatalf("%s: gateways disagree: order %v home %v, and order %v home %v", model, sa.Order, sa.Home, sb.Order, sb.Home)
 		}
-		if sa.K != 2 || len(sa.Home) != 2 || sa.Base != "base" || sa.Adapter != model {
+		if sa.K != 2 || !slices.Equal(sa.Home, sa.Order[:2]) || sa.Base != "base" || sa.Adapter != model {
 			t.Fatalf("%s: state %+v", model, sa)
 		}
 		firsts[sa.Order[0]] = true
-		// Every request of the adapter, through either gateway, lands in that home set.
+	}
+	// Requests of an adapter, through either gateway, land in the home set it shows, and stay on the
+	// replicas that hold the adapter: they are the set's first members from then on.
+	for n := range 8 {
+		model := fmt.Sprintf("a%d", n)
 		for _, g := range []*testGateway{a, b} {
 			for range 4 {
+				home := loraRouteState(t, g.g, model).LoRA.Home
 				resp, body := post(t, g.URL+"/v1/chat/completions", chatBody(model, "hello", false))
 				if resp.StatusCode != 200 {
 					t.Fatalf("%s: %d %s", model, resp.StatusCode, body)
 				}
-				if got := resp.Header.Get("x-rolter-target"); !slices.Contains(sa.Home, got) {
-					t.Fatalf("%s went to %s, not its home set %v", model, got, sa.Home)
+				if got := resp.Header.Get("x-rolter-target"); !slices.Contains(home, got) {
+					t.Fatalf("%s went to %s, not its home set %v", model, got, home)
 				}
+			}
+			if st := loraRouteState(t, g.g, model).LoRA; len(st.Holders) == 0 || !slices.Contains(st.Home, st.Holders[0]) {
+				t.Fatalf("%s: holders %v outside the home set %v", model, st.Holders, st.Home)
 			}
 		}
 	}

@@ -72,6 +72,9 @@ type Provider struct {
 	// [metrics_scrape] is on; admin is the client of its administration API (dynamic_lora's loads).
 	adapters *residency
 	admin    *fasthttp.HostClient
+	// loraSlots is the adapters this gateway sent the engine most recently (lora_slots.go); shared like
+	// inflight.
+	loraSlots *slotLRU
 
 	// set holds the provider's own metric series; registered while a published snapshot holds it.
 	set *telemetry.Set
@@ -145,9 +148,9 @@ func newProvider(pc *config.ProviderConfig, cfg *config.Config, env *buildEnv, p
 		adm: newAdmission(cfg.Queue), set: telemetry.NewSet(),
 	}
 	if prev != nil && prev.cfg.APIBase == pc.APIBase {
-		p.inflight, p.cache = prev.inflight, prev.cache
+		p.inflight, p.cache, p.loraSlots = prev.inflight, prev.cache, prev.loraSlots
 	} else {
-		p.inflight, p.cache = &new(paddedCounter).n, newCacheEpoch()
+		p.inflight, p.cache, p.loraSlots = &new(paddedCounter).n, newCacheEpoch(), &slotLRU{}
 	}
 	log := env.log
 	p.health = newProviderHealth(pc.Name, cfg, log, p.set)

@@ -24,6 +24,9 @@ type residency struct {
 func (r *residency) running(name string, now int64) bool { return r.a.Running(name, now, r.maxAge) }
 func (r *residency) waiting(name string, now int64) bool { return r.a.Waiting(name, now, r.maxAge) }
 
+// slots returns the engine's adapter slots (max_lora), when it reports them.
+func (r *residency) slots(now int64) (int, bool) { return r.a.MaxLoRA(now, r.maxAge) }
+
 // serves reports whether the engine can serve adapter name: it lists it, or its list is unknown.
 func (r *residency) serves(name string, now int64) bool {
 	known, listed, _ := r.listed(name, now)

@@ -61,6 +61,7 @@ func (rep *Report) Markdown(charts []string) string {
 	}
 
 	rep.Disagg.markdown(&b, rep.Options)
+	rep.LoRA.markdown(&b, rep.Options)
 
 	if len(charts) > 0 {
 		b.WriteString("\n## Charts\n\n")

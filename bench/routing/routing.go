@@ -53,6 +53,10 @@ type Options struct {
 	TransferPerBlock  time.Duration
 	DisaggConcurrency int
 	NoDisagg          bool
+	// NoLoRA leaves the many-adapter comparison out; LoRAParams are lines appended to its adapter-aware
+	// route's [routes.lora] (its defaults otherwise).
+	NoLoRA     bool
+	LoRAParams string
 	// Workloads, when set, replace Workload for the scenarios they name (tests use small
 	// ones).
 	Workloads map[string]loadtest.Workload
@@ -186,9 +190,11 @@ type Report struct {
 	Runs      []*Trial                     `json:"runs"`
 	Goals     []fleet.Goal                 `json:"goals"`
 	// Disagg is the disaggregated prefill/decode comparison (disagg.go); nil when not run.
-	Disagg  *DisaggReport `json:"disagg,omitempty"`
-	Started time.Time     `json:"started"`
-	Seconds float64       `json:"seconds"`
+	Disagg *DisaggReport `json:"disagg,omitempty"`
+	// LoRA is the many-adapter comparison (lora.go); nil when not run.
+	LoRA    *LoRAReport `json:"lora,omitempty"`
+	Started time.Time   `json:"started"`
+	Seconds float64     `json:"seconds"`
 	// DisaggSeconds is the time of a disaggregated comparison run alone into a loaded report (RunDisagg).
 	DisaggSeconds float64       `json:"disagg_seconds,omitempty"`
 	Machine       fleet.Machine `json:"machine"`
@@ -332,6 +338,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if !o.NoDisagg {
 		rep.Disagg = runDisagg(ctx, &o, log)
 	}
+	if !o.NoLoRA {
+		rep.LoRA = runLoRA(ctx, &o, log)
+	}
 	rep.Goals = goalsOf(rep)
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	return rep, ctx.Err()
@@ -414,6 +423,7 @@ func goalsOf(rep *Report) []fleet.Goal {
 		rep.preciseGoal(&g, scenario)
 	}
 	rep.Disagg.goals(&g)
+	rep.LoRA.goals(&g)
 	return g
 }
 

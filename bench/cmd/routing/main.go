@@ -39,7 +39,10 @@ func run() int {
 	flag.DurationVar(&o.TransferPerBlock, "transfer-per-block", 0, "disaggregated fleets: block pull time (default prefill-per-token)")
 	flag.IntVar(&o.DisaggConcurrency, "disagg-concurrency", 0, "disaggregated comparison: requests in flight (default 4 × max-num-seqs × 3/4)")
 	flag.BoolVar(&o.NoDisagg, "no-disagg", false, "leave the disaggregated prefill/decode comparison out")
+	flag.BoolVar(&o.NoLoRA, "no-lora", false, "leave the many-adapter LoRA comparison out")
+	flag.StringVar(&o.LoRAParams, "lora-params", "", "TOML lines appended to the adapter-aware route's [routes.lora], e.g. \"replica_requests = 16\"")
 	into := flag.String("disagg-into", "", "run only the disaggregated comparison and write it into this routing.json's report")
+	loraInto := flag.String("lora-into", "", "run only the many-adapter LoRA comparison and write it into this routing.json's report")
 	render := flag.String("render", "", "render the Markdown and charts again from this routing.json instead of running")
 	flag.Parse()
 	if *render != "" {
@@ -63,13 +66,20 @@ func run() int {
 	defer stop()
 	var rep *routing.Report
 	var err error
-	if *into != "" {
+	switch {
+	case *into != "":
 		if rep, err = routing.Load(*into); err != nil {
 			fmt.Fprintf(os.Stderr, "routing: %s\n", err)
 			return 1
 		}
 		err = routing.RunDisagg(ctx, rep, o)
-	} else {
+	case *loraInto != "":
+		if rep, err = routing.Load(*loraInto); err != nil {
+			fmt.Fprintf(os.Stderr, "routing: %s\n", err)
+			return 1
+		}
+		err = routing.RunLoRA(ctx, rep, o)
+	default:
 		rep, err = routing.Run(ctx, o)
 	}
 	if err != nil {
