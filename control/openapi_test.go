@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rolter-ai/rolter/engine"
 	"github.com/rolter-ai/rolter/internal/syncbuf"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -199,4 +201,41 @@ func (c *specChecker) operations() ([]specOperation, error) {
 func (c *specChecker) schema(name string, data []byte) (string, error) {
 	a, err := c.ask(specQuery{Schema: &specSchemaQuery{Name: name, Value: data}})
 	return a.Error, err
+}
+
+// TestOpenAPILoRAState: an adapter route's state, with every field of its lora object and of its targets'
+// adapters set, fits RouteState as the engine encodes it, and so do adapters with the optional fields left
+// out; a field the engine does not send does not fit.
+func TestOpenAPILoRAState(t *testing.T) {
+	check := spec(t)
+	slots := 2
+	route := engine.RouteState{Model: "sql", Strategy: "cache_aware", Decisions: map[string]uint64{"cache_hit": 1},
+		Targets: []engine.TargetState{
+			{Provider: "p", Model: "sql", Weight: 1, Eligible: true,
+				Adapters: &engine.AdapterState{Registered: []string{"chat", "sql"}, Running: []string{"sql"}, Waiting: []string{"chat"}, MaxLoRA: &slots}},
+			{Provider: "q", Model: "sql", Weight: 2, Eligible: true, Adapters: &engine.AdapterState{}},
+		},
+		LoRA: &engine.LoRAState{Adapter: "sql", Base: "llama", Order: []string{"q", "p"}, K: 1, KMin: 1, KMax: 2,
+			Home: []string{"p"}, Holders: []string{"p"}, Inflight: 3, Dynamic: true, Loads: 4, LoadFailures: 1}}
+	data, err := json.Marshal(route)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fits := func(what string, data []byte, want bool) {
+		t.Helper()
+		bad, err := check.schema("RouteState", data)
+		if err != nil {
+			t.Fatalf("%s: cannot check against openapi.json: %s", what, err)
+		}
+		if (bad == "") != want {
+			t.Fatalf("%s: fits RouteState %v, want %v (%s)\n%s", what, bad == "", want, bad, data)
+		}
+	}
+	fits("every field", data, true)
+	for _, field := range []string{`"adapter":"sql",`, `"holders":["p"],`, `,"load_failures":1`} {
+		fits("without "+field, []byte(strings.Replace(string(data), field, "", 1)), false)
+	}
+	fits("an unknown lora field", []byte(strings.Replace(string(data), `"dynamic":true`, `"dynamic":true,"slots":2`, 1)), false)
+	fits("an unknown adapters field", []byte(strings.Replace(string(data), `"max_lora":2`, `"max_lora":2,"loaded":[]`, 1)), false)
+	fits("null holders", []byte(strings.Replace(string(data), `"holders":["p"]`, `"holders":null`, 1)), false)
 }
