@@ -16,11 +16,15 @@ import (
 // targets are the base route's engines under the adapter's name, and its strategy ranks only the adapter's
 // home set (docs/routing/lora.md):
 //
-//  1. the replicas that hold the adapter with room for its requests - it runs there (the engine's
-//     vllm:lora_requests_info), this gateway has requests of it in flight there, or sent it there within
-//     cool_secs - and whose requests for it are not waiting for an adapter slot;
-//  2. then the adapter's rendezvous order, the same on every gateway: replicas ranked by a weighted hash of
-//     (adapter, provider name), so each adapter lands on few replicas and each replica serves few adapters;
+//  1. the replicas that hold the adapter - it runs there (the engine's vllm:lora_requests_info), this
+//     gateway has requests of it in flight there, or it is among the max_loras adapters this gateway sent
+//     there last, which vLLM keeps loaded - in the adapter's rendezvous order;
+//  2. then, while the set is short, one of the first max_home_replicas replicas of that order: the one
+//     where the adapter would displace the least: a free slot, else the idle adapter the engine would
+//     evict (its least recently used) with the lowest request rate here. The rendezvous order is a
+//     weighted hash of (adapter, provider name), the same on every gateway, so each adapter lands on few
+//     replicas and each replica serves few adapters, and a rarely used adapter takes the slot of another
+//     rarely used one rather than of a busy one.
 //
 // k of them, k growing with the adapter's requests in flight (one replica per replica_requests) between
 // home_replicas and max_home_replicas, and shrinking by one per cool_secs once the load is lower. A replica
@@ -54,7 +58,7 @@ type loraLive struct {
 	inflight atomic.Int64 // this gateway's requests of the adapter in flight
 	k        atomic.Int64 // the home set's width
 	needAt   atomic.Int64 // unix nanoseconds when the load last needed k replicas
-	_        [40]byte
+	rate     rateCount    // the adapter's requests here, decayed over cool_secs
 }
 
 // loraTarget is one replica's state for one adapter.
@@ -62,7 +66,8 @@ type loraTarget struct {
 	_        [64]byte
 	inflight atomic.Int64 // this gateway's requests of the adapter in flight on the replica
 	_        [56]byte
-	load     loader // dynamic loads (lora_load.go)
+	live     *loraLive // the adapter's, read by the placement of other adapters (slotLRU.victim)
+	load     loader    // dynamic loads (lora_load.go)
 }
 
 // newLoRARoute builds the adapter side of route r from its config; prev is the adapter route of the same
@@ -96,7 +101,7 @@ func newLoRARoute(r *Route, rc *config.RouteConfig, prev *Route) *loraRoute {
 				continue
 			}
 		}
-		lr.targets[i] = &loraTarget{}
+		lr.targets[i] = &loraTarget{live: lr.live}
 	}
 	lr.order = rendezvousOrder(rc.Model, r.Targets)
 	return lr
@@ -173,18 +178,15 @@ func (lr *loraRoute) current(now int64) int {
 	return lr.bound(lr.cooled(k, want, now))
 }
 
-// holds reports whether target i holds the adapter with room for a request: the engine reports it running,
-// this gateway has requests of it in flight there, or it is among the engine's max_loras adapters this
-// gateway sent most recently (vLLM keeps those loaded); and the engine does not report requests of it
-// waiting for a slot.
+// holds reports whether target i holds the adapter: the engine reports it running, this gateway has
+// requests of it in flight there, or it is among the engine's max_loras adapters this gateway sent most
+// recently (vLLM keeps those loaded). Requests of it waiting there are no reason to move it: vLLM's
+// waiting_lora_adapters counts requests queued for any cause, and the home set widens with the load.
 func (lr *loraRoute) holds(t *Target, i int, now int64) bool {
-	a := t.Provider.adapters
-	if a != nil && a.waiting(lr.adapter, now) {
-		return false
-	}
 	if lr.targets[i].inflight.Load() > 0 || t.Provider.loraSlots.holds(lr.id, lr.slotsOf(t, now)) {
 		return true
 	}
+	a := t.Provider.adapters
 	return a != nil && a.running(lr.adapter, now)
 }
 
@@ -247,9 +249,10 @@ func (lr *loraRoute) preview(r *Route, now int64) []int {
 
 // choose returns the home set of width k among the eligible targets that can serve the adapter (all of them
 // when none can: their lists may be stale): the holders first, in rendezvous order; then, while the set is
-// short, of the first max_home_replicas others in rendezvous order, the one whose next adapter to evict was
-// used least recently - a free slot first - so a new adapter displaces the fleet's coldest one rather than
-// a busy one, within a bounded set of replicas.
+// short, of the first max_home_replicas others in rendezvous order, the one where the adapter would
+// displace the least (slotLRU.victim): a free slot first, else the idle adapter with the lowest rate, the
+// longest idle of equals - so a new adapter takes the place of the fleet's coldest, within a bounded set of
+// replicas.
 func (lr *loraRoute) choose(targets []*Target, eligible uint64, k int, now int64) uint64 {
 	var able uint64
 	for i, t := range targets {
@@ -272,7 +275,8 @@ func (lr *loraRoute) choose(targets []*Target, eligible uint64, k int, now int64
 		}
 	}
 	for n < k {
-		best, bestAge, seen := -1, int64(-1), 0
+		best, seen := -1, 0
+		var bestV victim
 		for _, i := range lr.order {
 			if able&(1<<i) == 0 {
 				continue
@@ -284,8 +288,8 @@ func (lr *loraRoute) choose(targets []*Target, eligible uint64, k int, now int64
 				continue
 			}
 			t := targets[i]
-			if age := t.Provider.loraSlots.victimAge(lr.slotsOf(t, now), now); age > bestAge {
-				best, bestAge = i, age
+			if v := t.Provider.loraSlots.victim(lr.slotsOf(t, now), now, lr.cool); best < 0 || v.less(bestV) {
+				best, bestV = i, v
 			}
 		}
 		if best < 0 {
@@ -303,7 +307,8 @@ func (lr *loraRoute) sent(t *Target, now int64) {
 	st := lr.targets[i]
 	st.inflight.Add(1)
 	lr.live.inflight.Add(1)
-	t.Provider.loraSlots.touch(lr.id, now)
+	lr.live.rate.add(now, lr.cool)
+	t.Provider.loraSlots.touch(lr.id, st, now)
 }
 
 func (lr *loraRoute) done(i int) {

@@ -20,15 +20,17 @@ type slotLRU struct {
 }
 
 type lruEntry struct {
-	id atomic.Uint64 // the adapter (loraRoute.id), 0 for an empty entry
-	at atomic.Int64  // unix nanoseconds of its last send
+	id  atomic.Uint64              // the adapter (loraRoute.id), 0 for an empty entry
+	at  atomic.Int64               // unix nanoseconds of its last send
+	tgt atomic.Pointer[loraTarget] // the adapter's state on the engine: its requests in flight, its rate
 }
 
 // lruEntries bounds the adapters remembered per engine: more than any max_loras the picture is read with.
 const lruEntries = 16
 
-// touch records a send of adapter id at now, replacing the least recent entry when id has none.
-func (l *slotLRU) touch(id uint64, now int64) {
+// touch records a send of adapter id (its state tgt) at now, replacing the least recent entry when id has
+// none.
+func (l *slotLRU) touch(id uint64, tgt *loraTarget, now int64) {
 	oldest, oldAt := 0, int64(math.MaxInt64)
 	for i := range l.e {
 		e := &l.e[i]
@@ -44,6 +46,7 @@ func (l *slotLRU) touch(id uint64, now int64) {
 		}
 	}
 	e := &l.e[oldest]
+	e.tgt.Store(tgt)
 	e.id.Store(id)
 	e.at.Store(now)
 }
@@ -69,32 +72,66 @@ func (l *slotLRU) holds(id uint64, slots int) bool {
 	return newer < slots
 }
 
-// victimAge returns how long before now the adapter a new one would evict was last sent: the slots-th most
-// recent entry's age, or MaxInt64 when fewer than slots adapters are held (a slot is free).
-func (l *slotLRU) victimAge(slots int, now int64) int64 {
+// victim is what a new adapter sent to an engine would displace there.
+type victim struct {
+	free bool    // a slot is free
+	busy bool    // every slot's adapter has requests in flight: the request would wait for one
+	rate float64 // the displaced adapter's request rate (rateCount)
+	age  int64   // nanoseconds since it was last sent
+}
+
+// less reports whether v displaces less than w: a free slot, then an idle adapter of lower rate, then of
+// equal rate idle for longer; a busy engine last.
+func (v victim) less(w victim) bool {
+	switch {
+	case v.free != w.free:
+		return v.free
+	case v.busy != w.busy:
+		return w.busy
+	case v.rate != w.rate:
+		return v.rate < w.rate
+	}
+	return v.age > w.age
+}
+
+// victim returns what a new adapter would displace on an engine of slots adapter slots at now, tau being
+// the rate's time constant: vLLM evicts the least recently used adapter no running request uses, so, of the
+// slots most recent entries, the least recent without requests in flight.
+func (l *slotLRU) victim(slots int, now, tau int64) victim {
 	if slots <= 0 || slots > lruEntries {
 		slots = lruEntries
 	}
-	var ats [lruEntries]int64
+	type held struct {
+		at  int64
+		tgt *loraTarget
+	}
+	var hs [lruEntries]held
 	n := 0
 	for i := range l.e {
 		if l.e[i].id.Load() != 0 {
-			ats[n] = l.e[i].at.Load()
+			hs[n] = held{l.e[i].at.Load(), l.e[i].tgt.Load()}
 			n++
 		}
 	}
 	if n < slots {
-		return math.MaxInt64
+		return victim{free: true}
 	}
-	// The slots-th largest of n <= 16 values: a partial selection sort.
+	// The slots most recent of n <= 16 entries: a partial selection sort, newest first.
 	for i := range slots {
 		best := i
 		for j := i + 1; j < n; j++ {
-			if ats[j] > ats[best] {
+			if hs[j].at > hs[best].at {
 				best = j
 			}
 		}
-		ats[i], ats[best] = ats[best], ats[i]
+		hs[i], hs[best] = hs[best], hs[i]
 	}
-	return now - ats[slots-1]
+	for i := slots - 1; i >= 0; i-- {
+		t := hs[i].tgt
+		if t == nil || t.inflight.Load() > 0 {
+			continue
+		}
+		return victim{rate: t.live.rate.rate(now, tau), age: now - hs[i].at}
+	}
+	return victim{busy: true}
 }

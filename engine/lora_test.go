@@ -286,3 +286,64 @@ func TestLoRADynamicLoadFails(t *testing.T) {
 		t.Fatalf("state %+v", st)
 	}
 }
+
+// TestLoRAPlacementDisplacesTheColdest: an adapter no replica holds goes where it displaces the least - a
+// free slot, else the idle adapter of the lowest request rate, never one whose requests are running - as
+// long as the replica is among the adapter's first max_home_replicas, whatever its rendezvous order.
+func TestLoRAPlacementDisplacesTheColdest(t *testing.T) {
+	release := make(chan struct{})
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(b), "hold") {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		okJSON(w, r)
+	}
+	urls := []string{newFakeUpstream(t, handler).URL, newFakeUpstream(t, handler).URL}
+	g := startGateway(t, loraConfig("least_load", urls, []int{0, 1}, 4, "max_loras = 1\nmax_home_replicas = 2\n"))
+	send := func(adapter, text string) string {
+		t.Helper()
+		resp, body := post(t, g.URL+"/v1/chat/completions", chatBody(adapter, text, false))
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", adapter, resp.StatusCode, body)
+		}
+		return resp.Header.Get("x-rolter-target")
+	}
+	hot := send("a0", "x")
+	for range 9 {
+		if got := send("a0", "x"); got != hot {
+			t.Fatalf("a0 held on %s went to %s", hot, got)
+		}
+	}
+	cold := send("a1", "x") // the other replica's slot is free
+	if cold == hot {
+		t.Fatalf("a1 displaced a0 on %s with a free slot on the other replica", hot)
+	}
+	// Each replica's one slot holds an idle adapter: a2 displaces a1 (one request) rather than a0 (ten).
+	if got := send("a2", "x"); got != cold {
+		t.Fatalf("a2 went to %s, displacing a0 of ten requests, not a1 of one on %s", got, cold)
+	}
+	// With a request of a2 running on that replica its slot is taken: a3 displaces a0 instead.
+	done := make(chan string, 1)
+	go func() {
+		resp, err := testClient.Post(g.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("a2", "hold", false)))
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		resp.Body.Close()
+		done <- resp.Header.Get("x-rolter-target")
+	}()
+	waitFor(t, 5*time.Second, "a2's request in flight", func() bool { return loraRouteState(t, g.g, "a2").LoRA.Inflight == 1 })
+	if got := send("a3", "x"); got != hot {
+		t.Fatalf("a3 went to %s, where a2's request runs, not to %s", got, hot)
+	}
+	close(release)
+	if got := <-done; got != cold {
+		t.Fatalf("the held a2 request: %s", got)
+	}
+}

@@ -19,10 +19,8 @@ type residency struct {
 	models *telemetry.ModelsPoller
 }
 
-// running and waiting report whether the engine reports requests of adapter name running or waiting for an
-// adapter slot (false when unknown).
+// running reports whether the engine reports requests of adapter name running (false when unknown).
 func (r *residency) running(name string, now int64) bool { return r.a.Running(name, now, r.maxAge) }
-func (r *residency) waiting(name string, now int64) bool { return r.a.Waiting(name, now, r.maxAge) }
 
 // slots returns the engine's adapter slots (max_lora), when it reports them.
 func (r *residency) slots(now int64) (int, bool) { return r.a.MaxLoRA(now, r.maxAge) }

@@ -74,7 +74,18 @@ type LoRATrial struct {
 	QueriedTokens  uint64  `json:"engine_queried_tokens"`
 	Requests       uint64  `json:"engine_requests"`
 	EngineRequests []int   `json:"engine_requests_each"`
-	Seconds        float64 `json:"seconds"`
+	// Fewest is the fewest adapter loads any router could have made for the run's requests (beladyLoads
+	// over the fleet's slots pooled).
+	Fewest  uint64  `json:"fewest_loads"`
+	Seconds float64 `json:"seconds"`
+}
+
+// FewestPerK is Fewest per 1,000 requests of the plan.
+func (t *LoRATrial) FewestPerK(requests int) float64 {
+	if requests == 0 {
+		return 0
+	}
+	return loraLoadsPerK * float64(t.Fewest) / float64(requests)
 }
 
 // LoadsPerK is the adapter loads per 1,000 requests the engines served.
@@ -163,6 +174,11 @@ func runLoRAOne(ctx context.Context, o *Options, sc sim.Config, fl LoRAFleet, re
 		t.Error = err.Error()
 		return t
 	}
+	seq := make([]int, len(plan.Requests))
+	for i, r := range plan.Requests {
+		seq[i] = r.Group
+	}
+	t.Fewest = uint64(beladyLoads(seq, o.Engines*sc.MaxLoRAs))
 	f, err := fleet.StartLoRA(o.Engines, sc, LoRANames(loraAdapters), fl.Strategy, fl.Aware, o.LoRAParams, log)
 	if err != nil {
 		var ue *fleet.UnavailableError
@@ -282,7 +298,12 @@ func (d *LoRAReport) markdown(b *strings.Builder, o ReportOptions) {
 		loraAdapters*loraPerAdapter, loraZipfS, loraSystemTokens, loraQuestion, loraOutput, d.Concurrency)
 	b.WriteString("- **adapter-aware**: one route with `[routes.lora]` naming the adapters (default home sets: 1 to 4 replicas, one per 8 requests in flight), `cache_aware` within each adapter's home set;\n")
 	b.WriteString("- **round-robin**, **least-load**, **cache-aware**: each adapter a route of its own over every engine, as a gateway that knows adapters only as model names.\n\n")
-	b.WriteString("Loads = the engines' own count of adapters loaded into a slot; hit = their prefix-cache counters. The repeat with the median loads, its range in brackets:\n\n")
+	b.WriteString("Loads = the engines' own count of adapters loaded into a slot; hit = their prefix-cache counters. The repeat with the median loads, its range in brackets")
+	if t := d.Run(d.Fleets[0].Name); t != nil {
+		fmt.Fprintf(b, "; no router could load fewer than %.1f per 1,000 requests on that run's sequence (Belady's eviction over the fleet's %d slots as one pool, knowing every request to come)",
+			t.FewestPerK(loraAdapters*loraPerAdapter), o.Engines*d.MaxLoRAs)
+	}
+	b.WriteString(":\n\n")
 	b.WriteString("| router | strategy | loads / 1k requests | evictions | hit rate | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | req/s | errors |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, fl := range d.Fleets {
