@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,5 +124,51 @@ func TestAllocsAdapterRouteResidency(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(200, pick); a != 0 {
 		t.Fatalf("%v allocs per adapter pick with residency known", a)
+	}
+}
+
+// TestAllocsAdapterWholeRequest: a whole proxied request of an adapter route - home set, admission and its
+// accounting, dynamic_lora's check that the replica has the adapter - keeps the contract of
+// TestAllocsWholeRequest: at most one allocation, fasthttp's.
+func TestAllocsAdapterWholeRequest(t *testing.T) {
+	for _, lora := range []string{"", "dynamic_lora = true\nadapter_path = \"/l/{adapter}\"\n"} {
+		var loads atomic.Int64
+		hc := benchProxyExtra(t, func(ctx *fasthttp.RequestCtx) {
+			if string(ctx.Path()) == "/v1/load_lora_adapter" {
+				loads.Add(1)
+				ctx.SetBodyString("Success: LoRA adapter 'a0' added successfully.")
+				return
+			}
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(benchReply)
+		}, "[routes.lora]\nadapters = [\"a0\", \"a1\"]\n"+lora)
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.Header.SetMethod("POST")
+		req.SetRequestURI("http://gateway/v1/chat/completions")
+		req.Header.SetContentType("application/json")
+		req.SetBody([]byte(chatBody("a0", strings.Repeat("hello ", 100), false)))
+		do := func() {
+			if err := hc.Do(req, resp); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode() != 200 || len(resp.Body()) != len(benchReply) || string(resp.Header.Peek("x-rolter-target")) != "p0" {
+				t.Fatalf("status %d target %q body %q", resp.StatusCode(), resp.Header.Peek("x-rolter-target"), resp.Body())
+			}
+		}
+		for range 100 {
+			do()
+		}
+		if a := testing.AllocsPerRun(2000, do); a > 1 {
+			t.Fatalf("%q: %v allocs per whole adapter request, want at most 1 (fasthttp's body drain)", lora, a)
+		}
+		want := int64(0) // one load with dynamic_lora, the first request's
+		if lora != "" {
+			want = 1
+		}
+		if loads.Load() != want {
+			t.Fatalf("%q: %d loads, want %d", lora, loads.Load(), want)
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
 	}
 }
