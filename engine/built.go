@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/rolter-ai/rolter/config"
 )
@@ -136,6 +137,10 @@ func describeRoute(w func(string, ...any), s *Snapshot, r *Route) {
 			s.providers[t.Provider.Name] == t.Provider, t.Model, t.modelJSON, t.Weight, t.peerID)
 	}
 	w("  %s", describeStrategy(s, r, r.Strategy))
+	if lr := r.lora; lr != nil {
+		w("  lora: adapter=%s base=%s id=%x order=%v k=%d..%d per=%d slots=%d cool=%s dynamic=%t path=%q timeout=%s",
+			lr.adapter, lr.base, lr.id, lr.order, lr.kMin, lr.kMax, lr.per, lr.slots, time.Duration(lr.cool), lr.dynamic, lr.path, lr.timeout)
+	}
 	if pd := r.pd; pd != nil {
 		w("  disaggregation: sglang=%t threshold_bytes=%d bootstrap_port=%d", pd.sglang, pd.thresholdBytes, pd.bootstrapPort)
 		for _, t := range pd.decode {

@@ -256,6 +256,26 @@ prefill_threshold_tokens = 256
 [[routes.disaggregation.decode]]
 provider = "b"
 model = "up-d"
+
+[[routes]]
+model = "l"
+strategy = "least_load"
+[[routes.targets]]
+provider = "a"
+model = "up-l"
+[[routes.targets]]
+provider = "b"
+model = "up-l"
+[routes.lora]
+adapters = ["l-x", "l-y"]
+home_replicas = 1
+max_home_replicas = 2
+replica_requests = 4
+cool_secs = 10
+max_loras = 2
+dynamic_lora = true
+adapter_path = "/loras/{adapter}"
+load_timeout_secs = 20
 `, filepath.Join(dir, "trace.jsonl"), filepath.Join(dir, "access.log"), ps.connect, ps.replay, ps.bind)
 }
 
@@ -481,6 +501,31 @@ func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*conf
 		"routes.disaggregation.bootstrap_port":           func(c *config.Config) { route(c, "pd").Disaggregation.BootstrapPort = ptr(9000) },
 		"routes.shadow": func(c *config.Config) {
 			route(c, "c").Shadow = &config.ShadowConfig{Strategies: []string{"pipeline", "precise_cache_aware"}}
+		},
+		"routes.lora": func(c *config.Config) {
+			route(c, "h").LoRA = &config.LoRAConfig{Adapters: []string{"h-x"}, HomeReplicas: ptr(1), MaxHomeReplicas: ptr(2),
+				ReplicaRequests: ptr(8), CoolSecs: ptr(30.0), MaxLoRAs: ptr(1), LoadTimeoutSecs: ptr(60.0)}
+		},
+		"routes.lora.adapters": func(c *config.Config) {
+			l := route(c, "l").LoRA
+			l.Adapters = append(l.Adapters, "l-z")
+		},
+		"routes.lora.home_replicas":     func(c *config.Config) { route(c, "l").LoRA.HomeReplicas = ptr(2) },
+		"routes.lora.max_home_replicas": func(c *config.Config) { route(c, "l").LoRA.MaxHomeReplicas = ptr(1) },
+		"routes.lora.replica_requests":  func(c *config.Config) { route(c, "l").LoRA.ReplicaRequests = ptr(5) },
+		"routes.lora.cool_secs":         func(c *config.Config) { route(c, "l").LoRA.CoolSecs = ptr(11.0) },
+		"routes.lora.max_loras":         func(c *config.Config) { route(c, "l").LoRA.MaxLoRAs = ptr(3) },
+		"routes.lora.dynamic_lora": func(c *config.Config) {
+			l := route(c, "l").LoRA
+			l.DynamicLoRA, l.AdapterPath = false, ""
+		},
+		"routes.lora.adapter_path":      func(c *config.Config) { route(c, "l").LoRA.AdapterPath = "/l2/{adapter}" },
+		"routes.lora.load_timeout_secs": func(c *config.Config) { route(c, "l").LoRA.LoadTimeoutSecs = ptr(21.0) },
+		// Set by ServedRoutes on the routes it makes for adapters, never by a config: the adapter routes change
+		// with routes.lora.adapters.
+		"routes.LoRABase": func(c *config.Config) {
+			l := route(c, "l").LoRA
+			l.Adapters = l.Adapters[:1]
 		},
 		"routes.Org":        func(c *config.Config) { route(c, "c").Org = "org_2" },
 		"routes.Discovered": func(c *config.Config) { route(c, "c").Discovered = []string{"pool"} },

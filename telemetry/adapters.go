@@ -59,7 +59,7 @@ func (a *Adapters) StoreBatch(s LoRASample, now int64) {
 // calls it at once.
 func (a *Adapters) InvalidateBatch() { a.batch.Store(nil) }
 
-// StoreModels records the model list of a successful poll taken at now (unix nanoseconds). The
+// StoreModels records the model list of a successful poll sent at now (unix nanoseconds). The
 // Adapters keeps m's slices; the caller must not modify them afterwards.
 func (a *Adapters) StoreModels(m ModelList, now int64) {
 	v := &modelsView{at: now, registered: make(map[string]struct{}, len(m.Adapters))}

@@ -194,7 +194,9 @@ func (mp *ModelsPoller) handle(body []byte) error {
 	if err != nil {
 		return fmt.Errorf("cannot read model list from %q: %w", mp.p.url, err)
 	}
-	mp.adapters.StoreModels(ml, time.Now().UnixNano())
+	// Stamped with the poll's send time: a list sent before an adapter was loaded, and received after,
+	// must not look newer than the load (the gateway would take the adapter for unloaded).
+	mp.adapters.StoreModels(ml, mp.p.sent.UnixNano())
 	return nil
 }
 

@@ -81,6 +81,9 @@ type poller struct {
 	req     fasthttp.Request
 	resp    fasthttp.Response
 	failing bool
+	// sent is when the poll in flight was sent: what its answer says held at some time after it, so a
+	// handler stamps what it stores with sent, not with when the answer arrived.
+	sent time.Time
 }
 
 func newPoller(cfg pollerConfig) *poller {
@@ -169,6 +172,7 @@ func (p *poller) pollOnce() {
 		return
 	}
 	start := time.Now()
+	p.sent = start
 	err := p.fetch()
 	p.lastDuration.Store(int64(time.Since(start)))
 	if err == nil {
