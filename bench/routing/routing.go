@@ -57,6 +57,8 @@ type Options struct {
 	// route's [routes.lora] (its defaults otherwise).
 	NoLoRA     bool
 	LoRAParams string
+	// LoRAWorkloads are the many-adapter workloads (default LoRAWorkloads).
+	LoRAWorkloads []LoRAWorkload
 	// Workloads, when set, replace Workload for the scenarios they name (tests use small
 	// ones).
 	Workloads map[string]loadtest.Workload
@@ -81,6 +83,9 @@ func (o *Options) Normalize() {
 	}
 	if o.Strategies == nil {
 		o.Strategies = fleet.Strategies
+	}
+	if o.LoRAWorkloads == nil {
+		o.LoRAWorkloads = LoRAWorkloads
 	}
 	if o.Scenarios == nil {
 		o.Scenarios = Scenarios

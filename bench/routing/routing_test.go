@@ -26,9 +26,18 @@ func TestRoutingTiny(t *testing.T) {
 		Scenarios:  []string{loadtest.SharedPrefix, loadtest.HotPrefix},
 		Workloads:  map[string]loadtest.Workload{loadtest.SharedPrefix: w, loadtest.HotPrefix: hot},
 		RunTimeout: 30 * time.Second, Repeats: 2,
+		LoRAWorkloads: []LoRAWorkload{{Name: "tiny", Adapters: 6, ZipfS: 1.5, PerAdapter: 4, System: 48, Question: 4, Output: 2}},
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rep.LoRA == nil || len(rep.LoRA.Trials) != 2*len(LoRAFleets) {
+		t.Fatalf("lora trials: %+v", rep.LoRA)
+	}
+	for _, tr := range rep.LoRA.Trials {
+		if !tr.ok() || tr.Requests != 24 || tr.Loads == 0 || tr.Fewest == 0 || tr.Fewest > tr.Loads {
+			t.Fatalf("lora trial %s #%d: error %q, %d requests, %d loads, fewest %d", tr.Fleet, tr.Repeat, tr.Error, tr.Requests, tr.Loads, tr.Fewest)
+		}
 	}
 	if len(rep.Runs) != 12 {
 		t.Fatalf("%d runs, want 12 (2 repeats × 2 scenarios × 3 strategies)", len(rep.Runs))

@@ -90,7 +90,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "routing: %s\n", werr)
 		return 1
 	}
-	fmt.Printf("routing report (%.0f s): %s\n", max(rep.Seconds, rep.DisaggSeconds), strings.Join(files, " "))
+	fmt.Printf("routing report (%.0f s): %s\n", max(rep.Seconds, rep.DisaggSeconds, rep.LoRASeconds()), strings.Join(files, " "))
 	for _, g := range rep.Goals {
 		fmt.Printf("  %-4s %s: %s (target %s)\n", g.Verdict, g.Name, g.Measured, g.Target)
 	}
