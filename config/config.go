@@ -30,6 +30,7 @@ type Config struct {
 	Trace         TraceConfig      `toml:"trace" json:"trace"`
 	Log           accesslog.Config `toml:"log" json:"log"`
 	Tracing       tracing.Config   `toml:"tracing" json:"tracing"`
+	Limits        LimitsConfig     `toml:"limits" json:"limits"`
 
 	// File is the path the config was read from ("" for in-memory configs); used in error messages.
 	File string `toml:"-" json:"-"`
@@ -38,6 +39,15 @@ type Config struct {
 	// SHA-256(KeyPepper || secret). Set by the control plane, never by the file.
 	Keys      []DataKey `toml:"-" json:"-"`
 	KeyPepper [32]byte  `toml:"-" json:"-"`
+	// OrgLimits are the limits the control plane set on orgs, by org id: their own (Org) and the default of
+	// their keys (Keys). An org absent here has the file's [limits].
+	OrgLimits map[string]OrgLimits `toml:"-" json:"-"`
+}
+
+// OrgLimits are an org's limits as the control plane sets them; nil for none of its own.
+type OrgLimits struct {
+	Org  *Limits
+	Keys *Limits
 }
 
 // ServerConfig is the data-plane listener.
@@ -89,6 +99,10 @@ const maxSessionHeaders = 8
 type DataKey struct {
 	Org  string
 	Hash [32]byte
+	// ID is the key's id (its usage and metrics name it); Limits its own limits, nil for its org's key
+	// default.
+	ID     string
+	Limits *Limits
 }
 
 // ControlConfig is [control]: the control plane's own listener, its store, and where the superadmin token

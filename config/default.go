@@ -70,6 +70,10 @@ const (
 // and gets its defaults here. Only zero values are filled, so setting the defaults of a config that has
 // them changes nothing: the engine's Reload sets them again on a config Parse returned.
 func (cfg *Config) SetDefaults() {
+	if cfg.Limits.DefaultMaxTokens == nil {
+		n := int64(DefaultMaxTokensReserved)
+		cfg.Limits.DefaultMaxTokens = &n
+	}
 	cfg.Log.SetDefaults()
 	cfg.Tracing.SetDefaults()
 	for i := range cfg.Providers {
