@@ -30,6 +30,9 @@ type Info struct {
 	// bits): where a gateway appends members of its own, found in the same pass.
 	End, Members int
 	Overrides    uint8
+	// MaxTokens is the last "max_tokens", "max_completion_tokens" or "max_output_tokens" value that is a
+	// non-negative JSON integer (up to 2^53), else 0: the most the answer may generate.
+	MaxTokens int64
 }
 
 // The top-level keys a prefill request of vLLM's disaggregation protocol overrides when the body has them,
@@ -157,6 +160,14 @@ func (s *Scanner) Scan(body []byte, ep Endpoint, keyDst []byte, info *Info) *Err
 				case "stream":
 					i = s.skip(v, 1)
 					info.Stream = i-v == 4 && body[v] == 't'
+				case "max_tokens", "max_completion_tokens", "max_output_tokens":
+					i = s.skip(v, 1)
+					if n, ok := jsonCount(body[v:max(i, v)]); ok {
+						info.MaxTokens = n
+					}
+					if len(name) >= len("min_tokens") {
+						info.Overrides |= override(name)
+					}
 				case promptField[ep]:
 					i = s.segment(&s.main, &s.sys, v, ep)
 				case systemField[ep]:
@@ -515,4 +526,19 @@ func (s *Scanner) scalar(i int) int {
 		return s.fail("integer with more than 4300 digits", start)
 	}
 	return i
+}
+
+// jsonCount reads b, a JSON value, as a non-negative integer of at most 2^53 (written without a fraction
+// or exponent); ok is false for anything else.
+func jsonCount(b []byte) (n int64, ok bool) {
+	if len(b) == 0 || len(b) > 16 || len(b) > 1 && b[0] == '0' {
+		return 0, false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, n <= 1<<53
 }

@@ -328,6 +328,35 @@ func TestScanRequestStream(t *testing.T) {
 	f(`{"model":"m","x":{"stream":true}}`, false)
 }
 
+// TestScanRequestMaxTokens: the last max_tokens, max_completion_tokens or max_output_tokens that is a
+// plain non-negative integer is the answer's bound; any other value is none.
+func TestScanRequestMaxTokens(t *testing.T) {
+	f := func(body string, want int64) {
+		t.Helper()
+		var s Scanner
+		var info Info
+		if e := s.Scan([]byte(body), Chat, nil, &info); e != nil {
+			t.Fatalf("scan(%q): %s", body, e.Message)
+		}
+		if info.MaxTokens != want {
+			t.Fatalf("scan(%q): max tokens %d, want %d", body, info.MaxTokens, want)
+		}
+	}
+	f(`{"model":"m"}`, 0)
+	f(`{"model":"m","max_tokens":256}`, 256)
+	f(`{"model":"m","max_completion_tokens": 17 }`, 17)
+	f(`{"model":"m","max_output_tokens":0}`, 0)
+	f(`{"model":"m","max_tokens":12,"max_completion_tokens":99}`, 99)
+	f(`{"model":"m","max_tok\u0065ns":42}`, 42)
+	f(`{"model":"m","max_tokens":-1}`, 0)
+	f(`{"model":"m","max_tokens":1.5}`, 0)
+	f(`{"model":"m","max_tokens":1e3}`, 0)
+	f(`{"model":"m","max_tokens":"100"}`, 0)
+	f(`{"model":"m","max_tokens":9007199254740993}`, 0)
+	f(`{"model":"m","max_tokens":null}`, 0)
+	f(`{"model":"m","x":{"max_tokens":5}}`, 0)
+}
+
 // promptKeyCases are bodies with the prompt key each gives. The ones before "new:" are the cases the earlier
 // (fastjson-based) implementation was tested on; the key is unchanged on them.
 func promptKeyCases(f func(body string, ep Endpoint, want string)) {
