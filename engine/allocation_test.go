@@ -314,3 +314,27 @@ func TestAllocsDisaggregatedRequest(t *testing.T) {
 		t.Fatalf("%d prefill and %d decode requests; want as many of each", p, d)
 	}
 }
+
+// TestAllocsLimitedKey: a keyed request under its key's, model's and org's limits - the reservation, the
+// rate-limit headers and the settlement - allocates nothing more than one without.
+func TestAllocsLimitedKey(t *testing.T) {
+	g, ctx := limitedCall(t, true)
+	c := g.acquireCall(g.acquireSnapshot())
+	if e := readAndPrepare(c, ctx); e != nil || !c.limited {
+		t.Fatalf("limited request: %v, limited %v", e, c.limited)
+	}
+	c.settleLimits()
+	if a := testing.AllocsPerRun(200, func() {
+		c.route = nil
+		if e := readAndPrepare(c, ctx); e != nil {
+			t.Fatal(e.message)
+		}
+		c.limitHeaders(&ctx.Response.Header)
+		c.settleLimits()
+	}); a != 0 {
+		t.Fatalf("%v allocs per limited request", a)
+	}
+	if ctx.Response.Header.Peek("X-Ratelimit-Remaining-Tokens") == nil {
+		t.Fatal("no rate-limit headers")
+	}
+}

@@ -42,12 +42,18 @@ func (g *Gateway) Built() string {
 	}
 	w("pepper: %s", digest(string(s.pepper[:])))
 	var keys []string
-	for h, org := range s.keys {
-		keys = append(keys, org+":"+hex.EncodeToString(h[:8]))
+	for h, k := range s.keys {
+		keys = append(keys, k.org+":"+k.id+":"+hex.EncodeToString(h[:8])+":"+k.lim.describe())
 	}
 	slices.Sort(keys)
 	w("keys: %s", strings.Join(keys, " "))
 	w("org models: %s", strings.Join(slices.Sorted(maps.Keys(s.orgModels)), " "))
+	var orgLimits []string
+	for org, l := range s.orgLimits {
+		orgLimits = append(orgLimits, org+":"+l.describe())
+	}
+	slices.Sort(orgLimits)
+	w("org limits: %s; default max_tokens %d", strings.Join(orgLimits, " "), s.defaultMaxTokens)
 	if c := g.capture.Load(); c != nil {
 		salt := "random"
 		if c.cfg.SaltEnv != "" {

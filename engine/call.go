@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"github.com/rolter-ai/rolter/limits"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -64,6 +65,12 @@ type call struct {
 	spill    uint64
 	decision Decision
 	retries  int
+	// lim is what the request holds of its key's and org's limits, limited whether it holds anything to
+	// settle, limPrompt its prompt's estimated tokens, events the stream events the client got (limits.go).
+	lim       limits.Reservation
+	limited   bool
+	limPrompt int64
+	events    int64
 	// failingOpen: no target was eligible; the ranking is every target, least bad first.
 	failingOpen bool
 	// probe: the current attempt is a half-open breaker probe.
@@ -356,21 +363,30 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 	if r.keyed {
 		// The route's org has data-plane keys: the request needs one of them. Another org's key finds no
 		// such model (404, as for one that does not exist); the key itself never goes upstream.
-		org, ok, scratch := c.snap.keyOrg(c.hdr.authorization, c.authBuf)
+		k, scratch := c.snap.key(c.hdr.authorization, c.authBuf)
 		c.authBuf = scratch
-		if !ok {
+		if k == nil {
 			return invalidKey()
 		}
-		if org != r.org {
+		if k.org != r.org {
 			return modelNotFound(info.Model)
 		}
 		c.stripAuth = true
+		if e := c.limit(k, info.Model, info.MaxTokens); e != nil {
+			return e
+		}
 	} else if len(c.hdr.authorization) > 0 && len(c.snap.keys) > 0 {
 		// A public route passes the client's Authorization to an engine without api_key_env (it may be
-		// the engine's own key), but a data-plane key is the gateway's secret: it never goes upstream.
-		var ok bool
-		_, ok, c.authBuf = c.snap.keyOrg(c.hdr.authorization, c.authBuf)
-		c.stripAuth = ok
+		// the engine's own key), but a data-plane key is the gateway's secret: it never goes upstream. The
+		// key's limits hold on every route.
+		var k *dataKey
+		k, c.authBuf = c.snap.key(c.hdr.authorization, c.authBuf)
+		c.stripAuth = k != nil
+		if k != nil {
+			if e := c.limit(k, info.Model, info.MaxTokens); e != nil {
+				return e
+			}
+		}
 	}
 	if len(r.Targets) == 0 {
 		return noEndpoints(r)
@@ -492,6 +508,8 @@ func (c *call) release() {
 	c.pick = Pick{}
 	c.hdr = reqHeaders{}
 	c.tried, c.nOrder, c.retries, c.spill = 0, 0, 0, 0
+	c.lim.Reset()
+	c.limited, c.limPrompt, c.events = false, 0, 0
 	c.conn, c.bodyStream = nil, nil
 	c.status, c.sse, c.gotFirst, c.upstreamDone = 0, false, false, false
 	c.streamFail, c.pendingErr, c.pending = failNone, nil, nil
@@ -761,6 +779,7 @@ const maxPooledBuf = 1 << 20
 // gateway's refusals), the routing evidence (reuse, the routing trace, the shadow strategies), the access-log
 // line and the span, and gives the call back.
 func (c *call) finish(status int) {
+	c.settleLimits()
 	switch {
 	case c.target != nil:
 		if status >= 200 && status < 300 {

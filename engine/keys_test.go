@@ -12,7 +12,7 @@ import (
 
 // keyedConfig is a config with a public route "pub" and two org routes, "m1" (org1) and "m2" (org2), each
 // org with one data-plane key.
-func keyedConfig(t *testing.T, url string) *config.Config {
+func keyedConfig(t testing.TB, url string) *config.Config {
 	t.Helper()
 	text := gatewayConfig("round_robin", "", url)
 	for _, m := range []string{"m1", "m2", "pub"} {

@@ -411,6 +411,7 @@ var reasonBytes = func() (b [numReasons][]byte) {
 func (c *call) answerHeaders(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Response.Header
 	h.SetCanonical(hdrRequestID, c.reqID)
+	c.limitHeaders(h)
 	if !c.snap.cfg.Server.ExposeDecisionHeaders || c.route == nil {
 		return
 	}

@@ -687,6 +687,19 @@ func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*conf
 			c.Keys = append(c.Keys, config.DataKey{Org: "org_1", Hash: sha256.Sum256([]byte("key two"))})
 		},
 		"KeyPepper": func(c *config.Config) { c.KeyPepper = [32]byte{2} },
+
+		"limits.org.rpm":            func(c *config.Config) { c.Limits.Org.RPM = 100 },
+		"limits.org.tpm":            func(c *config.Config) { c.Limits.Org.TPM = 1000 },
+		"limits.org.concurrent":     func(c *config.Config) { c.Limits.Org.Concurrent = 5 },
+		"limits.org.models":         func(c *config.Config) { c.Limits.Org.Models = map[string]config.ModelLimits{"m": {RPM: 3}} },
+		"limits.key.rpm":            func(c *config.Config) { c.Limits.Key.RPM = 10 },
+		"limits.key.tpm":            func(c *config.Config) { c.Limits.Key.TPM = 500 },
+		"limits.key.concurrent":     func(c *config.Config) { c.Limits.Key.Concurrent = 2 },
+		"limits.key.models":         func(c *config.Config) { c.Limits.Key.Models = map[string]config.ModelLimits{"m": {TPM: 30}} },
+		"limits.default_max_tokens": func(c *config.Config) { c.Limits.DefaultMaxTokens = ptr(int64(77)) },
+		"OrgLimits": func(c *config.Config) {
+			c.OrgLimits = map[string]config.OrgLimits{"org_1": {Org: &config.Limits{RPM: 9}, Keys: &config.Limits{TPM: 99}}}
+		},
 	}
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"crypto/sha256"
 	"fmt"
+	"github.com/rolter-ai/rolter/limits"
 	"io"
 	"runtime/debug"
 	"slices"
@@ -49,9 +50,15 @@ type Snapshot struct {
 	kv map[string]*kvSource
 	// keys maps the keyed hash of each data-plane key to its org; pepper is the key of that hash.
 	// orgModels are the /v1/models bodies a key of each org sees (its routes and the public ones).
-	keys      map[[32]byte]string
-	pepper    [32]byte
-	orgModels map[string][]byte
+	keys   map[[32]byte]*dataKey
+	pepper [32]byte
+	// orgLimits are the orgs' limits by org id (nil: none), scopes every limit scope by its subject and
+	// limits (carried over a reload), defaultMaxTokens the completion a request without max_tokens reserves
+	// (limits.go).
+	orgLimits        map[string]*scopeSet
+	scopes           map[string]*limits.Scope
+	defaultMaxTokens int64
+	orgModels        map[string][]byte
 	// orgLabels maps the route and target label values (escaped, unquoted) of the orgs' routes and
 	// providers to their org: the anonymous /metrics leaves their series out (WriteMetrics).
 	orgLabels map[string]string
@@ -129,13 +136,21 @@ func (s *Snapshot) route(model []byte) *Route { return s.routes[string(model)] }
 // scratch for the hash input (it returns it, grown, for reuse). ok is false for a missing or unknown key.
 // It does not allocate once scratch has room.
 func (s *Snapshot) keyOrg(auth, scratch []byte) (org string, ok bool, _ []byte) {
-	const bearer = "bearer "
-	if len(auth) <= len(bearer) || !equalFold(auth[:len(bearer)], bearer) || len(s.keys) == 0 {
+	k, scratch := s.key(auth, scratch)
+	if k == nil {
 		return "", false, scratch
 	}
+	return k.org, true, scratch
+}
+
+// key returns the data-plane key of an Authorization header value, or nil, as keyOrg.
+func (s *Snapshot) key(auth, scratch []byte) (*dataKey, []byte) {
+	const bearer = "bearer "
+	if len(auth) <= len(bearer) || !equalFold(auth[:len(bearer)], bearer) || len(s.keys) == 0 {
+		return nil, scratch
+	}
 	scratch = append(append(scratch[:0], s.pepper[:]...), auth[len(bearer):]...)
-	org, ok = s.keys[sha256.Sum256(scratch)]
-	return org, ok, scratch
+	return s.keys[sha256.Sum256(scratch)], scratch
 }
 
 // Config returns the snapshot's config. It must not be modified.
@@ -369,10 +384,7 @@ func (g *Gateway) buildSnapshot(cfg *config.Config, prev *Snapshot) (_ *Snapshot
 	}
 	sort.Slice(s.Routes, func(a, b int) bool { return s.Routes[a].Model < s.Routes[b].Model })
 	s.pepper = cfg.KeyPepper
-	s.keys = make(map[[32]byte]string, len(cfg.Keys))
-	for _, k := range cfg.Keys {
-		s.keys[k.Hash] = k.Org
-	}
+	s.buildLimits(cfg, prev)
 	created := time.Now().Unix()
 	var public []*Route
 	byOrg := map[string][]*Route{}

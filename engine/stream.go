@@ -30,6 +30,7 @@ func (c *call) Read(p []byte) (int, error) {
 		c.bytesOut += int64(n)
 		c.keepTail(p[:n])
 		c.usage.feed(p[:n])
+		c.countEvents(p[:n])
 		return n, nil
 	}
 	if len(c.pending) > 0 {
@@ -57,6 +58,7 @@ func (c *call) Read(p []byte) (int, error) {
 		c.bytesOut += int64(n)
 		c.keepTail(p[:n])
 		c.usage.feed(p[:n])
+		c.countEvents(p[:n])
 		if err != nil && err != io.EOF {
 			c.pendingErr = err
 		} else if err == io.EOF {
