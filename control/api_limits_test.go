@@ -292,3 +292,49 @@ func TestFleetLimitsReachEveryGateway(t *testing.T) {
 		})
 	}
 }
+
+// TestAPILimitsApplyFailed: limits the gateway refuses are answered 422 and taken back out of the store:
+// the org's and the key's limits before the change are stored and served again.
+func TestAPILimitsApplyFailed(t *testing.T) {
+	e := newEnv(t, "")
+	a := e.mkOrg("a")
+	_, id := e.mkKey(a, rootToken)
+	want(t, e.su("PUT", "/api/v1/orgs/"+a+"/limits", map[string]any{"limits": map[string]any{"rpm": 10}}), 200, "")
+	want(t, e.su("PUT", "/api/v1/orgs/"+a+"/keys/"+id+"/limits", map[string]any{"limits": map[string]any{"tpm": 10}}), 200, "")
+	refuse := func(cfg *config.Config) error {
+		if ol := cfg.OrgLimits[a]; ol.Org != nil && ol.Org.RPM == 7 {
+			return fmt.Errorf("refusing rpm 7")
+		}
+		for _, k := range cfg.Keys {
+			if k.ID == id && k.Limits != nil && k.Limits.TPM == 7 {
+				return fmt.Errorf("refusing tpm 7")
+			}
+		}
+		return nil
+	}
+	e.refuse.Store(&refuse)
+
+	want(t, e.su("PUT", "/api/v1/orgs/"+a+"/limits", map[string]any{"limits": map[string]any{"rpm": 7}}), 422, "apply_failed", "refusing rpm 7", "the store was put back")
+	var v orgLimitsView
+	if e.su("GET", "/api/v1/orgs/"+a+"/limits", nil).json(t, &v); v.Limits == nil || v.Limits.RPM != 10 || v.KeyLimits != nil {
+		t.Fatalf("org limits after a refused change %+v", v)
+	}
+	if ol, _ := e.servedOrgLimits(a); ol.Org == nil || ol.Org.RPM != 10 {
+		t.Fatalf("served org limits %+v", ol)
+	}
+
+	want(t, e.su("PUT", "/api/v1/orgs/"+a+"/keys/"+id+"/limits", map[string]any{"limits": map[string]any{"tpm": 7}}), 422, "apply_failed", "refusing tpm 7", "the store was put back")
+	var k keyView
+	if e.su("GET", "/api/v1/orgs/"+a+"/keys/"+id, nil).json(t, &k); k.Limits == nil || k.Limits.TPM != 10 {
+		t.Fatalf("key limits after a refused change %+v", k.Limits)
+	}
+	if dk, _ := e.servedKey(id); dk.Limits == nil || dk.Limits.TPM != 10 {
+		t.Fatalf("served key limits %+v", dk.Limits)
+	}
+	// The refused change and its undoing are both in the audit log, the undoing last.
+	var l list[auditView]
+	e.su("GET", "/api/v1/orgs/"+a+"/audit?limit=2", nil).json(t, &l)
+	if len(l.Data) != 2 || l.Data[0].Detail != `limits {"tpm":10}` || l.Data[1].Detail != `limits {"tpm":7}` {
+		t.Fatalf("audit %+v", l.Data)
+	}
+}

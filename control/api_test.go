@@ -224,10 +224,17 @@ type env struct {
 	secretsKey []byte
 	// served is the config the control plane last applied to the gateway.
 	served atomic.Pointer[config.Config]
+	// refuse, when set, is asked first by apply: an error refuses the config as the gateway would.
+	refuse atomic.Pointer[func(*config.Config) error]
 }
 
 // apply is the control plane's Apply: it serves cfg on the gateway and keeps it in e.served.
 func (e *env) apply(cfg *config.Config) error {
+	if f := e.refuse.Load(); f != nil {
+		if err := (*f)(cfg); err != nil {
+			return err
+		}
+	}
 	if err := e.gw.Reload(cfg); err != nil {
 		return err
 	}
