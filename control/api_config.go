@@ -597,7 +597,7 @@ func (s *Server) applyFailed(org string, err, undo error) error {
 		s.log.Error("cannot take a refused change back out of the store", "org", org, "error", undo.Error())
 		return errorf(http.StatusUnprocessableEntity, "apply_failed", "the gateway refused the change: %s; and it could not be taken back out of the store (%s): the store now differs from what serves", reason, undo)
 	}
-	return errorf(http.StatusUnprocessableEntity, "apply_failed", "the gateway refused the change: %s; the store was put back and the running raw keeps serving", reason)
+	return errorf(http.StatusUnprocessableEntity, "apply_failed", "the gateway refused the change: %s; the store was put back and the running config keeps serving", reason)
 }
 
 // checkChange validates next, the store state st with one change applied, composed with the file config

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rolter-ai/rolter/control/store"
 
+	"github.com/rolter-ai/rolter/config"
 	"github.com/rolter-ai/rolter/discovery"
 	"github.com/rolter-ai/rolter/engine"
 )
@@ -94,10 +95,15 @@ func decodeName(w http.ResponseWriter, r *http.Request, what string) (string, er
 	if err := decodeObject(body, &nb, "id", "created"); err != nil {
 		return "", err
 	}
-	if err := store.CheckName(what+" name", nb.Name, store.MaxNameLen); err != nil {
-		return "", fieldError("name", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+	return nb.Name, checkNameField(what, nb.Name)
+}
+
+// checkNameField is the API's 400 for a name the store cannot keep.
+func checkNameField(what, name string) error {
+	if err := store.CheckName(what+" name", name, store.MaxNameLen); err != nil {
+		return fieldError("name", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
 	}
-	return nb.Name, nil
+	return nil
 }
 
 // createOrg makes an org. An empty org adds nothing to the gateway's config, so there is nothing to apply.
@@ -140,6 +146,7 @@ func (s *Server) deleteOrg(w http.ResponseWriter, r *http.Request, c *caller) er
 		next.Providers = slices.DeleteFunc(slices.Clone(st.Providers), func(p store.Provider) bool { return gone(p.OrgID) })
 		next.Routes = slices.DeleteFunc(slices.Clone(st.Routes), func(r store.Route) bool { return gone(r.OrgID) })
 		next.Keys = slices.DeleteFunc(slices.Clone(st.Keys), func(k store.KeyHash) bool { return gone(k.OrgID) })
+		next.OrgLimits = slices.DeleteFunc(slices.Clone(st.OrgLimits), func(ol store.OrgLimits) bool { return gone(ol.OrgID) })
 		if err := s.checkChange(s.file(), st, &next, "orgs", org, ""); err != nil {
 			return err
 		}
@@ -166,15 +173,23 @@ type credentialKind struct {
 	prefix string // of the secret: "rk-", "rt-"
 	// apply: the gateway's config holds the credential (keys), so a change is applied; tokens are the
 	// control plane's own and checked against the store on every request.
-	apply  bool
-	create func(s *store.Store, ctx context.Context, actor, org, name string, hash [32]byte, prefix string) (store.Credential, error)
+	apply bool
+	// limits: the credential has limits of its own (keys), taken at creation and shown with it.
+	limits bool
+	// create records a credential; limits are nil for a token.
+	create func(s *store.Store, ctx context.Context, actor, org, name string, hash [32]byte, prefix string, limits *config.Limits) (store.Credential, error)
 	list   func(s *store.Store, ctx context.Context, org string) ([]store.Credential, error)
 	revoke func(s *store.Store, ctx context.Context, actor, org, id string) error
 }
 
 var (
-	keyCredentials   = &credentialKind{object: "key", prefix: "rk-", apply: true, create: (*store.Store).CreateKey, list: (*store.Store).ListKeys, revoke: (*store.Store).RevokeKey}
-	tokenCredentials = &credentialKind{object: "token", prefix: "rt-", create: (*store.Store).CreateToken, list: (*store.Store).ListTokens, revoke: (*store.Store).RevokeToken}
+	keyCredentials = &credentialKind{object: "key", prefix: "rk-", apply: true, limits: true,
+		create: (*store.Store).CreateKey, list: (*store.Store).ListKeys, revoke: (*store.Store).RevokeKey}
+	tokenCredentials = &credentialKind{object: "token", prefix: "rt-",
+		create: func(s *store.Store, ctx context.Context, actor, org, name string, hash [32]byte, prefix string, _ *config.Limits) (store.Credential, error) {
+			return s.CreateToken(ctx, actor, org, name, hash, prefix)
+		},
+		list: (*store.Store).ListTokens, revoke: (*store.Store).RevokeToken}
 )
 
 // credentialView is a key or token as listed: never its secret, nor its hash.
@@ -195,6 +210,25 @@ func viewCredential(cr store.Credential) credentialView {
 	return v
 }
 
+// keyView is a data-plane key as listed (openapi.json's Key): a credential with its own limits, null for
+// none (its org's key default applies).
+type keyView struct {
+	credentialView
+	Limits *config.Limits `json:"limits"`
+}
+
+func viewKey(cr store.Credential) keyView {
+	return keyView{viewCredential(cr), cr.Limits}
+}
+
+// view is cr as k's answers show it: a keyView for a key, a credentialView for a token.
+func (k *credentialKind) view(cr store.Credential) any {
+	if k.limits {
+		return viewKey(cr)
+	}
+	return viewCredential(cr)
+}
+
 // secretPrefixLen is how much of a secret the store keeps for display.
 const secretPrefixLen = 8
 
@@ -210,7 +244,7 @@ func newSecret(prefix string) string {
 func (s *Server) listCredentials(k *credentialKind) func(http.ResponseWriter, *http.Request, *caller) error {
 	return func(w http.ResponseWriter, r *http.Request, c *caller) error {
 		list := func(ctx context.Context, org string) ([]store.Credential, error) { return k.list(s.store, ctx, org) }
-		return listOrgObjects(w, r, list, viewCredential)
+		return listOrgObjects(w, r, list, k.view)
 	}
 }
 
@@ -245,7 +279,14 @@ func (s *Server) createCredential(k *credentialKind) func(http.ResponseWriter, *
 		if org == fileOrg {
 			return errorf(http.StatusConflict, "conflict", "%s", readOnlyFile)
 		}
-		name, err := decodeName(w, r, k.object)
+		var name string
+		var limits *config.Limits
+		var err error
+		if k.limits {
+			name, limits, err = decodeKey(w, r)
+		} else {
+			name, err = decodeName(w, r, k.object)
+		}
 		if err != nil {
 			return err
 		}
@@ -256,7 +297,7 @@ func (s *Server) createCredential(k *credentialKind) func(http.ResponseWriter, *
 		if err := s.checkCredentialQuota(ctx, k, org); err != nil {
 			return err
 		}
-		cr, err := k.create(s.store, ctx, c.actor, org, name, s.secretHash(secret), secret[:secretPrefixLen])
+		cr, err := k.create(s.store, ctx, c.actor, org, name, s.secretHash(secret), secret[:secretPrefixLen], limits)
 		if errors.Is(err, store.ErrNotFound) {
 			return errOrgNotFound(org)
 		}
@@ -273,6 +314,13 @@ func (s *Server) createCredential(k *credentialKind) func(http.ResponseWriter, *
 			}
 		}
 		s.log.Info("control plane change", "actor", c.actor, "action", "create", "object", k.object, "org", org, "name", cr.ID)
+		if k.limits {
+			writeJSON(w, http.StatusCreated, struct {
+				keyView
+				Secret string `json:"secret"`
+			}{viewKey(cr), secret})
+			return nil
+		}
 		writeJSON(w, http.StatusCreated, struct {
 			credentialView
 			Secret string `json:"secret"`

@@ -222,6 +222,24 @@ type env struct {
 	replica  string            // the control plane's replica id
 	// secretsKey is given to the store at each open (nil: secrets are off).
 	secretsKey []byte
+	// served is the config the control plane last applied to the gateway.
+	served atomic.Pointer[config.Config]
+	// refuse, when set, is asked first by apply: an error refuses the config as the gateway would.
+	refuse atomic.Pointer[func(*config.Config) error]
+}
+
+// apply is the control plane's Apply: it serves cfg on the gateway and keeps it in e.served.
+func (e *env) apply(cfg *config.Config) error {
+	if f := e.refuse.Load(); f != nil {
+		if err := (*f)(cfg); err != nil {
+			return err
+		}
+	}
+	if err := e.gw.Reload(cfg); err != nil {
+		return err
+	}
+	e.served.Store(cfg)
+	return nil
 }
 
 // envs numbers the envs, for their replica ids.
@@ -332,7 +350,7 @@ func (e *env) open(log *slog.Logger) {
 		e.replica = fmt.Sprintf("test-gw-%d", envs.Add(1))
 	}
 	srv, err := NewServer(Options{
-		Store: st, File: e.file.Load, Apply: e.gw.Reload, State: e.gw.State, Metrics: e.gw.WriteMetrics,
+		Store: st, File: e.file.Load, Apply: e.apply, State: e.gw.State, Metrics: e.gw.WriteMetrics,
 		AdminToken: rootToken, Listen: "127.0.0.1:0", Logger: log, ReplicaID: e.replica,
 	})
 	if err != nil {
@@ -1447,5 +1465,6 @@ func TestAPIUnknownPaths(t *testing.T) {
 	f("GET", "/", 404, "not_found", "")
 	f("PATCH", "/api/v1/orgs", 405, "method_not_allowed", "GET, POST")
 	f("POST", "/api/v1/orgs/org_x/providers/p", 405, "method_not_allowed", "GET, PUT, DELETE")
-	f("GET", "/api/v1/orgs/org_x/keys/key_x", 405, "method_not_allowed", "DELETE")
+	f("POST", "/api/v1/orgs/org_x/keys/key_x", 405, "method_not_allowed", "GET, DELETE")
+	f("GET", "/api/v1/orgs/org_x/keys/key_x/limits", 405, "method_not_allowed", "PUT")
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -33,8 +34,8 @@ type Origins struct {
 // engineName is the name an org's provider has in the gateway's config: orgs never collide.
 func engineName(org, name string) string { return org + "/" + name }
 
-// Compose returns the gateway's config: the file's, plus every org's providers, routes and data-plane keys
-// from the store state st, each org provider with the values of the org secrets it names. An org's route
+// Compose returns the gateway's config: the file's, plus every org's providers, routes, data-plane keys
+// and limits from the store state st, each org provider with the values of the org secrets it names. An org's route
 // whose model rolter.toml routes too (the operator added it later) is set aside, not served
 // (Origins.Suspended), and comes back when the file drops the model. An org route's target names a provider of its own org, or else one of the
 // file's (shared engines). Objects are decoded strictly (unknown fields are errors). The result is not
@@ -101,7 +102,14 @@ func Compose(file *config.Config, st *store.State) (*config.Config, *Origins, er
 	}
 	cfg.KeyPepper = st.Pepper
 	for _, k := range st.Keys {
-		cfg.Keys = append(cfg.Keys, config.DataKey{Org: k.OrgID, Hash: k.Hash})
+		cfg.Keys = append(cfg.Keys, config.DataKey{Org: k.OrgID, Hash: k.Hash, ID: k.ID, Limits: copyLimits(k.Limits)})
+	}
+	cfg.OrgLimits = nil
+	for _, ol := range st.OrgLimits {
+		if cfg.OrgLimits == nil {
+			cfg.OrgLimits = make(map[string]config.OrgLimits, len(st.OrgLimits))
+		}
+		cfg.OrgLimits[ol.OrgID] = config.OrgLimits{Org: copyLimits(ol.Org), Keys: copyLimits(ol.Keys)}
 	}
 	return &cfg, o, nil
 }
@@ -147,6 +155,16 @@ func copyProvider(p config.ProviderConfig) config.ProviderConfig {
 		p.Headers = h
 	}
 	return p
+}
+
+// copyLimits copies l (nil: none) so that the config shares nothing with the store's state.
+func copyLimits(l *config.Limits) *config.Limits {
+	if l == nil {
+		return nil
+	}
+	c := *l
+	c.Models = maps.Clone(l.Models)
+	return &c
 }
 
 // copyRoute copies r deeply enough that setting its defaults does not write into r.

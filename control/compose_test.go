@@ -1,6 +1,7 @@
 package control
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -64,5 +65,58 @@ provider = "shared"
 	}
 	if _, _, err := Compose(file, &store.State{Providers: []store.Provider{{OrgID: "o", Name: "x", Config: []byte(`{"api_bse":"x"}`)}}}); err == nil {
 		t.Fatal("an unknown field in a stored provider was accepted")
+	}
+}
+
+// TestComposeLimits: the keys of the composed config carry their ids and own limits, and the orgs that
+// set limits of their own are in OrgLimits (the others absent: rolter.toml's [limits] applies); nothing of
+// the config shares memory with the store's state.
+func TestComposeLimits(t *testing.T) {
+	file, err := config.Parse([]byte("[limits.org]\nrpm = 100\n"), "f.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &config.Limits{TPM: 500, Models: map[string]config.ModelLimits{"m": {RPM: 2}}}
+	st := &store.State{
+		Keys: []store.KeyHash{
+			{OrgID: "org_a", ID: "key_1", Hash: [32]byte{1}, Limits: own},
+			{OrgID: "org_a", ID: "key_2", Hash: [32]byte{2}},
+		},
+		OrgLimits: []store.OrgLimits{
+			{OrgID: "org_a", Org: &config.Limits{RPM: 10}, Keys: &config.Limits{Concurrent: 1}},
+			{OrgID: "org_b", Keys: &config.Limits{}},
+		},
+	}
+	cfg, _, err := Compose(file, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys := []config.DataKey{
+		{Org: "org_a", ID: "key_1", Hash: [32]byte{1}, Limits: own},
+		{Org: "org_a", ID: "key_2", Hash: [32]byte{2}},
+	}
+	if !reflect.DeepEqual(cfg.Keys, wantKeys) {
+		t.Fatalf("keys %+v, want %+v", cfg.Keys, wantKeys)
+	}
+	wantOrgs := map[string]config.OrgLimits{
+		"org_a": {Org: &config.Limits{RPM: 10}, Keys: &config.Limits{Concurrent: 1}},
+		"org_b": {Keys: &config.Limits{}},
+	}
+	if !reflect.DeepEqual(cfg.OrgLimits, wantOrgs) {
+		t.Fatalf("org limits %+v, want %+v", cfg.OrgLimits, wantOrgs)
+	}
+	if cfg.Keys[0].Limits == own || cfg.OrgLimits["org_a"].Org == st.OrgLimits[0].Org {
+		t.Fatal("the composed limits are the state's own")
+	}
+	cfg.Keys[0].Limits.Models["m"] = config.ModelLimits{RPM: 99}
+	if own.Models["m"].RPM != 2 {
+		t.Fatal("the composed key's per-model limits share the state's map")
+	}
+	if cfg.Limits.Org.RPM != 100 {
+		t.Fatalf("the file's [limits] org %+v", cfg.Limits.Org)
+	}
+	// Without any, OrgLimits is empty, whatever the file had.
+	if cfg, _, _ := Compose(file, &store.State{}); len(cfg.OrgLimits) != 0 || len(cfg.Keys) != 0 {
+		t.Fatalf("an empty store composes org limits %+v and keys %+v", cfg.OrgLimits, cfg.Keys)
 	}
 }

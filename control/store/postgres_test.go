@@ -46,6 +46,8 @@ func TestStorePostgres(t *testing.T) {
 		{"ConcurrentWriters", TestStoreConcurrentWriters},
 		{"Replicas", TestStoreReplicas},
 		{"Secrets", TestStoreSecrets},
+		{"Limits", TestStoreLimits},
+		{"LimitsCorrupt", TestStoreLimitsCorrupt},
 	} {
 		t.Run(tc.name, tc.f)
 	}

@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 )
 
 // State is everything the gateway needs, read in one transaction: a consistent snapshot at Generation.
-// Orgs are sorted by name, providers by org and name, routes by model, keys by org and id.
+// Orgs are sorted by name, providers by org and name, routes by model, keys by org and id, org limits by
+// org id.
 type State struct {
 	Generation int64
 	Pepper     [32]byte
@@ -14,6 +16,8 @@ type State struct {
 	Providers  []Provider
 	Routes     []Route
 	Keys       []KeyHash // the non-revoked ones
+	// OrgLimits are the limits of the orgs that set any of their own, sorted by org id.
+	OrgLimits []OrgLimits
 	// Secrets are the orgs' secrets, decrypted, sorted by org and name: only Compose reads them.
 	Secrets []SecretValue
 }
@@ -46,7 +50,10 @@ func (s *Store) Load(ctx context.Context) (*State, error) {
 		if st.Secrets, err = s.loadSecrets(ctx, tx); err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, "SELECT hash, id, org_id FROM keys WHERE revoked IS NULL ORDER BY org_id, id")
+		if st.OrgLimits, err = loadOrgLimits(ctx, tx); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, "SELECT hash, id, org_id, limits FROM keys WHERE revoked IS NULL ORDER BY org_id, id")
 		if err != nil {
 			return err
 		}
@@ -54,7 +61,11 @@ func (s *Store) Load(ctx context.Context) (*State, error) {
 		for rows.Next() {
 			var k KeyHash
 			var hash []byte
-			if err := rows.Scan(&hash, &k.ID, &k.OrgID); err != nil {
+			var limits sql.NullString
+			if err := rows.Scan(&hash, &k.ID, &k.OrgID, &limits); err != nil {
+				return err
+			}
+			if k.Limits, err = decodeLimits(fmt.Sprintf("key %q", k.ID), limits); err != nil {
 				return err
 			}
 			if len(hash) != len(k.Hash) {

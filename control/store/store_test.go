@@ -162,7 +162,7 @@ func TestStoreInvalid(t *testing.T) {
 	_, _, err = s.PutRoute(bg, su, o.ID, "", []byte(`{}`), 0)
 	f(err, "the route model is empty")
 	f(s.DeleteRoute(bg, su, o.ID, "m", -2), "expected version -2")
-	_, err = s.CreateKey(bg, su, o.ID, "k", hashOf("a"), "")
+	_, err = s.CreateKey(bg, su, o.ID, "k", hashOf("a"), "", nil)
 	f(err, "the key prefix is empty")
 	_, err = s.CreateToken(bg, su, o.ID, "", hashOf("a"), "rt_a")
 	f(err, "the token name is empty")
@@ -295,9 +295,9 @@ func TestStoreKeysAndTokens(t *testing.T) {
 	s := testStore(t)
 	a, b := mustOrg(t, s, "a"), mustOrg(t, s, "b")
 
-	k1, err := s.CreateKey(bg, su, a.ID, "ci", hashOf("rk-one"), "rk-one")
+	k1, err := s.CreateKey(bg, su, a.ID, "ci", hashOf("rk-one"), "rk-one", nil)
 	wantErr(t, err, nil)
-	k2, err := s.CreateKey(bg, su, a.ID, "ci", hashOf("rk-two"), "rk-two") // names need not be unique
+	k2, err := s.CreateKey(bg, su, a.ID, "ci", hashOf("rk-two"), "rk-two", nil) // names need not be unique
 	wantErr(t, err, nil)
 	if !strings.HasPrefix(k1.ID, "key_") || len(k1.ID) != 16 || k1.ID == k2.ID || k1.OrgID != a.ID || k1.Prefix != "rk-one" || !k1.Revoked.IsZero() {
 		t.Fatalf("CreateKey = %+v", k1)
@@ -309,13 +309,13 @@ func TestStoreKeysAndTokens(t *testing.T) {
 	}
 
 	// A hash is one credential: not twice a key, nor a key and a token.
-	_, err = s.CreateKey(bg, su, b.ID, "dup", hashOf("rk-one"), "rk-one")
+	_, err = s.CreateKey(bg, su, b.ID, "dup", hashOf("rk-one"), "rk-one", nil)
 	wantErr(t, err, ErrConflict, "the hash is taken")
 	_, err = s.CreateToken(bg, su, b.ID, "dup", hashOf("rk-one"), "rk-one")
 	wantErr(t, err, ErrConflict, "the hash is taken")
-	_, err = s.CreateKey(bg, su, b.ID, "dup", hashOf("rt-one"), "rt-one")
+	_, err = s.CreateKey(bg, su, b.ID, "dup", hashOf("rt-one"), "rt-one", nil)
 	wantErr(t, err, ErrConflict, "the hash is taken")
-	_, err = s.CreateKey(bg, su, "org_nope", "k", hashOf("x"), "x")
+	_, err = s.CreateKey(bg, su, "org_nope", "k", hashOf("x"), "x", nil)
 	wantErr(t, err, ErrNotFound)
 	_, err = s.CreateToken(bg, su, "org_nope", "k", hashOf("x"), "x")
 	wantErr(t, err, ErrNotFound)
@@ -374,7 +374,7 @@ func TestStoreCascade(t *testing.T) {
 		wantErr(t, s.CreateProvider(bg, su, o.ID, "p1", []byte(`{}`)), nil)
 		wantErr(t, s.CreateProvider(bg, su, o.ID, "p2", []byte(`{}`)), nil)
 		wantErr(t, s.CreateRoute(bg, su, o.ID, "model-"+o.Name, []byte(`{}`)), nil)
-		_, err := s.CreateKey(bg, su, o.ID, "k", hashOf("key-"+o.Name), "k")
+		_, err := s.CreateKey(bg, su, o.ID, "k", hashOf("key-"+o.Name), "k", nil)
 		wantErr(t, err, nil)
 		_, err = s.CreateToken(bg, su, o.ID, "t", hashOf("tok-"+o.Name), "t")
 		wantErr(t, err, nil)
@@ -462,7 +462,7 @@ func TestStoreAudit(t *testing.T) {
 	f(s.CreateRoute(bg, tok.ID, o.ID, "m", []byte(`{}`)), tok.ID, "create", "route", "m", "version 1")
 	_, _, err = s.PutRoute(bg, tok.ID, o.ID, "m", []byte(`{}`), 0)
 	f(err, tok.ID, "replace", "route", "m", "version 2")
-	k, err := s.CreateKey(bg, tok.ID, o.ID, "ci", hashOf("k"), "rk-abc")
+	k, err := s.CreateKey(bg, tok.ID, o.ID, "ci", hashOf("k"), "rk-abc", nil)
 	f(err, tok.ID, "create", "key", k.ID, `name "ci" prefix "rk-abc"`)
 	f(s.RevokeKey(bg, tok.ID, o.ID, k.ID), tok.ID, "revoke", "key", k.ID, `name "ci"`)
 	refused(s.RevokeKey(bg, tok.ID, o.ID, k.ID))
@@ -499,8 +499,8 @@ func TestStoreLoad(t *testing.T) {
 	wantErr(t, s.CreateProvider(bg, su, a.ID, "x", []byte(`{"x":1}`)), nil)
 	wantErr(t, s.CreateRoute(bg, su, b.ID, "m2", []byte(`[2]`)), nil)
 	wantErr(t, s.CreateRoute(bg, su, a.ID, "m1", []byte(`[1]`)), nil)
-	kb, _ := s.CreateKey(bg, su, b.ID, "k", hashOf("kb"), "kb")
-	ka, _ := s.CreateKey(bg, su, a.ID, "k", hashOf("ka"), "ka")
+	kb, _ := s.CreateKey(bg, su, b.ID, "k", hashOf("kb"), "kb", nil)
+	ka, _ := s.CreateKey(bg, su, a.ID, "k", hashOf("ka"), "ka", nil)
 	_, _ = s.CreateToken(bg, su, a.ID, "t", hashOf("t"), "t")
 
 	st, err := s.Load(bg)
@@ -528,7 +528,7 @@ func TestStoreLoad(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Load providers and routes\n%q\nwant\n%q", got, want)
 	}
-	wantKeys := []KeyHash{{hashOf("ka"), ka.ID, a.ID}, {hashOf("kb"), kb.ID, b.ID}}
+	wantKeys := []KeyHash{{hashOf("ka"), ka.ID, a.ID, nil}, {hashOf("kb"), kb.ID, b.ID, nil}}
 	if a.ID > b.ID {
 		wantKeys[0], wantKeys[1] = wantKeys[1], wantKeys[0]
 	}
@@ -582,7 +582,7 @@ func TestStorePersistence(t *testing.T) {
 	_, _, err = s.PutProvider(bg, su, o.ID, "p", []byte(`{"a":2}`), 1)
 	wantErr(t, err, nil)
 	wantErr(t, s.CreateRoute(bg, su, o.ID, "m", []byte(`{}`)), nil)
-	_, err = s.CreateKey(bg, su, o.ID, "k", hashOf("k"), "k")
+	_, err = s.CreateKey(bg, su, o.ID, "k", hashOf("k"), "k", nil)
 	wantErr(t, err, nil)
 	tok, err := s.CreateToken(bg, su, o.ID, "t", hashOf("t"), "t")
 	wantErr(t, err, nil)
@@ -699,7 +699,7 @@ func TestStoreConcurrentWriters(t *testing.T) {
 			for i := 0; i < 10; i++ {
 				ok(s.CreateProvider(bg, su, o.ID, fmt.Sprintf("p%d", i), []byte(`{}`)))
 				ok(s.CreateRoute(bg, su, o.ID, fmt.Sprintf("m%d", i%3), []byte(`{}`))) // contested across orgs
-				_, err := s.CreateKey(bg, su, o.ID, "k", hashOf(fmt.Sprintf("%d-%d", w, i)), "k")
+				_, err := s.CreateKey(bg, su, o.ID, "k", hashOf(fmt.Sprintf("%d-%d", w, i)), "k", nil)
 				ok(err)
 				if _, err := s.Load(bg); err != nil {
 					t.Error(err)
@@ -724,7 +724,7 @@ func TestStoreConcurrentWriters(t *testing.T) {
 // TestStoreMigrations: migration files are numbered without gaps; a failing migration leaves the store at
 // the version before it, with nothing of it applied, and the next Open applies it.
 func TestStoreMigrations(t *testing.T) {
-	if SchemaVersion() != 3 || migrations[0].name != "0001_init.sql" || len(pgMigrations) != SchemaVersion() {
+	if SchemaVersion() != 4 || migrations[0].name != "0001_init.sql" || len(pgMigrations) != SchemaVersion() {
 		t.Fatalf("SchemaVersion() = %d, first migration %q", SchemaVersion(), migrations[0].name)
 	}
 	f := func(files []string, wantErr string) {

@@ -9,7 +9,7 @@ import (
 
 // CreateToken records an admin token of org orgID, as CreateKey does keys.
 func (s *Store) CreateToken(ctx context.Context, actor, orgID, name string, hash [32]byte, prefix string) (Credential, error) {
-	t, err := tokenTable.create(ctx, s, actor, orgID, name, hash, prefix)
+	t, err := tokenTable.create(ctx, s, actor, orgID, name, hash, prefix, nil)
 	if err != nil {
 		return Credential{}, fmt.Errorf("cannot create token %q of org %q: %w", name, orgID, err)
 	}
