@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 )
 
@@ -87,8 +89,27 @@ func (l *Limits) Check(key string) []string {
 	return out
 }
 
-// limits checks [limits].
-func (v *validator) limits(l *LimitsConfig) {
+// limits checks [limits], and the limits the control plane set on keys and orgs (it checked them already;
+// the data plane does not take them on trust).
+func (v *validator) limits(cfg *Config) {
+	l := &cfg.Limits
+	for i := range cfg.Keys {
+		if k := cfg.Keys[i].Limits; k != nil {
+			for _, msg := range k.Check(fmt.Sprintf("keys[%s].limits", cfg.Keys[i].ID)) {
+				v.addf("keys", "%s", msg)
+			}
+		}
+	}
+	for _, org := range slices.Sorted(maps.Keys(cfg.OrgLimits)) {
+		ol := cfg.OrgLimits[org]
+		for name, lim := range map[string]*Limits{"limits": ol.Org, "key_limits": ol.Keys} {
+			if lim != nil {
+				for _, msg := range lim.Check(fmt.Sprintf("orgs[%s].%s", org, name)) {
+					v.addf("orgs", "%s", msg)
+				}
+			}
+		}
+	}
 	for _, msg := range l.Org.Check("limits.org") {
 		v.addf("limits.org", "%s", msg)
 	}

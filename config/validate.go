@@ -57,7 +57,7 @@ func (v *validator) validate(cfg *Config) {
 	v.cluster(&cfg.Cluster)
 	v.trace(&cfg.Trace)
 	v.observers(&cfg.Log, &cfg.Tracing)
-	v.limits(&cfg.Limits)
+	v.limits(cfg)
 	if b := cfg.Docs.BaseURL; b != "" {
 		if err := checkDocsBase(b); err != nil {
 			v.addf("docs.base_url", "%s", err)

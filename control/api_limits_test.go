@@ -338,3 +338,34 @@ func TestAPILimitsApplyFailed(t *testing.T) {
 		t.Fatalf("audit %+v", l.Data)
 	}
 }
+
+// TestAPILimitsEnforced: limits set through the API hold on the data plane at once: a key of 2 requests a
+// minute gets its third answered 429, an org limit of 3 requests a minute caps its keys together, and
+// lifting the key's limit lets the key through again up to the org's.
+func TestAPILimitsEnforced(t *testing.T) {
+	e := newEnv(t, "")
+	a := e.mkOrg("a")
+	want(t, e.su("POST", "/api/v1/orgs/"+a+"/providers", provider("p", e.A.URL)), 201, "")
+	want(t, e.su("POST", "/api/v1/orgs/"+a+"/routes", route("ma", "p")), 201, "")
+	r := e.su("POST", "/api/v1/orgs/"+a+"/keys", map[string]any{"name": "k1", "limits": map[string]any{"rpm": 2}})
+	want(t, r, 201, "")
+	var k1 struct {
+		keyView
+		Secret string `json:"secret"`
+	}
+	r.json(t, &k1)
+	k2, _ := e.mkKey(a, rootToken)
+	e.wantChat("ma", k1.Secret, 200, "")
+	e.wantChat("ma", k1.Secret, 200, "")
+	e.wantChat("ma", k1.Secret, 429, "")
+	e.wantChat("ma", k2, 200, "") // the other key has no limit of its own
+
+	want(t, e.su("PUT", "/api/v1/orgs/"+a+"/limits", map[string]any{"limits": map[string]any{"rpm": 3}}), 200, "")
+	// The org's new limit starts full: k2 takes 3, then both keys are refused.
+	for range 3 {
+		e.wantChat("ma", k2, 200, "")
+	}
+	e.wantChat("ma", k2, 429, "")
+	want(t, e.su("PUT", "/api/v1/orgs/"+a+"/keys/"+k1.ID+"/limits", map[string]any{"limits": nil}), 200, "")
+	e.wantChat("ma", k1.Secret, 429, "") // the org's limit is spent
+}
