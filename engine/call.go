@@ -71,6 +71,11 @@ type call struct {
 	limited   bool
 	limPrompt int64
 	events    int64
+	// tenant is the request's data-plane key, nil without one; tenantModel the route's model; limitRefused
+	// says a limit refused it (tenant_usage.go).
+	tenant       *dataKey
+	tenantModel  string
+	limitRefused bool
 	// failingOpen: no target was eligible; the ranking is every target, least bad first.
 	failingOpen bool
 	// probe: the current attempt is a half-open breaker probe.
@@ -372,7 +377,7 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 			return modelNotFound(info.Model)
 		}
 		c.stripAuth = true
-		if e := c.limit(k, info.Model, info.MaxTokens); e != nil {
+		if e := c.limit(k, r, info.Model, info.MaxTokens); e != nil {
 			return e
 		}
 	} else if len(c.hdr.authorization) > 0 && len(c.snap.keys) > 0 {
@@ -383,7 +388,7 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 		k, c.authBuf = c.snap.key(c.hdr.authorization, c.authBuf)
 		c.stripAuth = k != nil
 		if k != nil {
-			if e := c.limit(k, info.Model, info.MaxTokens); e != nil {
+			if e := c.limit(k, r, info.Model, info.MaxTokens); e != nil {
 				return e
 			}
 		}
@@ -510,6 +515,7 @@ func (c *call) release() {
 	c.tried, c.nOrder, c.retries, c.spill = 0, 0, 0, 0
 	c.lim.Reset()
 	c.limited, c.limPrompt, c.events = false, 0, 0
+	c.tenant, c.tenantModel, c.limitRefused = nil, "", false
 	c.conn, c.bodyStream = nil, nil
 	c.status, c.sse, c.gotFirst, c.upstreamDone = 0, false, false, false
 	c.streamFail, c.pendingErr, c.pending = failNone, nil, nil
@@ -780,6 +786,7 @@ const maxPooledBuf = 1 << 20
 // line and the span, and gives the call back.
 func (c *call) finish(status int) {
 	c.settleLimits()
+	c.recordUsage(status)
 	switch {
 	case c.target != nil:
 		if status >= 200 && status < 300 {

@@ -59,6 +59,7 @@ type Gateway struct {
 	lnMu     sync.Mutex
 	lns      []net.Listener
 	global   *telemetry.Global
+	usage    *usageBook // what each data-plane key used (tenant_usage.go)
 	// conns is the socket budget client and upstream connections share (clientconn.Budget, derived from the
 	// open-file limit); clients admits client connections under it and [server] max_conns (clientconn.Limiter).
 	conns *clientconn.Budget
@@ -106,6 +107,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	}
 	// The gateway-wide series are this gateway's: exported from the end of New until Shutdown.
 	g.global = telemetry.NewGlobal(opts.Version, time.Now(), g.draining.Load)
+	g.usage = newUsageBook()
 
 	s := &cfg.Server
 	g.control = cfg.Control.ControlConns()
@@ -240,6 +242,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.reloadMu.Unlock()
 	g.reloads.Unregister()
 	g.global.Unregister() // rolter_draining reads 1 until here
+	g.usage.set.Unregister()
 	g.log.Info("gateway stopped", "drain", time.Since(start).Round(time.Millisecond).String(), "clean", err == nil || errors.Is(err, net.ErrClosed))
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("cannot shut down the server: %w", err)

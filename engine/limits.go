@@ -143,7 +143,8 @@ func (s *Snapshot) buildLimits(cfg *config.Config, prev *Snapshot) {
 
 // limit reserves the request's cost in the limits of key k and its org for the route's model, before it is
 // routed; a refusal is the answer.
-func (c *call) limit(k *dataKey, model []byte, maxTokens int64) *apiError {
+func (c *call) limit(k *dataKey, route *Route, model []byte, maxTokens int64) *apiError {
+	c.tenant, c.tenantModel = k, route.Model
 	r := &c.lim
 	r.Reset()
 	org := c.snap.orgLimits[k.org]
@@ -164,6 +165,7 @@ func (c *call) limit(k *dataKey, model []byte, maxTokens int64) *apiError {
 	c.limPrompt = estimateTokens(len(c.key))
 	ref, ok := r.Admit(c.start.UnixNano(), c.limPrompt+maxTokens)
 	if !ok {
+		c.limitRefused = true
 		return rateLimited(ref)
 	}
 	c.limited = true
@@ -247,10 +249,10 @@ func (c *call) limitHeaders(h *fasthttp.ResponseHeader) {
 // sseData starts an SSE event's data line.
 var sseData = []byte("data:")
 
-// countEvents counts the stream events in b a limited request's client gets: what it is charged for when
-// the stream ends without a usage chunk. An event split between two reads is missed, one at most per read.
+// countEvents counts the stream events in b a keyed request's client gets: what it is charged for (and its
+// usage counts) when the stream ends without a usage chunk. An event split between two reads is missed, one at most per read.
 func (c *call) countEvents(b []byte) {
-	if c.limited && c.sse {
+	if c.tenant != nil && c.sse {
 		c.events += int64(bytes.Count(b, sseData))
 	}
 }

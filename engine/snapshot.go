@@ -637,6 +637,10 @@ func (g *Gateway) WriteMetrics(w io.Writer, scope string) {
 	labels := g.snap.Load().orgLabels
 	var key []byte
 	telemetry.WritePrometheusKeeping(w, func(sample []byte) bool {
+		// A key's usage names its org.
+		if v, ok := telemetry.LabelValue(sample, "org"); ok {
+			return string(v) == scope
+		}
 		org := ""
 		for _, name := range [...]string{"route", "target"} {
 			if v, ok := telemetry.LabelValue(sample, name); ok {
