@@ -323,14 +323,14 @@ func TestAllocsLimitedKey(t *testing.T) {
 	if e := readAndPrepare(c, ctx); e != nil || !c.limited {
 		t.Fatalf("limited request: %v, limited %v", e, c.limited)
 	}
-	c.settleLimits()
+	c.settleLimits(200)
 	if a := testing.AllocsPerRun(200, func() {
 		c.route = nil
 		if e := readAndPrepare(c, ctx); e != nil {
 			t.Fatal(e.message)
 		}
 		c.limitHeaders(&ctx.Response.Header)
-		c.settleLimits()
+		c.settleLimits(200)
 	}); a != 0 {
 		t.Fatalf("%v allocs per limited request", a)
 	}

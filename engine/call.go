@@ -785,7 +785,7 @@ const maxPooledBuf = 1 << 20
 // gateway's refusals), the routing evidence (reuse, the routing trace, the shadow strategies), the access-log
 // line and the span, and gives the call back.
 func (c *call) finish(status int) {
-	c.settleLimits()
+	c.settleLimits(status)
 	c.recordUsage(status)
 	switch {
 	case c.target != nil:

@@ -177,15 +177,20 @@ func (c *call) limit(k *dataKey, route *Route, model []byte, maxTokens int64) *a
 func estimateTokens(n int) int64 { return int64(n+3)/4 + 1 }
 
 // settleLimits ends the request's reservation on what it used: the answer's usage when it had one, else the
-// prompt's estimate and the stream events the client got (one token each, as vLLM streams).
-func (c *call) settleLimits() {
+// prompt's estimate and the stream events the client got (one token each, as vLLM streams). An answer that
+// is neither a success nor a stream that delivered events (the client left, the stream broke) used nothing:
+// the engine refused or never ran it.
+func (c *call) settleLimits(status int) {
 	if !c.limited {
 		return
 	}
 	c.limited = false
-	used := c.limPrompt + c.events
-	if u := c.usage.figures(); u.found {
-		used = u.prompt + u.completed
+	var used int64
+	if status >= 200 && status < 300 || c.events > 0 {
+		used = c.limPrompt + c.events
+		if u := c.usage.figures(); u.found {
+			used = u.prompt + u.completed
+		}
 	}
 	c.lim.Settle(time.Now().UnixNano(), used)
 }

@@ -286,9 +286,9 @@ func limitedCall(tb testing.TB, lim bool) (*Gateway, *fasthttp.RequestCtx) {
 	return g, ctx
 }
 
-// BenchmarkLimitedRoutingPath is the routing path of a keyed request (BenchmarkRoutingPath's), without
-// limits and with four scopes of them (the key, its model, the org): the limit check, the headers and the
-// settlement beside the pick.
+// BenchmarkLimitedRoutingPath is the routing path of a keyed request (BenchmarkRoutingPath's: up to the
+// pick), without limits and with four scopes of them (the key, its model, the org), the reservation's
+// settlement included.
 func BenchmarkLimitedRoutingPath(b *testing.B) {
 	for _, lim := range []bool{false, true} {
 		name := "unlimited"
@@ -304,9 +304,49 @@ func BenchmarkLimitedRoutingPath(b *testing.B) {
 				if e := readAndPrepare(c, ctx); e != nil {
 					b.Fatal(e.message)
 				}
-				c.limitHeaders(&ctx.Response.Header)
-				c.settleLimits()
+				c.settleLimits(200)
 			}
 		})
+	}
+}
+
+// BenchmarkLimitHeaders is what a limited request's answer adds: OpenAI's six x-ratelimit-* headers from
+// the tightest of its scopes.
+func BenchmarkLimitHeaders(b *testing.B) {
+	g, ctx := limitedCall(b, true)
+	c := g.acquireCall(g.acquireSnapshot())
+	if e := readAndPrepare(c, ctx); e != nil {
+		b.Fatal(e.message)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		c.limitHeaders(&ctx.Response.Header)
+	}
+	c.settleLimits(200)
+}
+
+// TestRateLimitErrorNotCharged: an answer the engine refused (a 400 passed on) gives back its whole token
+// reservation; it still counts as a request.
+func TestRateLimitErrorNotCharged(t *testing.T) {
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(b), "too long") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(400)
+			fmt.Fprint(w, `{"error":{"message":"maximum context length exceeded","type":"BadRequestError","code":400}}`)
+			return
+		}
+		okJSON(w, r)
+	})
+	gw := limitedGateway(t, up.URL, &config.Limits{TPM: 10_000, RPM: 100}, nil)
+	resp, body := post(t, gw.URL+"/v1/chat/completions", `{"model":"m1","max_tokens":4000,"messages":[{"role":"user","content":"too long"}]}`,
+		"Authorization", "Bearer sk-one")
+	if resp.StatusCode != 400 || resp.Header.Get("X-Ratelimit-Limit-Tokens") != "10000" {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	waitFor(t, 5*time.Second, "the reservation given back", func() bool { return remainingTokens(t, gw.URL) >= 10_000-probeReserve-3 })
+	resp, _ = post(t, gw.URL+"/v1/chat/completions", chatBody("m1", "x", false), "Authorization", "Bearer sk-one")
+	if rem, _ := strconv.Atoi(resp.Header.Get("X-Ratelimit-Remaining-Requests")); rem > 97 {
+		t.Fatalf("remaining requests %d: the refused answer counts as a request", rem)
 	}
 }

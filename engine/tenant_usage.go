@@ -86,8 +86,8 @@ func (g *Gateway) DrainUsage(dst []UsageRow) []UsageRow {
 }
 
 // recordUsage counts a keyed request's end in its key's cell: refused by a limit, or answered with the
-// tokens it used (status 2xx: the usage the answer carried, else the prompt's estimate and the stream
-// events passed on; an error answer counts as a request with no tokens).
+// tokens it used (the usage the answer carried, else the prompt's estimate and the stream events passed on,
+// as settleLimits charges them; an error answer counts as a request with no tokens).
 func (c *call) recordUsage(status int) {
 	k := c.tenant
 	if k == nil {
@@ -99,7 +99,7 @@ func (c *call) recordUsage(status int) {
 		return
 	}
 	cell.total.requests.Add(1)
-	if status < 200 || status >= 300 {
+	if (status < 200 || status >= 300) && c.events == 0 {
 		return
 	}
 	if u := c.usage.figures(); u.found {
