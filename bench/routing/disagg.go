@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"time"
 
@@ -217,25 +216,12 @@ func (d *DisaggReport) cells(scenario, fl string) []*DisaggTrial {
 // Run returns the representative trial of a (scenario, fleet): the repeat with the median prefill hit
 // rate (the lower middle for an even count), or nil when none measured anything.
 func (d *DisaggReport) Run(scenario, fl string) *DisaggTrial {
-	ts := d.cells(scenario, fl)
-	if len(ts) == 0 {
-		return nil
-	}
-	sort.SliceStable(ts, func(i, j int) bool { return ts[i].PrefillHitRate() < ts[j].PrefillHitRate() })
-	return ts[(len(ts)-1)/2]
+	return middle(d.cells(scenario, fl), (*DisaggTrial).PrefillHitRate)
 }
 
 // median returns the median of f over the trials of a (scenario, fleet) that measured something.
 func (d *DisaggReport) median(scenario, fl string, f func(*DisaggTrial) float64) (float64, int) {
-	var vs []float64
-	for _, t := range d.cells(scenario, fl) {
-		vs = append(vs, f(t))
-	}
-	if len(vs) == 0 {
-		return 0, 0
-	}
-	sort.Float64s(vs)
-	return vs[(len(vs)-1)/2], len(vs)
+	return medianOf(d.cells(scenario, fl), f)
 }
 
 // goals: on every scenario, the prefill pool ranked by cache beats it ranked by load on TTFT p50 and on

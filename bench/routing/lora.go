@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"time"
 
@@ -245,6 +244,7 @@ func RunLoRA(ctx context.Context, rep *Report, o Options) error {
 	return ctx.Err()
 }
 
+// cells returns the trials of a (workload, fleet) that measured something.
 func (d *LoRAReport) cells(w, fl string) []*LoRATrial {
 	var out []*LoRATrial
 	for _, t := range d.Trials {
@@ -258,25 +258,12 @@ func (d *LoRAReport) cells(w, fl string) []*LoRATrial {
 // Run returns the representative trial of a fleet on workload w: the repeat with the median loads per 1,000
 // requests, or nil when none measured anything.
 func (d *LoRAReport) Run(w, fl string) *LoRATrial {
-	ts := d.cells(w, fl)
-	if len(ts) == 0 {
-		return nil
-	}
-	sort.SliceStable(ts, func(i, j int) bool { return ts[i].LoadsPerK() < ts[j].LoadsPerK() })
-	return ts[(len(ts)-1)/2]
+	return middle(d.cells(w, fl), (*LoRATrial).LoadsPerK)
 }
 
 // median returns the median of f over the trials of a fleet on workload w that measured something.
 func (d *LoRAReport) median(w, fl string, f func(*LoRATrial) float64) (float64, int) {
-	var vs []float64
-	for _, t := range d.cells(w, fl) {
-		vs = append(vs, f(t))
-	}
-	if len(vs) == 0 {
-		return 0, 0
-	}
-	sort.Float64s(vs)
-	return vs[(len(vs)-1)/2], len(vs)
+	return medianOf(d.cells(w, fl), f)
 }
 
 // goals, on each workload: adapter-aware routing loads adapters at least 5x less often than round robin,
