@@ -360,6 +360,11 @@ type streamOptions struct {
 // targeter returns the vegeta.Targeter of the run. It is called from many workers at once.
 func (r *run) targeter(ctx context.Context) vegeta.Targeter {
 	return func(t *vegeta.Target) error {
+		// No request starts after Duration: a worker whose request the deadline cancelled asks for another
+		// before the attack sees the end.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		var s *sent
 		if r.plan.Conversations == nil {
 			var i int
