@@ -350,3 +350,50 @@ func TestRateLimitErrorNotCharged(t *testing.T) {
 		t.Fatalf("remaining requests %d: the refused answer counts as a request", rem)
 	}
 }
+
+// TestRateLimitAcrossReloads: a reload that leaves a key's limits as they were keeps what the key used; a
+// new limit starts full. A request asking more tokens than a whole minute of its limit is refused for
+// good (x-should-retry: false), whatever it says.
+func TestRateLimitAcrossReloads(t *testing.T) {
+	up := newFakeUpstream(t, okJSON)
+	cfg := keyedConfig(t, up.URL)
+	cfg.Keys[0].ID, cfg.Keys[0].Limits = "key_one", &config.Limits{RPM: 3, TPM: 5000}
+	gw := startGatewayConfig(t, cfg, Options{})
+	send := func(body string, want int) *http.Response {
+		t.Helper()
+		resp, b := post(t, gw.URL+"/v1/chat/completions", body, "Authorization", "Bearer sk-one")
+		if resp.StatusCode != want {
+			t.Fatalf("%d, want %d: %s", resp.StatusCode, want, b)
+		}
+		return resp
+	}
+	small := `{"model":"m1","max_tokens":10,"messages":[{"role":"user","content":"x"}]}`
+	for range 3 {
+		send(small, 200)
+	}
+	next := keyedConfig(t, up.URL)
+	next.Keys[0].ID, next.Keys[0].Limits = "key_one", &config.Limits{RPM: 3, TPM: 5000}
+	next.Routes = append(next.Routes, config.RouteConfig{Model: "extra", Targets: []config.TargetConfig{{Provider: "p0"}}})
+	if errs := config.Validate(next); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if err := gw.g.Reload(next); err != nil {
+		t.Fatal(err)
+	}
+	send(small, 429)
+	next.Keys[0].Limits = &config.Limits{RPM: 4, TPM: 5000}
+	if err := gw.g.Reload(next); err != nil {
+		t.Fatal(err)
+	}
+	send(small, 200)
+	for _, body := range []string{
+		`{"model":"m1","max_tokens":6000,"messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"m1","max_tokens":9007199254740992,"messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"m1","max_completion_tokens":5001,"messages":[{"role":"user","content":"x"}]}`,
+	} {
+		if resp := send(body, 429); resp.Header.Get("X-Should-Retry") != "false" || resp.Header.Get("Retry-After") != "" {
+			t.Fatalf("an impossible request: %v", resp.Header)
+		}
+	}
+	send(`{"model":"m1","max_tokens":-5,"messages":[{"role":"user","content":"x"}]}`, 200) // not a count: the default reserved
+}
