@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -74,17 +73,7 @@ func TestRateLimitRequests(t *testing.T) {
 	}
 
 	// The SDK is told to wait about 6 s (one request's share of the minute) and gets its answer after.
-	dir, _ := filepath.Abs("testdata/sdk")
-	node, err := exec.LookPath("node")
-	if err == nil {
-		_, err = os.Stat(filepath.Join(dir, "node_modules", "openai"))
-	}
-	if err != nil {
-		if os.Getenv("ROLTER_REQUIRE_SDK") != "" {
-			t.Fatalf("the OpenAI Node SDK is required (run `make deps`): %s", err)
-		}
-		t.Skipf("OpenAI Node SDK not installed (run `make deps`): %s", err)
-	}
+	node, dir := nodeSDK(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "ratelimit.mjs"), gw.URL+"/v1", "sk-one")

@@ -49,17 +49,7 @@ type sdkResults struct {
 // breaks after its first chunk.
 func runNodeSDK(t *testing.T, url string) (sdkResults, string) {
 	t.Helper()
-	dir, _ := filepath.Abs("testdata/sdk")
-	node, err := exec.LookPath("node")
-	if err == nil {
-		_, err = os.Stat(filepath.Join(dir, "node_modules", "openai"))
-	}
-	if err != nil {
-		if os.Getenv("ROLTER_REQUIRE_SDK") != "" {
-			t.Fatalf("the OpenAI Node SDK is required (run `make deps`): %s", err)
-		}
-		t.Skipf("OpenAI Node SDK not installed (run `make deps`): %s", err)
-	}
+	node, dir := nodeSDK(t)
 	cmd := exec.Command(node, filepath.Join(dir, "sdk.mjs"), url+"/v1")
 	cmd.Dir = dir
 	outb, err := cmd.CombinedOutput()
@@ -72,6 +62,24 @@ func runNodeSDK(t *testing.T, url string) (sdkResults, string) {
 		t.Fatalf("cannot parse sdk output: %s\n%s", err, out)
 	}
 	return res, out
+}
+
+// nodeSDK returns Node.js and the directory the OpenAI Node SDK is installed in (testdata/sdk), skipping
+// the test when either is missing - or failing it under ROLTER_REQUIRE_SDK, as `make test` runs.
+func nodeSDK(t *testing.T) (node, dir string) {
+	t.Helper()
+	dir, _ = filepath.Abs("testdata/sdk")
+	node, err := exec.LookPath("node")
+	if err == nil {
+		_, err = os.Stat(filepath.Join(dir, "node_modules", "openai"))
+	}
+	if err != nil {
+		if os.Getenv("ROLTER_REQUIRE_SDK") != "" {
+			t.Fatalf("the OpenAI Node SDK is required (run `make deps`): %s", err)
+		}
+		t.Skipf("OpenAI Node SDK not installed (run `make deps`): %s", err)
+	}
+	return node, dir
 }
 
 // openAIUpstream answers like vLLM: chat completions (JSON or SSE with include_usage) and, for the model
