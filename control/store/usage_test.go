@@ -2,6 +2,8 @@ package store
 
 import (
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,7 +52,8 @@ func TestStoreUsage(t *testing.T) {
 		t.Fatalf("Usage(a, the second hour) = %+v", got)
 	}
 	all, _ := s.Usage(bg, "", h0, h1)
-	if len(all) != 3 || all[2].OrgID != b.ID {
+	if len(all) != 3 || !slices.ContainsFunc(all, func(r UsageRow) bool { return r.OrgID == b.ID && r.KeyID == "k3" }) ||
+		!slices.IsSortedFunc(all, func(x, y UsageRow) int { return strings.Compare(x.OrgID, y.OrgID) }) {
 		t.Fatalf("Usage(every org, the first hour) = %+v", all)
 	}
 
