@@ -55,6 +55,9 @@ type Options struct {
 	// Metrics writes the gateway's metrics for a scope (engine.Gateway.WriteMetrics); nil: GET
 	// /api/v1/metrics answers none.
 	Metrics func(w io.Writer, scope string)
+	// Usage drains what the data-plane keys used since the last drain (engine.Gateway.DrainUsage):
+	// FlushUsage and a UsageFlusher store it. nil: the gateway's usage is not stored.
+	Usage func(dst []engine.UsageRow) []engine.UsageRow
 	// AdminToken is the superadmin's bearer token. Empty: the control plane runs open (every caller without
 	// a token is the superadmin), which is refused unless Listen is a loopback address.
 	AdminToken string
@@ -89,6 +92,9 @@ type Server struct {
 	sources func() []discovery.Status
 	metrics func(w io.Writer, scope string)
 	log     *slog.Logger
+
+	drainUsage func(dst []engine.UsageRow) []engine.UsageRow
+	usage      usageBook // drained and not stored yet (usage.go)
 
 	version   string
 	dashboard *dashboard // the embedded web UI at /dashboard/ (dashboard.go)
@@ -135,7 +141,9 @@ func NewServer(opts Options) (*Server, error) {
 		sources: opts.Sources,
 		metrics: opts.Metrics,
 		log:     opts.Logger,
-		pepper:  opts.Store.Pepper(),
+
+		drainUsage: opts.Usage,
+		pepper:     opts.Store.Pepper(),
 	}
 	if s.version = opts.Version; s.version == "" {
 		s.version = "dev"
@@ -332,6 +340,8 @@ func (s *Server) routes() {
 		{"PUT", "/api/v1/orgs/{org}/secrets/{name}", orgScoped, s.putSecret},
 		{"DELETE", "/api/v1/orgs/{org}/secrets/{name}", orgScoped, s.deleteSecret},
 		{"GET", "/api/v1/orgs/{org}/audit", orgScoped, s.getOrgAudit},
+		{"GET", "/api/v1/orgs/{org}/usage", orgScoped, s.getOrgUsage},
+		{"GET", "/api/v1/usage", superOnly, s.getUsage},
 	}
 	s.mux = http.NewServeMux()
 	for _, e := range s.endpoints {

@@ -350,7 +350,7 @@ func (e *env) open(log *slog.Logger) {
 		e.replica = fmt.Sprintf("test-gw-%d", envs.Add(1))
 	}
 	srv, err := NewServer(Options{
-		Store: st, File: e.file.Load, Apply: e.apply, State: e.gw.State, Metrics: e.gw.WriteMetrics,
+		Store: st, File: e.file.Load, Apply: e.apply, State: e.gw.State, Metrics: e.gw.WriteMetrics, Usage: e.gw.DrainUsage,
 		AdminToken: rootToken, Listen: "127.0.0.1:0", Logger: log, ReplicaID: e.replica,
 	})
 	if err != nil {

@@ -24,6 +24,7 @@ type controlPlane struct {
 	store  *store.Store
 	srv    *control.Server
 	follow *control.Follower
+	usage  *control.UsageFlusher
 	http   *http.Server
 	ln     net.Listener
 	certs  *certfile.Pair // nil without [control] tls_cert_file
@@ -90,6 +91,7 @@ func (cp *controlPlane) start(fg *gateway) error {
 		State:      g.State,
 		Sources:    fg.fleet.Status,
 		Metrics:    g.WriteMetrics,
+		Usage:      g.DrainUsage,
 		AdminToken: os.Getenv(c.AdminTokenEnv),
 		Listen:     c.Listen,
 		Hosts:      c.Hosts,
@@ -111,6 +113,8 @@ func (cp *controlPlane) start(fg *gateway) error {
 	// missed, is applied here through the same compose + Reload path.
 	cp.follow = control.NewFollower(srv, control.FollowerOptions{Address: advertised(ln.Addr()), Logger: cp.log})
 	cp.follow.Start()
+	cp.usage = control.NewUsageFlusher(srv, control.UsageFlushInterval, cp.log)
+	cp.usage.Start()
 	// Every phase of a connection has a deadline, so nothing a client does or leaves undone holds one of
 	// the max_conns places for long.
 	cp.http = &http.Server{
@@ -186,8 +190,12 @@ func (cp *controlPlane) reloadCerts() {
 	}
 }
 
-// stop stops following the store, closes the listener and the store, after the gateway drained.
+// stop stores the keys' last usage, stops following the store, closes the listener and the store, after
+// the gateway drained.
 func (cp *controlPlane) stop() {
+	if cp.usage != nil {
+		cp.usage.Stop()
+	}
 	if cp.follow != nil {
 		cp.follow.Stop()
 	}

@@ -9,6 +9,7 @@ import { routesList, routeSheet, docsBase } from "./routes.js";
 import { fleetPage } from "./fleet.js";
 import { keysPage } from "./keys.js";
 import { auditPage } from "./audit.js";
+import { usagePage } from "./usage.js";
 
 const $ = (id) => document.getElementById(id);
 const ORG = "rolter.org"; // the org last picked, in sessionStorage beside the token
@@ -192,7 +193,7 @@ function context() {
   };
 }
 
-const TITLES = { providers: "Providers", routes: "Routes", fleet: "Fleet", keys: "Keys", audit: "Audit log" };
+const TITLES = { providers: "Providers", routes: "Routes", fleet: "Fleet", keys: "Keys", usage: "Usage", audit: "Audit log" };
 
 async function route() {
   if (!state.started) return;
@@ -234,6 +235,9 @@ async function route() {
       break;
     case "keys":
       await keysPage(ctx);
+      break;
+    case "usage":
+      await usagePage(ctx);
       break;
     case "audit":
       await auditPage(ctx);

@@ -48,6 +48,7 @@ func TestStorePostgres(t *testing.T) {
 		{"Secrets", TestStoreSecrets},
 		{"Limits", TestStoreLimits},
 		{"LimitsCorrupt", TestStoreLimitsCorrupt},
+		{"Usage", TestStoreUsage},
 	} {
 		t.Run(tc.name, tc.f)
 	}

@@ -724,7 +724,7 @@ func TestStoreConcurrentWriters(t *testing.T) {
 // TestStoreMigrations: migration files are numbered without gaps; a failing migration leaves the store at
 // the version before it, with nothing of it applied, and the next Open applies it.
 func TestStoreMigrations(t *testing.T) {
-	if SchemaVersion() != 4 || migrations[0].name != "0001_init.sql" || len(pgMigrations) != SchemaVersion() {
+	if SchemaVersion() != 5 || migrations[0].name != "0001_init.sql" || len(pgMigrations) != SchemaVersion() {
 		t.Fatalf("SchemaVersion() = %d, first migration %q", SchemaVersion(), migrations[0].name)
 	}
 	f := func(files []string, wantErr string) {

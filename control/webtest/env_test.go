@@ -285,7 +285,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	srv, err := control.NewServer(control.Options{
-		Store: st, File: e.file.Load, Apply: gw.Reload, State: gw.State, Metrics: gw.WriteMetrics,
+		Store: st, File: e.file.Load, Apply: gw.Reload, State: gw.State, Metrics: gw.WriteMetrics, Usage: gw.DrainUsage,
 		AdminToken: rootToken, Listen: "127.0.0.1:0", Logger: log, ReplicaID: "test-gw-1",
 	})
 	if err != nil {
