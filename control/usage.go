@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"runtime/debug"
 	"slices"
@@ -62,13 +63,7 @@ func (s *Server) FlushUsage(ctx context.Context) error {
 	for id, c := range b.pending {
 		byHour[id.hour] = append(byHour[id.hour], store.UsageRow{OrgID: id.org, KeyID: id.key, Model: id.model, Hour: id.hour, UsageCounts: c})
 	}
-	hours := slices.SortedFunc(func(yield func(time.Time) bool) {
-		for h := range byHour {
-			if !yield(h) {
-				return
-			}
-		}
-	}, time.Time.Compare)
+	hours := slices.SortedFunc(maps.Keys(byHour), time.Time.Compare)
 	for _, h := range hours {
 		if err := s.store.AddUsage(ctx, h, byHour[h]); err != nil {
 			return fmt.Errorf("cannot store the keys' usage (kept for the next flush): %w", err)
