@@ -32,6 +32,7 @@ type Gateway interface {
 	SetPeers(p engine.Peers)
 	SetPeerLoads(loads map[string]int64)
 	Inflight(fn func(provider string, n int64))
+	SetLimitShare(replicas int)
 }
 
 var (
@@ -529,6 +530,16 @@ func (c *Cluster) tick() {
 	clear(c.recent[:])
 	c.publishLoad()
 	c.loads.expire(time.Now())
+	c.shareLimits()
+}
+
+// shareLimits makes the gateway keep its keys' and orgs' limits as one of the replicas it hears from (this
+// one and its live peers), each from its share. While NATS is unreachable the share stays as it was: the
+// peers still serve, so a replica that took them for gone would admit a whole limit on its own.
+func (c *Cluster) shareLimits() {
+	if c.connected() {
+		c.g.SetLimitShare(1 + int(c.loads.live.Load()))
+	}
 }
 
 // flushEvidence encodes what is queued into messages of up to batchBytes and sends them. It takes only the

@@ -124,11 +124,21 @@ type gateway struct {
 }
 
 // startGateway starts a gateway from a TOML config; it is shut down at cleanup.
-func startGateway(t testing.TB, cfgText string) *gateway {
+func startGateway(t testing.TB, cfgText string) *gateway { return startGatewayWith(t, cfgText, nil) }
+
+// startGatewayWith is startGateway with the parsed config changed by edit first (what only the control
+// plane sets: keys, their limits).
+func startGatewayWith(t testing.TB, cfgText string, edit func(*config.Config)) *gateway {
 	t.Helper()
 	cfg, err := config.Parse([]byte(cfgText), "test.toml")
 	if err != nil {
 		t.Fatalf("bad test config: %s\n%s", err, cfgText)
+	}
+	if edit != nil {
+		edit(cfg)
+		if errs := config.Validate(cfg); len(errs) > 0 {
+			t.Fatal(errs)
+		}
 	}
 	g, err := engine.New(cfg, engine.Options{Logger: testLog(t), Version: "test"})
 	if err != nil {
@@ -535,6 +545,7 @@ func (g *stubGateway) SetPeerLoads(loads map[string]int64) {
 }
 
 func (g *stubGateway) Inflight(fn func(string, int64)) { fn("p0", 1) }
+func (g *stubGateway) SetLimitShare(int)               {}
 
 func startCluster(t testing.TB, url string, g cluster.Gateway, maxEntries int) *cluster.Cluster {
 	t.Helper()

@@ -17,6 +17,10 @@
 //     share. The message is also the heartbeat: a peer not heard from for max(3 x interval, 1 s) is
 //     forgotten, and its requests with it.
 //
+// The heartbeat also sizes the rate limits: every interval, while connected, the gateway is told it keeps
+// its keys' and orgs' limits as one of 1 + live peers replicas (Gateway.SetLimitShare), each holding that
+// share. While NATS is unreachable the share is left as it was: the peers go unheard, not away.
+//
 // No prompt text crosses the wire: a checkpoint is a 64-bit hash, and the load message holds provider
 // names and counts.
 //

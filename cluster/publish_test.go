@@ -33,6 +33,7 @@ type nopGateway struct{}
 func (nopGateway) SetPeers(engine.Peers)                {}
 func (nopGateway) SetPeerLoads(map[string]int64)        {}
 func (nopGateway) Inflight(func(string, int64))         {}
+func (nopGateway) SetLimitShare(int)                    {}
 func (c *Cluster) queued() int                          { return len(c.queue) }
 func (c *Cluster) setSend(f func(string, []byte) error) { c.send = f }
 

@@ -60,6 +60,8 @@ type Gateway struct {
 	lns      []net.Listener
 	global   *telemetry.Global
 	usage    *usageBook // what each data-plane key used (tenant_usage.go)
+	// limitShare is how many gateways keep the limits together (SetLimitShare); 0 or 1: this one alone.
+	limitShare atomic.Int64
 	// conns is the socket budget client and upstream connections share (clientconn.Budget, derived from the
 	// open-file limit); clients admits client connections under it and [server] max_conns (clientconn.Limiter).
 	conns *clientconn.Budget

@@ -109,8 +109,23 @@ func (b *scopeBuilder) set(subject string, l *config.Limits) *scopeSet {
 	return s
 }
 
-// buildLimits fills s.keys and s.orgLimits from cfg, reusing prev's scopes.
-func (s *Snapshot) buildLimits(cfg *config.Config, prev *Snapshot) {
+// SetLimitShare makes every limit this gateway keeps hold ceil(limit / replicas): one of replicas gateways
+// keeping a fleet's limits together, each from its share (the cluster sets it from the replicas it hears
+// from, and keeps it while NATS is unreachable). 1, the default, is a gateway alone.
+func (g *Gateway) SetLimitShare(replicas int) {
+	n := int64(max(replicas, 1))
+	g.limitShare.Store(n)
+	for _, sc := range g.snap.Load().scopes {
+		sc.SetShare(n)
+	}
+}
+
+// LimitShare is how many gateways this one keeps its limits with (SetLimitShare), 1 alone.
+func (g *Gateway) LimitShare() int { return int(max(g.limitShare.Load(), 1)) }
+
+// buildLimits fills s.keys and s.orgLimits from cfg, reusing prev's scopes; share is the gateway's
+// (SetLimitShare).
+func (s *Snapshot) buildLimits(cfg *config.Config, prev *Snapshot, share int64) {
 	b := scopeBuilder{next: map[string]*limits.Scope{}}
 	if prev != nil {
 		b.prev = prev.scopes
@@ -136,6 +151,9 @@ func (s *Snapshot) buildLimits(cfg *config.Config, prev *Snapshot) {
 			}
 			s.orgLimits[k.Org] = b.set(fmt.Sprintf("org %q", k.Org), ol)
 		}
+	}
+	for _, sc := range b.next {
+		sc.SetShare(max(share, 1))
 	}
 	s.scopes = b.next
 	s.defaultMaxTokens = *cfg.Limits.DefaultMaxTokens

@@ -384,7 +384,7 @@ func (g *Gateway) buildSnapshot(cfg *config.Config, prev *Snapshot) (_ *Snapshot
 	}
 	sort.Slice(s.Routes, func(a, b int) bool { return s.Routes[a].Model < s.Routes[b].Model })
 	s.pepper = cfg.KeyPepper
-	s.buildLimits(cfg, prev)
+	s.buildLimits(cfg, prev, g.limitShare.Load())
 	created := time.Now().Unix()
 	var public []*Route
 	byOrg := map[string][]*Route{}

@@ -266,3 +266,45 @@ func BenchmarkAdmitSettle(b *testing.B) {
 		}
 	})
 }
+
+// TestShare: a bucket holding a share of its limit takes ceil(n / of) at once; a take over the share but
+// within the limit passes only on a full bucket, and empties it for that long; a gauge's places shrink
+// the same way.
+func TestShare(t *testing.T) {
+	b := NewBucket(10)
+	b.SetShare(3)
+	if b.Share() != 4 || b.Limit() != 10 || b.Remaining(t0) != 4 {
+		t.Fatalf("share %d limit %d remaining %d", b.Share(), b.Limit(), b.Remaining(t0))
+	}
+	got := 0
+	for {
+		if ok, _ := b.Take(t0, 1); !ok {
+			break
+		}
+		got++
+	}
+	if got != 4 {
+		t.Fatalf("a third of 10 took %d", got)
+	}
+	big := NewBucket(1000)
+	big.SetShare(4)
+	if ok, _ := big.Take(t0, 400); !ok {
+		t.Fatal("a take over the share refused on a full bucket")
+	}
+	// 400 of a share of 250 a minute is 96 s of it: one more unit passes 36.24 s later.
+	if ok, wait := big.Take(t0, 1); ok || wait != Window/250*401-Window {
+		t.Fatalf("after a take of 400 from a share of 250: ok %v wait %d", ok, wait)
+	}
+	if ok, wait := big.Take(t0+Window, 400); ok || wait != Window/250*400-Window {
+		t.Fatalf("a second take of 400 before the bucket is full: ok %v wait %d", ok, wait)
+	}
+	g := NewGauge(5)
+	g.SetShare(2)
+	places := 0
+	for g.Acquire() {
+		places++
+	}
+	if places != 3 {
+		t.Fatalf("a gauge of 5 shared by 2 holds %d, want 3", places)
+	}
+}

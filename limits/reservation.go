@@ -135,9 +135,9 @@ func (r *Reservation) Settle(now, used int64) {
 	}
 }
 
-// Status is what the OpenAI rate-limit headers report: for requests and for tokens, the limit, the
-// remaining and the time until full (nanoseconds) of the scope with the least remaining; a zero Limit
-// where no scope limits that.
+// Status is what the OpenAI rate-limit headers report: for requests and for tokens, the limit (the
+// bucket's share of it, all of it on a gateway alone), the remaining and the time until full (nanoseconds)
+// of the scope with the least remaining; a zero Limit where no scope limits that.
 type Status struct {
 	Requests, Tokens LimitStatus
 }
@@ -164,6 +164,6 @@ func tighter(ls *LimitStatus, b *Bucket, now int64) {
 		return
 	}
 	if rem := b.Remaining(now); ls.Limit == 0 || rem < ls.Remaining {
-		*ls = LimitStatus{Limit: b.Limit(), Remaining: rem, Reset: b.Reset(now)}
+		*ls = LimitStatus{Limit: b.Share(), Remaining: rem, Reset: b.Reset(now)}
 	}
 }

@@ -29,3 +29,16 @@ func NewScope(subject string, rpm, tpm, concurrent int64) *Scope {
 	}
 	return s
 }
+
+// SetShare makes each of the scope's limits hold its share of one of of gateways keeping them together.
+func (s *Scope) SetShare(of int64) {
+	if s.Requests != nil {
+		s.Requests.SetShare(of)
+	}
+	if s.Tokens != nil {
+		s.Tokens.SetShare(of)
+	}
+	if s.InFlight != nil {
+		s.InFlight.SetShare(of)
+	}
+}
