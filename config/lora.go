@@ -19,7 +19,7 @@ type LoRAConfig struct {
 	// grows: k = ceil(in flight / ReplicaRequests), within the bounds above.
 	ReplicaRequests *int `toml:"replica_requests" json:"replica_requests,omitempty"`
 	// CoolSecs is how long an adapter's load must stay below its home set before the set shrinks by one
-	// replica.
+	// replica, and the time constant of the request rate its placement compares adapters by.
 	CoolSecs *float64 `toml:"cool_secs" json:"cool_secs,omitempty"`
 	// MaxLoRAs is the engines' adapter slots (vLLM's --max-loras) for an engine whose /metrics does not
 	// report them (max_lora of vllm:lora_requests_info).
