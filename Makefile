@@ -179,7 +179,7 @@ bench-ab:
 # Scale-out: 1, 2 and 4 `rolter serve` processes behind HAProxy in TCP mode on one simulated fleet
 # (bench/results/scaleout.md, ~10 min).
 # Routing under KV pressure: every strategy on 4 simulated engines whose KV holds 25/50/100% of each
-# workload's working set (bench/results/pressure.md, ~8 min).
+# workload's working set, the Mooncake trace among them (bench/results/pressure.md, ~17 min).
 bench-pressure:
 	$(GO) run ./bench/cmd/pressure -out bench/results
 

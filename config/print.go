@@ -55,6 +55,8 @@ func (cfg *Config) Effective() *Config {
 				p.HotWindow = orDefault(p.HotWindow, DefaultHotWindow)
 			case "overload_factor":
 				p.OverloadFactor = orDefault(p.OverloadFactor, DefaultOverloadFactor)
+			case "load_bound":
+				p.LoadBound = orDefault(p.LoadBound, DefaultLoadBound(rc.Strategy))
 			default:
 				panic(fmt.Sprintf("BUG: no default for parameter %q", name))
 			}

@@ -88,4 +88,8 @@ type RouteParams struct {
 	// matched by more than one engine's share of them has its cache term divided by the engines its
 	// share fills. 0 turns it off.
 	HotWindow *int `toml:"hot_window" json:"hot_window,omitempty"`
+	// LoadBound (the cache strategies) is epsilon of the load bound every pick honours: a target takes a
+	// request only while its in-flight per unit of weight stays within ceil((1 + epsilon) x the eligible
+	// targets' average), the request counted; 0 turns it off (DefaultLoadBound).
+	LoadBound *float64 `toml:"load_bound" json:"load_bound,omitempty"`
 }

@@ -29,20 +29,20 @@ var Strategies = map[string]StrategySpec{
 	"power_of_two": {},
 	"cache_aware": {
 		Params: []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window", "home",
-			"overload_margin", "overload_factor"},
+			"overload_margin", "overload_factor", "load_bound"},
 		UsesTries: true,
 	},
 	"pipeline": {
 		Params: []string{"weight_factor", "load_factor", "cache_factor", "max_trie_nodes", "max_trie_bytes", "session_ttl_secs",
-			"max_sessions", "stale_gap", "stale_window", "hot_window"},
+			"max_sessions", "stale_gap", "stale_window", "hot_window", "load_bound"},
 		UsesTries: true,
 	},
 	"precise_cache_aware": {
-		Params:        []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window", "home"},
+		Params:        []string{"threshold", "max_trie_nodes", "max_trie_bytes", "stale_gap", "stale_window", "home", "load_bound"},
 		NeedsKVEvents: true,
 		UsesTries:     true,
 	},
-	"lmcache_aware": {},
+	"lmcache_aware": {Params: []string{"load_bound"}},
 	"consistent_hash": {
 		Params: []string{"epsilon", "virtual_nodes", "key_bytes"},
 	},
@@ -69,6 +69,19 @@ const (
 	DefaultCacheFactor    = 2.1
 	DefaultHotWindow      = 128
 )
+
+// DefaultLoadBound returns the load bound's epsilon of a strategy whose route sets no "load_bound" (0: off),
+// chosen with the KV-pressure report (docs/routing/load-bound.md): pipeline's load term balances (and
+// precise_cache_aware's, the same term) and the bound is the backstop against a herd while other replicas
+// idle (8: tighter ones cost hit rate on shared-prefix and the Mooncake trace). cache_aware keeps the seed
+// page's overload rule alone; consistent_hash's bound is its "epsilon".
+func DefaultLoadBound(strategy string) float64 {
+	switch strategy {
+	case "pipeline", "precise_cache_aware":
+		return 8
+	}
+	return 0
+}
 
 func strategyNames() string {
 	names := make([]string, 0, len(Strategies))

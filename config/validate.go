@@ -336,6 +336,9 @@ func (v *validator) params(key, strategy string, spec StrategySpec, p *RoutePara
 	if check("epsilon", p.Epsilon != nil) && !(*p.Epsilon > 0 && *p.Epsilon <= 10) {
 		v.addf(key+".epsilon", "must be in (0, 10], got %v", *p.Epsilon)
 	}
+	if check("load_bound", p.LoadBound != nil) && !(*p.LoadBound >= 0 && *p.LoadBound <= 10) {
+		v.addf(key+".load_bound", "must be between 0 (off) and 10, got %v", *p.LoadBound)
+	}
 	if check("virtual_nodes", p.VirtualNodes != nil) && (*p.VirtualNodes < 1 || *p.VirtualNodes > 4096) {
 		v.addf(key+".virtual_nodes", "must be between 1 and 4096, got %d", *p.VirtualNodes)
 	}

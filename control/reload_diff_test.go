@@ -219,6 +219,7 @@ func apiMutations(t *testing.T, e *env, connect2, bind2 int) map[string]func(o a
 		"route.params.overload_margin":  func(o apiObjects) { o.routes["c"].Params.OverloadMargin = w(3) },
 		"route.params.overload_factor":  func(o apiObjects) { o.routes["c"].Params.OverloadFactor = w(2) },
 		"route.params.hot_window":       func(o apiObjects) { o.routes["pl"].Params.HotWindow = i(128) },
+		"route.params.load_bound":       func(o apiObjects) { o.routes["pl"].Params.LoadBound = w(0.5) },
 		"route.shadow": func(o apiObjects) {
 			o.routes["c"].Shadow = &config.ShadowConfig{Strategies: []string{"pipeline", "precise_cache_aware"}}
 		},

@@ -90,12 +90,22 @@ func TestAllocsPipelineAndHash(t *testing.T) {
 		if rec, ok := r.Strategy.(Recorder); ok {
 			rec.Routed(&p, 1) // binds the session: later picks are lookups
 		}
-		if a := testing.AllocsPerRun(200, func() { r.Strategy.Rank(&p, out[:]) }); a != 0 {
+		if a := testing.AllocsPerRun(200, func() { r.rank(&p, out[:]) }); a != 0 {
 			t.Fatalf("%s: %v allocs per pick", strategy, a)
 		}
 		p.SessionID = nil
-		if a := testing.AllocsPerRun(200, func() { r.Strategy.Rank(&p, out[:]) }); a != 0 {
+		if a := testing.AllocsPerRun(200, func() { r.rank(&p, out[:]) }); a != 0 {
 			t.Fatalf("%s without session: %v allocs per pick", strategy, a)
+		}
+		// Every target but the idle one over the load bound: the bound moves the request there.
+		for i, tg := range r.Targets {
+			tg.Provider.inflight.Store([]int64{0, 2000, 1000, 1000}[i])
+		}
+		if a := testing.AllocsPerRun(200, func() { r.rank(&p, out[:]) }); a != 0 {
+			t.Fatalf("%s at the load bound: %v allocs per pick", strategy, a)
+		}
+		if _, d := r.rank(&p, out[:]); out[0] != 0 {
+			t.Fatalf("%s at the load bound picked %d (%s), want the idle target 0", strategy, out[0], d.Reason)
 		}
 	}
 }
@@ -112,10 +122,10 @@ func TestAllocsPrecisePick(t *testing.T) {
 	var p Pick
 	allEligible(r, &p, buf[:])
 	p.TokenIDs, p.TokenIDsState, p.kvScratch, p.kvOut = tokens, tokenIDsOK, &scratch, kvOut[:]
-	if a := testing.AllocsPerRun(100, func() { r.Strategy.Rank(&p, out[:]) }); a != 0 {
+	if a := testing.AllocsPerRun(100, func() { r.rank(&p, out[:]) }); a != 0 {
 		t.Fatalf("%v allocs per pick", a)
 	}
-	if _, d := r.Strategy.Rank(&p, out[:]); out[0] != 3 || d.Reason != ReasonPrefixHit {
+	if _, d := r.rank(&p, out[:]); out[0] != 3 || d.Reason != ReasonPrefixHit {
 		t.Fatalf("picked %d (%s), want 3", out[0], d.Reason)
 	}
 	var c call

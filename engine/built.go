@@ -188,12 +188,15 @@ func describeStrategy(s *Snapshot, r *Route, st Strategy) string {
 		}
 		d = fmt.Sprintf("precise_cache_aware threshold=%v home=%t sources=%v", x.threshold, x.home, srcs)
 	case *consistentHash:
-		d = fmt.Sprintf("consistent_hash epsilon=%v key_bytes=%d ring=%d/%s", x.epsilon, x.keyBytes, len(x.ring),
+		d = fmt.Sprintf("consistent_hash key_bytes=%d ring=%d/%s", x.keyBytes, len(x.ring),
 			digest(fmt.Sprint(x.ring, x.owner)))
 	case *weighted:
 		d = fmt.Sprintf("weighted seq=%v", x.seq)
 	default:
 		d = fmt.Sprintf("%T", st)
+	}
+	if r.bound != nil {
+		d += fmt.Sprintf(" load_bound=%v weights=%v", r.bound.epsilon, r.bound.weights)
 	}
 	if h, ok := st.(trieHolder); ok {
 		var caps []string

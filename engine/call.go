@@ -78,6 +78,9 @@ type call struct {
 	limitRefused bool
 	// failingOpen: no target was eligible; the ranking is every target, least bad first.
 	failingOpen bool
+	// picked is the provider of the ranking's first target until the request is admitted anywhere: its
+	// load counts the request meanwhile (pickTarget).
+	picked *Provider
 	// probe: the current attempt is a half-open breaker probe.
 	probe bool
 	// recorded: the strategy has been told where the request went.
@@ -428,7 +431,8 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 		if r.lora != nil {
 			c.spill = r.lora.restrict(p)
 		}
-		c.nOrder, c.decision = r.Strategy.Rank(p, c.order[:])
+		c.nOrder, c.decision = r.rank(p, c.order[:])
+		c.pickTarget(r.Targets[c.order[0]].Provider)
 	} else if e := c.failOpen(); e != nil {
 		return e
 	}
@@ -438,6 +442,18 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx) *apiError {
 		c.shadow = r.shadows.enqueue(p)
 	}
 	return nil
+}
+
+// pickTarget counts the request in p's load as picked, not yet admitted (nil: in nobody's), and uncounts it
+// from the provider it counted in before: between the ranking and the admission, the next request's ranking
+// already sees it.
+func (c *call) pickTarget(p *Provider) {
+	if c.picked != nil {
+		c.picked.picked.Add(-1)
+	}
+	if c.picked = p; p != nil {
+		p.picked.Add(1)
+	}
 }
 
 // eligibleTargets fills c.pick.Eligible with the targets that can take a request (healthy, not cooling
@@ -493,6 +509,7 @@ func (c *call) failOpen() *apiError {
 }
 
 func (c *call) release() {
+	c.pickTarget(nil)
 	c.watch.disarm()
 	c.endShadow(-1, false)
 	c.resetObserve()
@@ -651,9 +668,12 @@ func (c *call) admit(t *Target) bool {
 		ok, probe = p.health.admit(c.pick.Now)
 	}
 	if !ok {
+		c.pickTarget(nil)
 		return false
 	}
-	if !p.adm.acquire(p.inflight, c.watch.left()) {
+	acquired := p.adm.acquire(p.inflight, c.watch.left())
+	c.pickTarget(nil) // after the acquire: counted picked while waiting for a slot, in flight once it has one
+	if !acquired {
 		if probe {
 			p.health.brProbes.Add(-1)
 		}

@@ -50,6 +50,9 @@ type Provider struct {
 	// padded, and shared with the provider this one replaced when both name the same engine (name and
 	// api_base), so the requests of a draining snapshot still count as that engine's load.
 	inflight *atomic.Int64
+	// picked counts the requests ranked first here and not yet admitted anywhere (call.pickTarget); on
+	// inflight's cache line and shared like it.
+	picked *atomic.Int64
 	// cache numbers the engine's prefix-cache contents (lifecycle.go); shared like inflight.
 	cache *cacheEpoch
 
@@ -125,9 +128,10 @@ func providerOwn(pc *config.ProviderConfig) config.ProviderConfig {
 
 // paddedCounter keeps a hot counter on a cache line of its own.
 type paddedCounter struct {
-	_ [64]byte
-	n atomic.Int64
-	_ [56]byte
+	_      [64]byte
+	n      atomic.Int64
+	picked atomic.Int64
+	_      [48]byte
 }
 
 // newProvider builds the provider of pc. prev, when not nil, is the provider of the same name it replaces;
@@ -148,9 +152,10 @@ func newProvider(pc *config.ProviderConfig, cfg *config.Config, env *buildEnv, p
 		adm: newAdmission(cfg.Queue), set: telemetry.NewSet(),
 	}
 	if prev != nil && prev.cfg.APIBase == pc.APIBase {
-		p.inflight, p.cache, p.loraSlots = prev.inflight, prev.cache, prev.loraSlots
+		p.inflight, p.picked, p.cache, p.loraSlots = prev.inflight, prev.picked, prev.cache, prev.loraSlots
 	} else {
-		p.inflight, p.cache, p.loraSlots = &new(paddedCounter).n, newCacheEpoch(), &slotLRU{}
+		c := new(paddedCounter)
+		p.inflight, p.picked, p.cache, p.loraSlots = &c.n, &c.picked, newCacheEpoch(), &slotLRU{}
 	}
 	log := env.log
 	p.health = newProviderHealth(pc.Name, cfg, log, p.set)
@@ -238,7 +243,7 @@ func (p *Provider) Load() int64 {
 	if p.engineLoad != nil {
 		other = max(other, p.engineLoad())
 	}
-	return p.inflight.Load() + other
+	return p.inflight.Load() + p.picked.Load() + other
 }
 
 // Inflight returns the gateway's own in-flight count for the provider.

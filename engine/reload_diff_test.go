@@ -558,6 +558,7 @@ func diffMutations(t *testing.T, dir string, ps diffPorts) map[string]func(*conf
 		"routes.params.overload_margin": func(c *config.Config) { route(c, "c").Params.OverloadMargin = ptr(3.0) },
 		"routes.params.overload_factor": func(c *config.Config) { route(c, "c").Params.OverloadFactor = ptr(2.0) },
 		"routes.params.hot_window":      func(c *config.Config) { route(c, "p").Params.HotWindow = ptr(128) },
+		"routes.params.load_bound":      func(c *config.Config) { route(c, "p").Params.LoadBound = ptr(0.5) },
 		"routes.shadow.strategies": func(c *config.Config) {
 			route(c, "m").Shadow.Strategies = []string{"cache_aware", "pipeline"}
 		},

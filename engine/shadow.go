@@ -144,7 +144,7 @@ func newShadowSet(r *Route, names []string, prev *shadowSet, env *buildEnv) (*sh
 			// in-flight count and no engine-reported load (that load is the live routing's).
 			var n atomic.Int64
 			p := &Provider{Name: t.Provider.Name, nameBytes: t.Provider.nameBytes, cfg: t.Provider.cfg,
-				inflight: &n, cache: t.Provider.cache, health: t.Provider.health, lmcache: t.Provider.lmcache}
+				inflight: &n, picked: new(atomic.Int64), cache: t.Provider.cache, health: t.Provider.health, lmcache: t.Provider.lmcache}
 			sh.inflight = append(sh.inflight, &n)
 			sr.Targets = append(sr.Targets, &Target{Index: t.Index, Provider: p, Model: t.Model, modelJSON: t.modelJSON, Weight: t.Weight})
 		}

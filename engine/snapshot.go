@@ -109,6 +109,8 @@ type Route struct {
 	pd *pdRoute
 	// lora is the adapter side of a route made for a LoRA adapter (lora.go), nil for others.
 	lora *loraRoute
+	// bound is the route's load bound (bound.go), nil when off.
+	bound *loadBound
 	// strategyHeader and modelBytes are the x-rolter-strategy and x-rolter-route values.
 	strategyHeader []byte
 	modelBytes     []byte
@@ -353,6 +355,7 @@ func (g *Gateway) buildSnapshot(cfg *config.Config, prev *Snapshot) (_ *Snapshot
 		}
 		r.Strategy = st
 		r.recorder, _ = st.(Recorder)
+		r.bound = newLoadBound(r, routeLoadBound(rc.Strategy, rc.Params))
 		if rc.LoRABase != "" {
 			r.lora = newLoRARoute(r, &rc, env.prev)
 			registerLoRAMetrics(env.set, r)

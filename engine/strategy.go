@@ -120,13 +120,14 @@ const (
 	ReasonFallback    // no target was eligible: fail open to the least-bad one
 	ReasonRetry       // a retry went to the next candidate
 	ReasonHome        // cache strategies: nothing held the prefix; the conversation's rendezvous home
+	ReasonBounded     // the strategy's choice was at the route's load bound; the best candidate under it
 	numReasons
 )
 
 var reasonNames = [numReasons]string{
 	"round_robin", "random", "weighted", "least_load", "power_of_two", "prefix_hit", "no_match", "overloaded",
 	"least_warmed", "session", "hash", "score", "no_token_ids", "bad_token_ids", "untrusted", "cache_available",
-	"fallback", "retry", "home",
+	"fallback", "retry", "home", "load_bound",
 }
 
 func (r Reason) String() string {
@@ -222,6 +223,15 @@ func leastLoaded(p *Pick) (best int, minLoad int64) {
 		}
 	}
 	return best, minLoad
+}
+
+// matchFraction returns target's predicted match as a fraction of the prompt, -1 when the strategy scored no
+// prefixes.
+func (p *Pick) matchFraction(target int) float64 {
+	if p.MatchOf <= 0 {
+		return -1
+	}
+	return float64(max(p.Matches[target], 0)) / float64(p.MatchOf)
 }
 
 // predicted returns the reuse the strategy predicted (MatchOf > 0): the best match over the eligible

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"encoding/binary"
-	"math"
 	"sort"
 
 	"github.com/cespare/xxhash/v2"
@@ -28,25 +27,22 @@ const (
 // under one long system prompt to one target). A request without either (an empty prompt key: other
 // endpoints) has nothing to hash and goes to the least-loaded target.
 //
-// Adding or removing a target moves about 1/N of the keys. Ineligible targets are skipped, and so is any
-// target above ceil((1+epsilon) x average in-flight over eligible targets, this request included):
-// "consistent hashing with bounded loads" (Mirrokni, Thorup, Zadimoghaddam 2018), so one hot key cannot
-// melt a replica - it spills to the next targets on the ring.
+// Adding or removing a target moves about 1/N of the keys. Ineligible targets are skipped. Rank writes the
+// eligible targets in ring order; the route's load bound, whose epsilon is this strategy's "epsilon", then
+// puts the first of them with room first (bound.go): "consistent hashing with bounded loads" (Mirrokni,
+// Thorup, Zadimoghaddam 2018), per unit of weight, so one hot key cannot melt a replica - it spills to the
+// next targets on the ring.
 type consistentHash struct {
 	ring     []uint64 // sorted virtual node hashes
 	owner    []uint8  // owner[i] = target of ring[i]
-	epsilon  float64
 	keyBytes int
 }
 
 func newConsistentHash(r *Route, p config.RouteParams) *consistentHash {
-	s := &consistentHash{epsilon: defaultEpsilon, keyBytes: defaultKeyBytes}
+	s := &consistentHash{keyBytes: defaultKeyBytes}
 	vnodes := defaultVirtualNodes
 	if p.VirtualNodes != nil {
 		vnodes = *p.VirtualNodes
-	}
-	if p.Epsilon != nil {
-		s.epsilon = *p.Epsilon
 	}
 	if p.KeyBytes != nil {
 		s.keyBytes = *p.KeyBytes
@@ -121,12 +117,6 @@ func (s *consistentHash) Rank(p *Pick, out []int) (int, Decision) {
 		out[0], _ = leastLoaded(p)
 		return 1, decide(ReasonLeastLoad)
 	}
-	targets := p.Route.Targets
-	total := int64(1) // this request
-	for _, i := range p.Eligible {
-		total += targets[i].Load()
-	}
-	limit := int64(math.Ceil((1 + s.epsilon) * float64(total) / float64(len(p.Eligible))))
 	start := s.search(h)
 	var seen uint64
 	n := 0
@@ -141,17 +131,6 @@ func (s *consistentHash) Rank(p *Pick, out []int) (int, Decision) {
 		}
 		out[n] = t
 		n++
-	}
-	// The first target on the ring under the load bound goes first; the others keep ring order for retries.
-	for j := 0; j < n; j++ {
-		if targets[out[j]].Load()+1 <= limit {
-			if j > 0 {
-				t := out[j]
-				copy(out[1:j+1], out[:j])
-				out[0] = t
-			}
-			break
-		}
 	}
 	return n, decide(ReasonHash)
 }

@@ -11,12 +11,19 @@ import (
 )
 
 // preciseCacheAware scores each eligible target by the fraction of the request's full token blocks resident
-// on its GPU, from vLLM's KV events (x-rolter-vllm-token-ids carries the ids). Same threshold and overload
-// rule as cache_aware. Where that exact evidence is missing - the target's event stream is not trusted
+// on its GPU, from vLLM's KV events (x-rolter-vllm-token-ids carries the ids). When the best fraction clears
+// the threshold, the targets are weighed as pipeline weighs them - weight, load relative to the least loaded,
+// and the share of the prompt resident beyond what every target holds - so a prefix resident on several
+// engines goes to the least loaded of them, and a holder keeps a prompt while its saving outweighs its queue.
+// A block an engine evicted stops counting with its BlockRemoved event. cache_aware's overload rule is not
+// used for holders: under KV pressure its spills to cold targets cost a fifth of the hits on the Mooncake
+// trace; the route's load bound (bound.go, "load_bound", default 8) is the hard ceiling.
+// Where that exact evidence is missing - the target's event stream is not trusted
 // (gap, restart, malformed, stale, no events yet), or the request carries no or malformed ids - the target
 // is scored by its approximate prefix trie, as cache_aware would (the two indexes back each other up), so a
 // fleet whose streams are still warming up routes by prefix, not by load alone. With no evidence at all it
-// is least load, and x-rolter-decision says why (docs/architecture.md, "Routing rules").
+// is least load, and x-rolter-decision says why (docs/architecture.md, "Routing rules"). Nothing resident
+// clears the threshold: the conversation's home unless it is overloaded (cache_aware's rule), else least load.
 type preciseCacheAware struct {
 	threshold float64
 	ix        *kvindex.Index
@@ -67,13 +74,8 @@ func (s *preciseCacheAware) Rank(p *Pick, out []int) (int, Decision) {
 	var sbuf [maxTargets]float64
 	var lbuf [maxTargets]int64
 	exact, evidence := false, false
-	minLoad := int64(-1)
 	for k, i := range p.Eligible {
-		l := targets[i].Load()
-		lbuf[k] = l
-		if minLoad < 0 || l < minLoad {
-			minLoad = l
-		}
+		lbuf[k] = targets[i].Load()
 		score := 0.0
 		if haveIDs && s.streams[i].Trusted() {
 			exact, evidence = true, true
@@ -92,39 +94,26 @@ func (s *preciseCacheAware) Rank(p *Pick, out []int) (int, Decision) {
 		}
 	}
 	if evidence {
-		// Equal scores go to the less loaded target, then by chance.
-		best, bestScore, bestLoad, ties := -1, 0.0, int64(0), uint64(0)
-		for k, i := range p.Eligible {
-			sc, l := sbuf[k], lbuf[k]
-			switch {
-			case best < 0 || sc > bestScore || (sc == bestScore && l < bestLoad):
-				best, bestScore, bestLoad, ties = i, sc, l, 1
-			case sc == bestScore && l == bestLoad:
-				ties++
-				if rand.Uint64N(ties) == 0 {
-					best = i
-				}
-			}
+		bestScore := 0.0
+		for k := range p.Eligible {
+			bestScore = max(bestScore, sbuf[k])
 		}
-		reason := ReasonNoMatch
 		if bestScore > 0 && bestScore >= s.threshold {
-			if !overloaded(bestLoad, minLoad) {
-				out[0] = best
-				return 1, Decision{Reason: ReasonPrefixHit, Score: bestScore}
-			}
-			reason = ReasonOverloaded
+			k := s.score(p, sbuf[:len(p.Eligible)], lbuf[:len(p.Eligible)])
+			out[0] = p.Eligible[k]
+			return 1, Decision{Reason: ReasonPrefixHit, Score: sbuf[k]}
 		}
-		if exact && reason == ReasonNoMatch && s.home {
-			// Nothing resident anywhere: the conversation's home, as cache_aware sends it, so replicas
-			// that share every engine's events also agree on where a new conversation starts.
-			if k, ok := homeOf(p); ok && !overloaded(lbuf[k], minLoad) {
+		if exact && s.home {
+			// Nothing resident clears the threshold: the conversation's home, as cache_aware sends it, so
+			// replicas that share every engine's events also agree on where a new conversation starts.
+			if k, ok := homeOf(p); ok && !overloaded(lbuf[k], minLoadOf(lbuf[:len(p.Eligible)])) {
 				out[0] = p.Eligible[k]
 				return 1, Decision{Reason: ReasonHome, Score: bestScore}
 			}
 		}
-		if exact || reason == ReasonOverloaded {
+		if exact {
 			out[0], _ = leastLoaded(p)
-			return 1, Decision{Reason: reason, Score: bestScore}
+			return 1, Decision{Reason: ReasonNoMatch, Score: bestScore}
 		}
 	}
 	out[0], _ = leastLoaded(p)
@@ -137,6 +126,54 @@ func (s *preciseCacheAware) Rank(p *Pick, out []int) (int, Decision) {
 		return 1, decide(ReasonUntrusted)
 	}
 	return 1, decide(ReasonNoMatch)
+}
+
+// score returns the position in p.Eligible of the target with the best pipeline score over the resident
+// fractions: weight, load relative to the least loaded (per unit of weight) and the share of the prompt
+// resident beyond what every target holds, with pipeline's default factors; ties at random. scores and loads
+// are per p.Eligible.
+func (s *preciseCacheAware) score(p *Pick, scores []float64, loads []int64) int {
+	targets := p.Route.Targets
+	maxW, minS := 0.0, 1.0
+	for k, i := range p.Eligible {
+		maxW = max(maxW, targets[i].Weight)
+		minS = min(minS, scores[k])
+	}
+	var effBuf [maxTargets]float64
+	minEff := -1.0
+	for k, i := range p.Eligible {
+		effBuf[k] = float64(loads[k]) * maxW / targets[i].Weight
+		if minEff < 0 || effBuf[k] < minEff {
+			minEff = effBuf[k]
+		}
+	}
+	best, bestScore, ties := -1, 0.0, uint64(0)
+	for k, i := range p.Eligible {
+		saved := 0.0
+		if minS < 1 {
+			saved = (scores[k] - minS) / (1 - minS)
+		}
+		sc := defaultWeightFactor*targets[i].Weight/maxW + defaultLoadFactor*(minEff+1)/(effBuf[k]+1) + defaultCacheFactor*saved
+		switch {
+		case best < 0 || sc > bestScore:
+			best, bestScore, ties = k, sc, 1
+		case sc == bestScore:
+			ties++
+			if rand.Uint64N(ties) == 0 {
+				best = k
+			}
+		}
+	}
+	return best
+}
+
+// minLoadOf returns the smallest of loads.
+func minLoadOf(loads []int64) int64 {
+	m := loads[0]
+	for _, l := range loads[1:] {
+		m = min(m, l)
+	}
+	return m
 }
 
 // Routed records the prompt in the target's approximate trie.

@@ -417,3 +417,36 @@ func TestParseTokenIDs(t *testing.T) {
 	f("1;2", nil, false)
 	f("0x10", nil, false)
 }
+
+// TestPreciseWeighsHolders: among the engines holding a prompt's blocks, the resident share is weighed
+// against the load as pipeline weighs it: at equal loads the whole-prompt holder wins; once it is busier, the
+// engine holding three quarters of the prompt takes it, not a cold one.
+func TestPreciseWeighsHolders(t *testing.T) {
+	tokens := make([]uint32, 4096)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	r := preciseRoute(t, 4, tokens) // target i holds the first (i+1)/4 of the prompt
+	var buf, out [maxTargets]int
+	var kvOut [kvindex.MaxTargets]int
+	var scratch kvindex.Scratch
+	var matches [maxTargets]int32
+	var p Pick
+	allEligible(r, &p, buf[:])
+	p.TokenIDs, p.TokenIDsState, p.kvScratch, p.kvOut, p.Matches = tokens, tokenIDsOK, &scratch, kvOut[:], matches[:4]
+	for _, c := range []struct {
+		load int64
+		want int
+	}{{1, 3}, {4, 2}} {
+		// The whole prompt's holder with c.load in flight, one request on each other engine.
+		for i, tg := range r.Targets {
+			tg.Provider.inflight.Store(1)
+			if i == 3 {
+				tg.Provider.inflight.Store(c.load)
+			}
+		}
+		if _, d := r.rank(&p, out[:]); out[0] != c.want || d.Reason != ReasonPrefixHit {
+			t.Fatalf("holder at %d in flight: %d (%s), want %d (prefix_hit)", c.load, out[0], d.Reason, c.want)
+		}
+	}
+}

@@ -75,6 +75,7 @@ func preciseRoute(tb testing.TB, n int, tokens []uint32) *Route {
 		tb.Fatal(err)
 	}
 	r.Strategy = st
+	r.bound = newLoadBound(r, config.DefaultLoadBound("precise_cache_aware"))
 	return r
 }
 

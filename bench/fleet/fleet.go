@@ -183,10 +183,11 @@ func (f *Fleet) Stop() {
 // Config renders the gateway config: the shape `rolter up` generates (cmd/rolter/up.go):
 // one route over every engine with default strategy parameters, active health checks, engine
 // /metrics scraping every 250ms, and every engine's KV event stream declared (only strategies
-// that use it subscribe). kv[i] may be empty (no events).
+// that use it subscribe). kv[i] may be empty (no events). Headers may be 1 MiB: the token ids of a long
+// prompt for precise_cache_aware (x-rolter-vllm-token-ids) exceed the default 64 KiB at about 11,000 tokens.
 func Config(listen, strategy string, urls, kv []string, model string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "[server]\nlisten = %q\n\n", listen)
+	fmt.Fprintf(&b, "[server]\nlisten = %q\nmax_header_bytes = 1048576\n\n", listen)
 	b.WriteString("[health]\nenabled = true\ninterval_secs = 1\n\n[metrics_scrape]\nenabled = true\ninterval_secs = 0.25\n\n")
 	for i, u := range urls {
 		fmt.Fprintf(&b, "[[providers]]\nname = \"sim-%d\"\napi_base = %q\n", i+1, u)

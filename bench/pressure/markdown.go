@@ -26,7 +26,7 @@ func (rep *Report) Markdown() string {
 	rep.workloadTable(&b)
 	rep.skewNote(&b)
 
-	fmt.Fprintf(&b, "\n## Goals (`%s` at 50%% capacity)\n\n", o.Recommended)
+	fmt.Fprintf(&b, "\n## Goals (`%s`; the Mooncake trace's at 25%% and 100%%, the others at 50%%)\n\n", o.Recommended)
 	fleet.GoalsTable(&b, "measured", rep.Goals)
 
 	rep.goalMatrix(&b)
@@ -318,6 +318,13 @@ func (rep *Report) skewNote(b *strings.Builder) {
 	b.WriteString("on 4 engines with caches cut to a quarter (round robin 0.20, cache_aware 0.66) - and placement decides what is\n")
 	fmt.Fprintf(b, "cached: the placement reference is %s the model. Same prompts, sizes and plan for every strategy; only the\n", gain(SharedPrefix))
 	b.WriteString("exponent differs.\n")
+	if info := rep.Info(Mooncake); info != nil {
+		b.WriteString("\n**The Mooncake trace** is the one workload of this report that is not ours: the synthetic trace of Mooncake's FAST'25\n")
+		b.WriteString("release, built from public datasets, with chained 512-token prefix blocks, long multi-turn agent contexts and its\n")
+		fmt.Fprintf(b, "arrival order. Every token count is divided by %d, which keeps exactly which prompts share which blocks; the sizes\n", info.Workload.TraceScale)
+		b.WriteString("shrink so that thousands of requests fit this machine. The requests carry no session and are sent in trace order\n")
+		b.WriteString("with nothing held back, so a conversation's next turn can arrive while its last one is still in flight.\n")
+	}
 
 	w = DefaultWorkload(MultiTurn, rep.Options.Quick, rep.Options.Seed)
 	if info := rep.Info(MultiTurn); info != nil {
@@ -351,6 +358,13 @@ func shape(w Workload) string {
 	case HotBurst:
 		return fmt.Sprintf("shared-prefix traffic (%d prompts of %d–%d tokens, Zipf s=%.2g) with a burst from %s to %s of the requests in which %s use one %d-token prefix; %d-token question; %d output tokens",
 			w.Groups, w.SystemMin, w.SystemMax, w.ZipfS, pct(w.BurstStart), pct(w.BurstEnd), pct(w.HotShare), w.HotTokens, w.QuestionTokens, w.OutputTokens)
+	case Mooncake:
+		n := "every request"
+		if w.TraceRequests > 0 {
+			n = fmt.Sprintf("its first %d requests", w.TraceRequests)
+		}
+		return fmt.Sprintf("the Mooncake FAST'25 synthetic trace (bench/data), %s in trace order, token counts ÷ %d (512-token blocks become %d tokens); the trace's output lengths ÷ %d",
+			n, w.TraceScale, 512/w.TraceScale, w.TraceScale)
 	}
 	return w.Name
 }

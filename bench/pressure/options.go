@@ -7,6 +7,10 @@ import (
 	"github.com/rolter-ai/rolter/bench/fleet"
 )
 
+// Strategies are the report's rows: every strategy of the routing report, and the recommended one without
+// its load bound, so the report shows what the bound costs.
+var Strategies = append(append([]string(nil), fleet.Strategies...), Recommended+":load_bound=0")
+
 // Capacities are the engines' KV capacities of the report, as fractions of the per-engine working
 // set.
 var Capacities = []float64{0.25, 0.5, 1}
@@ -18,7 +22,7 @@ type Options struct {
 	// Capacities are each engine's KV blocks as fractions of the workload's working set divided over the
 	// engines (Capacities).
 	Capacities []float64
-	// Strategies to compare (fleet.Strategies). An entry may carry route parameters,
+	// Strategies to compare (Strategies). An entry may carry route parameters,
 	// "cache_aware:max_trie_bytes=1kv,threshold=0.3" (ParseStrategySpec).
 	Strategies []string
 	// Workloads to run (WorkloadNames).
@@ -58,7 +62,7 @@ func (o *Options) normalize() {
 		o.Capacities = Capacities
 	}
 	if o.Strategies == nil {
-		o.Strategies = fleet.Strategies
+		o.Strategies = Strategies
 	}
 	if o.Workloads == nil {
 		o.Workloads = WorkloadNames

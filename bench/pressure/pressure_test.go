@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/loadtest"
 )
 
@@ -19,13 +18,13 @@ import (
 // rendering and reloading.
 func TestPressureQuick(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs 72 small fleets")
+		t.Skip("runs 126 small fleets")
 	}
 	rep, err := Run(context.Background(), Options{Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := len(WorkloadNames) * len(Capacities) * len(fleet.Strategies); len(rep.Cells) != want {
+	if want := len(WorkloadNames) * len(Capacities) * len(Strategies); len(rep.Cells) != want {
 		t.Fatalf("%d cells, want %d", len(rep.Cells), want)
 	}
 	for _, w := range WorkloadNames {
@@ -40,12 +39,12 @@ func TestPressureQuick(t *testing.T) {
 			}
 		}
 		for _, capacity := range Capacities {
-			for _, s := range fleet.Strategies {
+			for _, s := range Strategies {
 				checkCell(t, rep.Cell(w, capacity, s), w, capacity, s)
 			}
 		}
 	}
-	if len(rep.Goals) != 6 {
+	if len(rep.Goals) != 14 {
 		t.Fatalf("%d goals: %+v", len(rep.Goals), rep.Goals)
 	}
 	dir := t.TempDir()

@@ -1,12 +1,16 @@
 package pressure
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"sort"
 
+	"github.com/rolter-ai/rolter/bench/data"
+	"github.com/rolter-ai/rolter/bench/replay"
+	"github.com/rolter-ai/rolter/capture"
 	"github.com/rolter-ai/rolter/loadtest"
 	"github.com/rolter-ai/rolter/sim"
 )
@@ -43,10 +47,15 @@ const (
 	// to BurstEnd (fractions of the requests) a request uses the one hot prefix (HotTokens) with probability
 	// HotShare. Each request has its own question.
 	HotBurst = "hot-prefix-burst"
+	// Mooncake: the Mooncake FAST'25 synthetic trace (bench/data), production-shaped - chained 512-token
+	// prefix blocks, long multi-turn agent contexts, arrival order kept - with every token count divided by
+	// TraceScale (the sharing between prompts is kept exactly; replay.TracePlan) and at most TraceRequests
+	// requests, sent in trace order.
+	Mooncake = "mooncake"
 )
 
 // WorkloadNames lists the workloads in report order.
-var WorkloadNames = []string{SharedPrefix, SharedPrefixSkewed, MultiTurn, MultiTurnShort, HotBurst}
+var WorkloadNames = []string{SharedPrefix, SharedPrefixSkewed, MultiTurn, MultiTurnShort, HotBurst, Mooncake}
 
 // Workload is one workload of the KV-pressure report. Token counts are content tokens; the chat
 // template adds its markers (loadtest.TemplateTokens).
@@ -75,6 +84,9 @@ type Workload struct {
 	BurstStart float64 `json:"burst_start,omitempty"`
 	BurstEnd   float64 `json:"burst_end,omitempty"`
 	HotShare   float64 `json:"hot_share,omitempty"`
+
+	TraceScale    int `json:"trace_scale,omitempty"`
+	TraceRequests int `json:"trace_requests,omitempty"`
 }
 
 // DefaultWorkload returns the full-size workload of name (quick: the small one of the test and of
@@ -115,6 +127,13 @@ func DefaultWorkload(name string, quick bool, seed uint64) Workload {
 			w.Requests, w.Groups, w.SystemMin, w.SystemMax, w.QuestionTokens = 64, 4, 64, 192, 24
 			w.HotTokens = 256
 		}
+	case Mooncake:
+		// 512-token blocks become 32 tokens (two of the sim's blocks): prompts of 13-11,961 tokens, 958 on
+		// average, and outputs of 1-56 tokens.
+		w.TraceScale, w.TraceRequests, w.QuestionTokens, w.OutputTokens = 16, 0, 0, 0
+		if quick {
+			w.TraceScale, w.TraceRequests = 32, 200
+		}
 	}
 	return w
 }
@@ -123,7 +142,7 @@ func DefaultWorkload(name string, quick bool, seed uint64) Workload {
 func (w *Workload) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if w.QuestionTokens < 2 || w.OutputTokens < 1 {
+	if w.Name != Mooncake && (w.QuestionTokens < 2 || w.OutputTokens < 1) {
 		bad("question tokens %d must be >= 2 and output tokens %d >= 1", w.QuestionTokens, w.OutputTokens)
 	}
 	switch w.Name {
@@ -153,6 +172,10 @@ func (w *Workload) Validate() error {
 			bad("active %d, agents %d, agent %d, opening %d and answer %d tokens must be positive (agent and opening >= 2)",
 				w.Active, w.Agents, w.AgentTokens, w.OpeningTokens, w.AnswerTokens)
 		}
+	case Mooncake:
+		if w.TraceScale < 1 || w.TraceScale > 512 || w.TraceRequests < 0 {
+			bad("trace scale %d must be in 1..512 and trace requests %d >= 0 (0: all)", w.TraceScale, w.TraceRequests)
+		}
 	default:
 		bad("unknown pressure workload %q", w.Name)
 	}
@@ -180,7 +203,24 @@ func (w Workload) Plan() (*loadtest.Plan, error) {
 		w.sharedPrefixRequests(p, rng)
 	case MultiTurn, MultiTurnShort:
 		w.multiTurnRequests(p, rng)
+	case Mooncake:
+		return w.tracePlan()
 	}
+	return p, nil
+}
+
+// tracePlan is the plan of Mooncake: the trace's requests in its order, each prompt one user message of
+// synthetic text sharing exactly the blocks the trace's prompts shared.
+func (w Workload) tracePlan() (*loadtest.Plan, error) {
+	tr, err := capture.Read(bytes.NewReader(data.Mooncake))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the Mooncake trace: %w", err)
+	}
+	p, _, err := replay.TracePlan(&tr, replay.PlanOptions{Scale: w.TraceScale, MaxRequests: w.TraceRequests})
+	if err != nil {
+		return nil, err
+	}
+	p.Workload.Scenario = w.Name
 	return p, nil
 }
 

@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rolter-ai/rolter/bench/fleet"
 	"github.com/rolter-ai/rolter/bench/pressure"
 )
 
@@ -29,7 +28,7 @@ func run() int {
 	var o pressure.Options
 	out := flag.String("out", "bench/results", "directory for the report")
 	name := flag.String("name", "pressure", "file name of the report: <name>.md and <name>.json")
-	strategies := flag.String("strategies", strings.Join(fleet.Strategies, ","),
+	strategies := flag.String("strategies", strings.Join(pressure.Strategies, ";"),
 		`strategies to compare, separated by ";" or ","; one may carry route parameters: "cache_aware:max_trie_bytes=1kv" (<f>kv = f × one engine's KV in prompt-key bytes)`)
 	workloads := flag.String("workloads", strings.Join(pressure.WorkloadNames, ","), "workloads to run")
 	capacities := flag.String("capacities", "0.25,0.5,1", "engine KV capacities as fractions of the per-engine working set")
