@@ -184,9 +184,7 @@ func (s *pipeline) Rank(p *Pick, out []int) (int, Decision) {
 		if minM < n {
 			saved = float64(mbuf[k]-minM) / float64(n-minM)
 		}
-		score := s.weightF*s.weights[i]/maxW +
-			s.loadF*(minEff+1)/(effBuf[k]+1) +
-			cacheF*saved
+		score := pipelineScore(s.weightF, s.loadF, cacheF, s.weights[i]/maxW, (minEff+1)/(effBuf[k]+1), saved)
 		switch {
 		case best < 0 || score > bestScore:
 			best, bestScore, bestMatch, ties = i, score, match, 1
@@ -199,6 +197,12 @@ func (s *pipeline) Rank(p *Pick, out []int) (int, Decision) {
 	}
 	out[0] = best
 	return 1, Decision{Reason: ReasonScore, Score: bestMatch}
+}
+
+// pipelineScore is the score of docs/routing/pipeline.md with factors weightF, loadF and cacheF, for a target of
+// relative weight w (weight / max weight), relative load l ((min eff + 1) / (eff + 1)) and saved share c.
+func pipelineScore(weightF, loadF, cacheF, w, l, c float64) float64 {
+	return weightF*w + loadF*l + cacheF*c
 }
 
 // Routed records the prompt in the winner's trie and (re)binds the session.

@@ -13,8 +13,9 @@ import (
 // preciseCacheAware scores each eligible target by the fraction of the request's full token blocks resident
 // on its GPU, from vLLM's KV events (x-rolter-vllm-token-ids carries the ids). When the best fraction clears
 // the threshold, the targets are weighed as pipeline weighs them - weight, load relative to the least loaded,
-// and the share of the prompt resident beyond what every target holds - so a prefix resident on several
-// engines goes to the least loaded of them, and a holder keeps a prompt while its saving outweighs its queue.
+// and the share of the prompt resident beyond what every target holds, divided for a hot prefix as pipeline
+// divides it - so a prefix resident on several engines goes to the least loaded of them, and a holder keeps a
+// prompt while its saving outweighs its queue.
 // A block an engine evicted stops counting with its BlockRemoved event. cache_aware's overload rule is not
 // used for holders: under KV pressure its spills to cold targets cost a fifth of the hits on the Mooncake
 // trace; the route's load bound (bound.go, "load_bound", default 8) is the hard ceiling.
@@ -31,13 +32,17 @@ type preciseCacheAware struct {
 	streams   []*kvindex.Stream // route target -> its stream
 	tries     []*trie.Trie      // route target -> its approximate index
 	home      bool              // route parameter "home", as cache_aware's
+	// hot counts the recent requests' best-held prefixes, as pipeline's hot_window does with its default
+	// window: a prefix more than one engine's share of them holds has its cache term divided by the engines
+	// its share fills, so its holders do not outbid an idle engine.
+	hot *hotPrefixes
 }
 
 func newPrecise(r *Route, p config.RouteParams, env *buildEnv) (*preciseCacheAware, error) {
 	if env.kv == nil {
 		return nil, fmt.Errorf("BUG: no KV event state for route %q", r.Model)
 	}
-	s := &preciseCacheAware{threshold: defaultThreshold, ix: env.kv.ix, home: true}
+	s := &preciseCacheAware{threshold: defaultThreshold, ix: env.kv.ix, home: true, hot: newHotPrefixes(defaultHotWindow)}
 	if p.Threshold != nil {
 		s.threshold = *p.Threshold
 	}
@@ -99,7 +104,16 @@ func (s *preciseCacheAware) Rank(p *Pick, out []int) (int, Decision) {
 			bestScore = max(bestScore, sbuf[k])
 		}
 		if bestScore > 0 && bestScore >= s.threshold {
-			k := s.score(p, sbuf[:len(p.Eligible)], lbuf[:len(p.Eligible)])
+			cacheF := defaultCacheFactor
+			if n > 0 {
+				// The prefix is named by the key bytes its best resident share covers, at the peers'
+				// checkpoint resolution, as pipeline names its matches.
+				m := peerFloor(min(n, int(bestScore*float64(n))))
+				if r := s.hot.record(p.prefixName(m)) * float64(len(p.Eligible)); r > 1 {
+					cacheF /= r
+				}
+			}
+			k := s.score(p, sbuf[:len(p.Eligible)], lbuf[:len(p.Eligible)], cacheF)
 			out[0] = p.Eligible[k]
 			return 1, Decision{Reason: ReasonPrefixHit, Score: sbuf[k]}
 		}
@@ -130,9 +144,10 @@ func (s *preciseCacheAware) Rank(p *Pick, out []int) (int, Decision) {
 
 // score returns the position in p.Eligible of the target with the best pipeline score over the resident
 // fractions: weight, load relative to the least loaded (per unit of weight) and the share of the prompt
-// resident beyond what every target holds, with pipeline's default factors; ties at random. scores and loads
+// resident beyond what every target holds, with pipeline's default factors (cacheF for the last); ties at
+// random. scores and loads
 // are per p.Eligible.
-func (s *preciseCacheAware) score(p *Pick, scores []float64, loads []int64) int {
+func (s *preciseCacheAware) score(p *Pick, scores []float64, loads []int64, cacheF float64) int {
 	targets := p.Route.Targets
 	maxW, minS := 0.0, 1.0
 	for k, i := range p.Eligible {
@@ -153,7 +168,7 @@ func (s *preciseCacheAware) score(p *Pick, scores []float64, loads []int64) int 
 		if minS < 1 {
 			saved = (scores[k] - minS) / (1 - minS)
 		}
-		sc := defaultWeightFactor*targets[i].Weight/maxW + defaultLoadFactor*(minEff+1)/(effBuf[k]+1) + defaultCacheFactor*saved
+		sc := pipelineScore(defaultWeightFactor, defaultLoadFactor, cacheF, targets[i].Weight/maxW, (minEff+1)/(effBuf[k]+1), saved)
 		switch {
 		case best < 0 || sc > bestScore:
 			best, bestScore, ties = k, sc, 1
